@@ -1,0 +1,127 @@
+"""The workbench checkpoint format: how the project saves and ships its own models.
+
+A checkpoint is a folder with three files:
+
+- `workbench_config.json`: `{"format": "workbench-checkpoint", "version": 1, "cfg": {...},
+  "meta": {...}}`, where `cfg` holds the `HookedTransformerConfig` fields needed to rebuild
+  the model (JSON types only) and `meta` is free-form provenance (seed, training script, ...);
+- `model.safetensors`: the `HookedTransformer` state dict;
+- `tokenizer.json`: a `WordTokenizer` description (`{"kind": "word", "vocab": [...]}`).
+
+The file name `workbench_config.json` (not `config.json`) keeps such a folder from being
+mistaken for a Hugging Face model folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from workbench.errors import WorkbenchError
+from workbench.tokenizer import WordTokenizer
+
+CONFIG_FILE = "workbench_config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+_FORMAT = "workbench-checkpoint"
+
+# Config fields that only make sense on the machine that made the model, or are derived.
+_SKIP_FIELDS = {"device", "n_devices", "dtype", "tokenizer_name", "checkpoint_index",
+                "checkpoint_label_type", "checkpoint_value", "initializer_range"}
+
+
+def _cfg_to_json(cfg: HookedTransformerConfig) -> dict:
+    out = {}
+    for f in dataclasses.fields(cfg):
+        if not f.init or f.name in _SKIP_FIELDS:
+            continue
+        value = getattr(cfg, f.name)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            out[f.name] = value
+        elif isinstance(value, (list, tuple)) and all(
+            isinstance(v, (bool, int, float, str)) for v in value
+        ):
+            out[f.name] = list(value)
+    return out
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """True when `path` is a folder holding a workbench checkpoint."""
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def save_checkpoint(model: HookedTransformer, tokenizer: WordTokenizer, path: str | Path,
+                    meta: dict | None = None) -> Path:
+    """Save `model` and its tokenizer as a workbench checkpoint folder (written atomically).
+
+    Args:
+        model: the model; its weights are saved in float32 unless already lower precision.
+        tokenizer: the vocabulary the model was trained with (`len(tokenizer) == d_vocab`).
+        path: the folder to create or replace.
+        meta: provenance stored under `meta` in the config (seed, script, metrics, ...).
+    """
+    if len(tokenizer) != model.cfg.d_vocab:
+        raise WorkbenchError(
+            f"tokenizer has {len(tokenizer)} words but the model's d_vocab is {model.cfg.d_vocab}"
+        )
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(tmp / WEIGHTS_FILE))
+    config = {"format": _FORMAT, "version": 1, "cfg": _cfg_to_json(model.cfg),
+              "meta": meta or {}}
+    (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=1, sort_keys=True))
+    tokenizer.save(tmp / TOKENIZER_FILE)
+    if path.exists():
+        for child in path.iterdir():
+            child.unlink()
+        path.rmdir()
+    tmp.rename(path)
+    return path
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
+                    dtype: torch.dtype | None = None) -> HookedTransformer:
+    """Load a workbench checkpoint as a `HookedTransformer` with `model.word_tokenizer` set.
+
+    Also sets `model.workbench_meta` to the checkpoint's `meta` dict.
+    """
+    path = Path(path)
+    if not is_checkpoint(path):
+        raise WorkbenchError(f"{str(path)!r} is not a workbench checkpoint (no {CONFIG_FILE})")
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text())
+    except json.JSONDecodeError as e:
+        raise WorkbenchError(f"{path / CONFIG_FILE} is not valid JSON: {e}") from None
+    if config.get("format") != _FORMAT or "cfg" not in config:
+        raise WorkbenchError(
+            f"{path / CONFIG_FILE} has format {config.get('format')!r}; expected {_FORMAT!r} "
+            "with a 'cfg' entry"
+        )
+    cfg_dict = dict(config["cfg"])
+    cfg_dict["device"] = str(device)
+    if dtype is not None:
+        cfg_dict["dtype"] = dtype
+    cfg = HookedTransformerConfig(**cfg_dict)
+    model = HookedTransformer(cfg)
+    state = load_file(str(path / WEIGHTS_FILE))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    real_missing = [k for k in missing if not k.endswith(("IGNORE", "mask"))]
+    if real_missing or unexpected:
+        raise WorkbenchError(
+            f"checkpoint weights do not match its config: missing {real_missing[:5]}, "
+            f"unexpected {list(unexpected)[:5]}"
+        )
+    model.to(device)
+    if dtype is not None:
+        model.to(dtype)
+    model.eval()
+    model.word_tokenizer = WordTokenizer.load(path / TOKENIZER_FILE)
+    model.workbench_meta = config.get("meta", {})
+    return model

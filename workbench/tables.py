@@ -1,0 +1,122 @@
+"""Per-head tables: one schema for every table that has a row per attention head.
+
+Every per-head result in the workbench (screening effects, attention summaries, direct logit
+attribution, the theory model's feature use) is a pandas DataFrame with one row per
+`(layer, head)`, sorted by layer then head, whose first three columns are:
+
+| column      | type | meaning                                    |
+|-------------|------|--------------------------------------------|
+| `layer`     | int  | layer index, 0-based                       |
+| `head`      | int  | head index within the layer, 0-based       |
+| `head_name` | str  | `"L{layer}H{head}"`, the spec `HeadSet` parses |
+
+The remaining columns are the values, named `<quantity>` or `<quantity>_<task>`; units are
+given where the table is made (log-probs in nats, accuracy as a fraction in [0, 1]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from workbench.errors import WorkbenchError
+
+INDEX_COLUMNS = ("layer", "head", "head_name")
+
+
+def head_name(layer: int, head: int) -> str:
+    """The canonical name of a head, e.g. `head_name(9, 6) == "L9H6"`."""
+    return f"L{layer}H{head}"
+
+
+def _as_numpy(values) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        return values.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(values)
+
+
+def head_table(columns: Mapping[str, object], n_layers: int | None = None,
+               n_heads: int | None = None) -> pd.DataFrame:
+    """Build a per-head table from `[layer, head_index]`-shaped arrays.
+
+    Args:
+        columns: name -> array or tensor of shape `(n_layers, n_heads)`; all the same shape.
+        n_layers, n_heads: the shape to expect; inferred from the first column when omitted.
+
+    Returns:
+        A DataFrame with `layer, head, head_name` then one column per entry of `columns`.
+
+    Example:
+        >>> head_table({"effect": torch.zeros(2, 3)}).shape
+        (6, 4)
+    """
+    arrays = {name: _as_numpy(v) for name, v in columns.items()}
+    if n_layers is None or n_heads is None:
+        if not arrays:
+            raise WorkbenchError("head_table needs n_layers and n_heads when no column is given")
+        n_layers, n_heads = next(iter(arrays.values())).shape
+    layers, heads = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")
+    data: dict[str, object] = {
+        "layer": layers.ravel().astype(int),
+        "head": heads.ravel().astype(int),
+        "head_name": [head_name(int(l), int(h)) for l, h in zip(layers.ravel(), heads.ravel())],
+    }
+    for name, arr in arrays.items():
+        if arr.shape != (n_layers, n_heads):
+            raise WorkbenchError(
+                f"column {name!r} has shape {tuple(arr.shape)}; expected (n_layers, n_heads) = "
+                f"({n_layers}, {n_heads})"
+            )
+        data[name] = arr.ravel()
+    return pd.DataFrame(data)
+
+
+def check_head_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Raise `WorkbenchError` unless `df` follows the per-head schema; return it unchanged."""
+    if tuple(df.columns[:3]) != INDEX_COLUMNS:
+        raise WorkbenchError(
+            f"a per-head table starts with columns {INDEX_COLUMNS}; got {tuple(df.columns[:3])}"
+        )
+    expected = [head_name(int(l), int(h)) for l, h in zip(df["layer"], df["head"])]
+    if list(df["head_name"]) != expected:
+        raise WorkbenchError("head_name must equal 'L{layer}H{head}' on every row")
+    if df.duplicated(["layer", "head"]).any():
+        raise WorkbenchError("a per-head table has at most one row per (layer, head)")
+    return df
+
+
+def table_to_matrix(df: pd.DataFrame, column: str) -> np.ndarray:
+    """The `(n_layers, n_heads)` matrix of one column of a per-head table (NaN where absent)."""
+    check_head_table(df)
+    n_layers, n_heads = int(df["layer"].max()) + 1, int(df["head"].max()) + 1
+    out = np.full((n_layers, n_heads), np.nan)
+    out[df["layer"].to_numpy(), df["head"].to_numpy()] = df[column].to_numpy(dtype=float)
+    return out
+
+
+def save_table(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a table atomically as CSV or Parquet, chosen by the file suffix."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".csv":
+        df.to_csv(tmp, index=False)
+    elif path.suffix == ".parquet":
+        df.to_parquet(tmp, index=False)
+    else:
+        raise WorkbenchError(f"table path {str(path)!r} must end in .csv or .parquet")
+    tmp.replace(path)
+    return path
+
+
+def load_table(path: str | Path) -> pd.DataFrame:
+    """Read a table written by `save_table`."""
+    path = Path(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    raise WorkbenchError(f"table path {str(path)!r} must end in .csv or .parquet")

@@ -1,0 +1,143 @@
+"""Tokenisation behind one small interface, for hub models and for the project's own models.
+
+Tasks are text; models eat token ids. A Hugging Face tokenizer (what `from_pretrained` models
+carry as `model.tokenizer`) and the project's `WordTokenizer` (a fixed whitespace vocabulary,
+used by the embedded model) are both reached through `get_tokenizer(model)`, which returns an
+object with `encode`, `decode`, `str_tokens` and `bos_id`. `load_model` attaches a
+`WordTokenizer` to the models it loads from workbench checkpoints as `model.word_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+
+@dataclass
+class WordTokenizer:
+    """A whitespace tokenizer over an explicit vocabulary: one word, one id.
+
+    Args:
+        vocab: the words, in id order. Must contain `bos` and `pad` and no duplicates.
+        bos: the beginning-of-sequence token, prepended by `encode(..., prepend_bos=True)`.
+        pad: the padding token.
+    """
+
+    vocab: list[str]
+    bos: str = "<bos>"
+    pad: str = "<pad>"
+    _ids: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.vocab = list(self.vocab)
+        self._ids = {w: i for i, w in enumerate(self.vocab)}
+        if len(self._ids) != len(self.vocab):
+            raise WorkbenchError("WordTokenizer vocab has duplicate words")
+        for special in (self.bos, self.pad):
+            if special not in self._ids:
+                raise WorkbenchError(f"WordTokenizer vocab lacks the special token {special!r}")
+        bad = [w for w in self.vocab if not w or any(c.isspace() for c in w)]
+        if bad:
+            raise WorkbenchError(f"vocabulary words may not be empty or contain spaces: {bad[:5]}")
+
+    @property
+    def bos_id(self) -> int:
+        return self._ids[self.bos]
+
+    @property
+    def pad_id(self) -> int:
+        return self._ids[self.pad]
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def token_id(self, word: str) -> int:
+        """The id of one word; a clear error for a word outside the vocabulary."""
+        try:
+            return self._ids[word]
+        except KeyError:
+            raise WorkbenchError(
+                f"word {word!r} is not in the vocabulary ({len(self.vocab)} words, e.g. "
+                f"{self.vocab[2:7]})"
+            ) from None
+
+    def encode(self, text: str, prepend_bos: bool = False) -> list[int]:
+        """Split on whitespace and map each word to its id."""
+        ids = [self.token_id(w) for w in text.split()]
+        return [self.bos_id, *ids] if prepend_bos else ids
+
+    def decode(self, ids) -> str:
+        return " ".join(self.vocab[int(i)] for i in ids)
+
+    def str_tokens(self, ids) -> list[str]:
+        return [self.vocab[int(i)] for i in ids]
+
+    def to_dict(self) -> dict:
+        return {"kind": "word", "vocab": self.vocab, "bos": self.bos, "pad": self.pad}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "WordTokenizer":
+        if d.get("kind") != "word" or "vocab" not in d:
+            raise WorkbenchError(
+                f"tokenizer description must have kind='word' and a vocab; got keys {sorted(d)}"
+            )
+        return cls(vocab=d["vocab"], bos=d.get("bos", "<bos>"), pad=d.get("pad", "<pad>"))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=0))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "WordTokenizer":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+class HFTokenizer:
+    """The same interface over a Hugging Face tokenizer (as `model.tokenizer` holds)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    @property
+    def bos_id(self) -> int | None:
+        tok = self.tokenizer
+        return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        for candidate in (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id, 0):
+            if candidate is not None:
+                return int(candidate)
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.tokenizer)
+
+    def encode(self, text: str, prepend_bos: bool = False) -> list[int]:
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        if prepend_bos and self.bos_id is not None:
+            ids = [self.bos_id, *ids]
+        return ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode([int(i) for i in ids])
+
+    def str_tokens(self, ids) -> list[str]:
+        return [self.tokenizer.decode([int(i)]) for i in ids]
+
+
+def get_tokenizer(model) -> WordTokenizer | HFTokenizer:
+    """The tokenizer of a model: its `word_tokenizer` if it has one, else its HF tokenizer."""
+    word = getattr(model, "word_tokenizer", None)
+    if word is not None:
+        return word
+    hf = getattr(model, "tokenizer", None)
+    if hf is not None:
+        return HFTokenizer(hf)
+    raise WorkbenchError(
+        "this model has no tokenizer: load it with load_model (which attaches one), or set "
+        "model.word_tokenizer = WordTokenizer(vocab) before using text tasks"
+    )
