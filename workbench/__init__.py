@@ -1,0 +1,25 @@
+"""cel-workbench: find attention heads whose removal improves a task (CEL), on TransformerLens."""
+
+from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
+from workbench.errors import WorkbenchError
+from workbench.heads import HeadSet
+from workbench.loading import load_model
+from workbench.metrics import evaluate, summarize
+from workbench.tables import head_table
+from workbench.tasks import Task, encode_task, load_task
+
+__all__ = [
+    "AblationKind",
+    "HeadMeans",
+    "HeadSet",
+    "Task",
+    "WorkbenchError",
+    "ablated",
+    "compute_head_means",
+    "encode_task",
+    "evaluate",
+    "head_table",
+    "load_model",
+    "load_task",
+    "summarize",
+]

@@ -1,0 +1,228 @@
+"""Removing attention heads through `blocks.{l}.attn.hook_z`.
+
+A head's contribution to the residual stream is `z_h @ W_O[h]` (plus nothing else once value
+biases are not folded into `b_O`), where `z_h` is the head's attention-weighted value vector
+at `hook_z`. Replacing `z_h` before the output projection therefore removes exactly that
+head: zero ablation sets it to 0; mean ablation sets it to the head's mean `z` over a
+reference set, which keeps the average output (and so the residual-stream statistics later
+layers expect) while deleting the example-specific information.
+
+Two ways to ablate:
+
+- `ablated(model, heads, kind)`: a context manager for one head set, attached with
+  `model.hooks(...)` so the hooks are removed even when the body raises;
+- `mask_hooks(...)`: many head sets in one forward. The batch is tiled `n_masks` times and
+  each copy gets its own `(layer, head)` keep-mask, so a GPU evaluates many combinations
+  per pass.
+
+Any hooked model exposing `blocks.{l}.attn.hook_z` and a `cfg` with `n_layers`/`n_heads`
+works (HookedTransformer, HookedEncoder, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
+from functools import partial
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from workbench.errors import WorkbenchError
+from workbench.heads import HeadSet, HeadSpec
+
+
+class AblationKind(str, Enum):
+    """How a removed head's `z` is replaced.
+
+    ZERO: by 0.
+    MEAN: by the head's mean `z` over a reference set (`HeadMeans`): averaged over every real
+        (non-padding) token position of every reference prompt, or, when the means were
+        computed with `per_position=True` on equal-length prompts, the mean at each position.
+    """
+
+    ZERO = "zero"
+    MEAN = "mean"
+
+    @classmethod
+    def parse(cls, kind: "AblationKind | str") -> "AblationKind":
+        try:
+            return cls(kind)
+        except ValueError:
+            raise WorkbenchError(
+                f"ablation kind {kind!r} is unknown; expected one of {[k.value for k in cls]}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class HeadMeans:
+    """Mean `hook_z` per head over a reference set.
+
+    Attributes:
+        averaged: the mean over all real token positions, `[layer, head_index, d_head]`.
+        per_position: the mean at each position, `[pos, layer, head_index, d_head]`, or None
+            when the reference prompts differ in length.
+        n_prompts: how many reference prompts the means were taken over.
+    """
+
+    averaged: Float[Tensor, "layer head_index d_head"]
+    per_position: Float[Tensor, "pos layer head_index d_head"] | None
+    n_prompts: int
+
+
+def _hook_z_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_z"
+
+
+def compute_head_means(model, tokens_or_task, lengths: Int[Tensor, "batch"] | None = None,
+                       batch_size: int = 64, split: str | None = None) -> HeadMeans:
+    """Mean `hook_z` of every head over a reference set.
+
+    Args:
+        model: a hooked model.
+        tokens_or_task: a `Task` (its prompts, optionally one `split`) or a `[batch, pos]`
+            token tensor.
+        lengths: the real length of each row of `tokens` (right padding); all of `pos` if None.
+        batch_size: prompts per forward.
+
+    Returns:
+        `HeadMeans`; `per_position` is set only when every prompt has the same length.
+    """
+    from workbench.tasks import Task, encode_task
+
+    if isinstance(tokens_or_task, Task):
+        batch = encode_task(model, tokens_or_task.subset(split) if split else tokens_or_task)
+        tokens, lengths = batch.tokens, batch.lengths
+    else:
+        tokens = tokens_or_task
+        if tokens.ndim != 2:
+            raise WorkbenchError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
+        if lengths is None:
+            lengths = torch.full((tokens.shape[0],), tokens.shape[1], device=tokens.device)
+    if tokens.shape[0] == 0:
+        raise WorkbenchError("compute_head_means needs at least one reference prompt")
+    n_layers = model.cfg.n_layers
+    names = [_hook_z_name(l) for l in range(n_layers)]
+    sums, pos_sums, count = None, None, 0
+    equal = bool((lengths == lengths[0]).all())
+    with torch.no_grad():
+        for start in range(0, tokens.shape[0], batch_size):
+            tok, lens = tokens[start:start + batch_size], lengths[start:start + batch_size]
+            _, cache = model.run_with_cache(tok, names_filter=lambda n: n in names)
+            z = torch.stack([cache[n] for n in names], dim=2)  # (B, T, L, H, D)
+            real = (torch.arange(z.shape[1], device=z.device)[None] < lens[:, None]).to(z.dtype)
+            batch_sum = (z * real[:, :, None, None, None]).sum(dim=(0, 1))
+            sums = batch_sum if sums is None else sums + batch_sum
+            count += int(real.sum().item())
+            if equal:
+                pos_sum = z[:, : int(lengths[0])].sum(0)
+                pos_sums = pos_sum if pos_sums is None else pos_sums + pos_sum
+    n = tokens.shape[0]
+    return HeadMeans(averaged=sums / count,
+                     per_position=pos_sums / n if equal else None, n_prompts=n)
+
+
+def _replace_heads_hook(z: Float[Tensor, "batch pos head_index d_head"], hook,
+                        heads: Tensor, fill: Tensor | None):
+    """Set `z[:, :, heads]` to 0 (`fill` None) or to `fill` (`[head, d]` or `[pos, head, d]`)."""
+    z = z.clone()  # out of place, so gradients through other heads stay valid
+    if fill is None:
+        z[:, :, heads] = 0.0
+    elif fill.ndim == 2:
+        z[:, :, heads] = fill.to(z.dtype)
+    else:
+        if fill.shape[0] < z.shape[1]:
+            raise WorkbenchError(
+                f"per-position means cover {fill.shape[0]} positions but the input has "
+                f"{z.shape[1]}; compute the means on prompts of this length or use averaged means"
+            )
+        z[:, :, heads] = fill[: z.shape[1]].to(z.dtype)
+    return z
+
+
+def _fill_for(kind: AblationKind, means: HeadMeans | None, layer: int, heads: list[int],
+              per_position: bool) -> Tensor | None:
+    if kind is AblationKind.ZERO:
+        return None
+    if means is None:
+        raise WorkbenchError("mean ablation needs means: pass means=compute_head_means(...)")
+    if per_position:
+        if means.per_position is None:
+            raise WorkbenchError(
+                "per-position means need equal-length reference prompts; these differed"
+            )
+        return means.per_position[:, layer, heads]
+    return means.averaged[layer, heads]
+
+
+def ablation_hooks(model, heads: Iterable[HeadSpec] | HeadSet | None,
+                   kind: AblationKind | str = AblationKind.ZERO, means: HeadMeans | None = None,
+                   per_position: bool = False) -> list[tuple[str, object]]:
+    """The `(hook_name, hook_fn)` pairs that ablate `heads`: one hook per touched layer."""
+    kind = AblationKind.parse(kind)
+    head_set = HeadSet.of(model, heads)
+    hooks = []
+    for layer, layer_heads in head_set.by_layer().items():
+        fill = _fill_for(kind, means, layer, layer_heads, per_position)
+        idx = torch.tensor(layer_heads, device=model.cfg.device)
+        hooks.append((_hook_z_name(layer), partial(_replace_heads_hook, heads=idx, fill=fill)))
+    return hooks
+
+
+@contextmanager
+def ablated(model, heads: Iterable[HeadSpec] | HeadSet | None,
+            kind: AblationKind | str = AblationKind.ZERO, means: HeadMeans | None = None,
+            per_position: bool = False) -> Iterator:
+    """Run the body with `heads` ablated; the hooks are removed on exit, also on error.
+
+    Example:
+        >>> with ablated(model, ["L1H2", (0, 3)]):
+        ...     logits = model(tokens)
+    """
+    hooks = ablation_hooks(model, heads, kind, means, per_position)
+    with model.hooks(fwd_hooks=hooks):
+        yield model
+
+
+def _mask_hook(z: Float[Tensor, "batch pos head_index d_head"], hook,
+               keep: Float[Tensor, "n_masks head_index"], fill: Tensor | None):
+    n_masks = keep.shape[0]
+    zz = z.view(n_masks, -1, *z.shape[1:])  # (M, B, T, H, D)
+    k = keep[:, None, None, :, None].to(z.dtype)
+    if fill is None:
+        return (zz * k).view_as(z)
+    f = fill.to(z.dtype)
+    f = f[None, None, None] if f.ndim == 2 else f[None, None, : z.shape[1]]
+    return (zz * k + f * (1 - k)).view_as(z)
+
+
+def mask_hooks(model, masks: Float[Tensor, "n_masks layer head_index"],
+               kind: AblationKind | str = AblationKind.ZERO, means: HeadMeans | None = None,
+               per_position: bool = False, layers: Iterable[int] | None = None
+               ) -> list[tuple[str, object]]:
+    """Hooks that ablate a different head set in each of `n_masks` copies of the batch.
+
+    The input batch must be the original batch tiled `n_masks` times along dim 0 (mask-major:
+    rows `[m * B:(m + 1) * B]` belong to mask `m`). `masks[m, l, h] = 1` means head `(l, h)`
+    is ablated in copy `m`. Only layers where some mask ablates a head get a hook, restricted to
+    `layers` when given (e.g. the layers a run that starts at layer `l` still computes).
+    """
+    kind = AblationKind.parse(kind)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    if masks.ndim != 3 or tuple(masks.shape[1:]) != (n_layers, n_heads):
+        raise WorkbenchError(
+            f"masks must be [n_masks, n_layers={n_layers}, n_heads={n_heads}]; got "
+            f"{tuple(masks.shape)}"
+        )
+    allowed = set(range(n_layers)) if layers is None else set(layers)
+    hooks = []
+    for layer in range(n_layers):
+        if layer not in allowed or not bool(masks[:, layer].any()):
+            continue
+        fill = _fill_for(kind, means, layer, list(range(n_heads)), per_position)
+        keep = 1.0 - masks[:, layer]
+        hooks.append((_hook_z_name(layer), partial(_mask_hook, keep=keep, fill=fill)))
+    return hooks

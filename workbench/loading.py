@@ -1,0 +1,193 @@
+"""Loading models as TransformerLens `HookedTransformer`s, from the hub or from disk.
+
+Three sources, one entry point (`load_model`):
+
+- a TransformerLens official name (`"gpt2"`, `"pythia-70m"`, ...): `from_pretrained` with
+  `fold_value_biases=False`. Folding moves each head's value bias `b_V` into the shared
+  output bias `b_O`; zeroing `hook_z` would then leave the head's bias contribution in place,
+  which is not removing the head.
+- a local Hugging Face folder (`config.json` + weights): TransformerLens 3.9 cannot load one
+  offline through `from_pretrained`, so we run its own helpers on the folder: the config is
+  converted from a copy placed under a neutral folder name (TransformerLens picks some
+  architectures by substrings of the name, e.g. "llama"), the weights are converted from the
+  Hugging Face model, and `load_and_process_state_dict` applies the usual processing.
+- a workbench checkpoint folder (see `workbench.checkpoint`), or the name `"embedded"` for
+  the model the project trains and ships.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from transformer_lens import HookedTransformer
+
+from workbench.checkpoint import is_checkpoint, load_checkpoint
+from workbench.errors import WorkbenchError
+
+EMBEDDED_NAME = "embedded"
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """`"auto"` (or None) picks cuda, then mps, then cpu; anything else is checked and returned."""
+    if device is None or str(device) == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise WorkbenchError(
+            f"device {device!r} is not a torch device; expected 'auto', 'cpu', 'cuda', 'cuda:0', "
+            "'mps'"
+        ) from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise WorkbenchError(f"device {device!r} asked for, but CUDA is not available here")
+    return dev
+
+
+def _resolve_dtype(dtype) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float64": torch.float64}
+    if str(dtype) not in table:
+        raise WorkbenchError(f"dtype {dtype!r} is unknown; expected one of {sorted(table)}")
+    return table[str(dtype)]
+
+
+def load_model(name_or_path: str | os.PathLike, device: str | torch.device = "auto",
+               dtype: torch.dtype | str | None = None, **kwargs) -> HookedTransformer:
+    """Load a model as a `HookedTransformer` ready for head ablation.
+
+    Args:
+        name_or_path: `"embedded"`, a workbench checkpoint folder, a local Hugging Face folder,
+            or a TransformerLens official model name.
+        device: `"auto"` (cuda, then mps, then cpu) or any torch device.
+        dtype: e.g. `torch.float32` or `"bf16"`; the source's default when None.
+        **kwargs: passed on to `HookedTransformer.from_pretrained` for hub names.
+
+    Returns:
+        The model in eval mode on `device`. Value biases are never folded into `b_O`, so
+        zeroing a head's `hook_z` removes the head's whole output.
+    """
+    dev = resolve_device(device)
+    dt = _resolve_dtype(dtype)
+    name = str(name_or_path)
+    if name == EMBEDDED_NAME:
+        from workbench.zoo import EMBEDDED_PATH
+
+        return load_checkpoint(EMBEDDED_PATH, device=dev, dtype=dt)
+    path = Path(name).expanduser()
+    if path.exists():
+        if is_checkpoint(path):
+            return load_checkpoint(path, device=dev, dtype=dt)
+        if (path / "config.json").is_file():
+            return _load_hf_folder(path, dev, dt, **kwargs)
+        raise WorkbenchError(
+            f"{str(path)!r} exists but holds neither a workbench checkpoint "
+            "(workbench_config.json) nor a Hugging Face model (config.json)"
+        )
+    return _load_official(name, dev, dt, **kwargs)
+
+
+def _load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:
+    from transformer_lens.loading_from_pretrained import get_official_model_name
+
+    try:
+        official = get_official_model_name(name)
+    except ValueError:
+        raise WorkbenchError(
+            f"{name!r} is neither a local folder nor a TransformerLens model name. Use an "
+            "official name such as 'gpt2', 'pythia-70m' or 'Qwen/Qwen2.5-0.5B', the path of a "
+            f"local Hugging Face folder or workbench checkpoint, or {EMBEDDED_NAME!r}."
+        ) from None
+    kwargs.setdefault("fold_value_biases", False)
+    if kwargs["fold_value_biases"]:
+        raise WorkbenchError(
+            "fold_value_biases=True moves each head's value bias into b_O, so ablating hook_z "
+            "would not remove the head; load_model always uses fold_value_biases=False"
+        )
+    try:
+        model = HookedTransformer.from_pretrained(
+            official, device=str(device), dtype=dtype or torch.float32, **kwargs
+        )
+    except OSError as e:  # offline hub, missing files, no permission
+        raise WorkbenchError(
+            f"could not fetch {official!r} from the Hugging Face hub ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200]}). Without internet, download the model elsewhere "
+            "and load it with load_model('/path/to/local/folder')."
+        ) from None
+    model.eval()
+    return model
+
+
+def _neutral_config_dir(hf_config, workdir: Path) -> Path:
+    """Write `hf_config` under a folder name that matches none of TransformerLens's
+    name-based architecture branches, filling fields that transformers 5 dropped."""
+    if getattr(hf_config, "model_type", None) == "gpt2" and not hasattr(hf_config, "n_ctx"):
+        hf_config.n_ctx = hf_config.n_positions
+    target = workdir / "local_model"
+    target.mkdir()
+    cfg = hf_config.to_dict()
+    if "n_ctx" not in cfg and hasattr(hf_config, "n_ctx"):
+        cfg["n_ctx"] = hf_config.n_ctx
+    (target / "config.json").write_text(json.dumps(cfg))
+    return target
+
+
+def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> HookedTransformer:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformer_lens.loading_from_pretrained import (
+        get_pretrained_model_config,
+        get_pretrained_state_dict,
+    )
+
+    load_dtype = dtype or torch.float32
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=load_dtype
+        )
+    except (OSError, ValueError) as e:
+        raise WorkbenchError(
+            f"could not load the Hugging Face model in {str(path)!r}: {str(e).splitlines()[0]}"
+        ) from None
+    tokenizer = None
+    if any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
+                                         "tokenizer.model")):
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    with tempfile.TemporaryDirectory(prefix="wb") as tmp:
+        neutral = _neutral_config_dir(hf_model.config, Path(tmp))
+        try:
+            cfg = get_pretrained_model_config(
+                str(neutral), fold_ln=True, device=str(device), dtype=load_dtype
+            )
+        except (KeyError, NotImplementedError, ValueError) as e:
+            arch = (hf_model.config.architectures or ["?"])[0]
+            raise WorkbenchError(
+                f"TransformerLens cannot convert architecture {arch!r} from {str(path)!r}: {e}"
+            ) from None
+        cfg.model_name = path.name
+        cfg.tokenizer_name = None  # the neutral copy is gone; a local tokenizer is passed below
+        state_dict = get_pretrained_state_dict(str(neutral), cfg, hf_model=hf_model,
+                                               dtype=load_dtype)
+    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False,
+                              default_padding_side="right" if tokenizer is not None else None)
+    model.load_and_process_state_dict(
+        state_dict,
+        fold_ln=True,
+        center_writing_weights=cfg.normalization_type in ("LN", "LNPre"),
+        center_unembed=True,
+        fold_value_biases=False,
+        refactor_factored_attn_matrices=False,
+    )
+    model.to(device)
+    model.eval()
+    del hf_model
+    return model
