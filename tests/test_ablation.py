@@ -1,0 +1,156 @@
+"""Hook ablation against the slow obvious reference: zeroing the head's slice of W_O."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig
+
+from tests.helpers import assert_close, randomize_biases
+from workbench import HeadSet, WorkbenchError, ablated, compute_head_means
+from workbench.ablation import mask_hooks
+
+HEAD_SETS = [["L0H1"], ["L1H3"], [(0, 0), (0, 2), (1, 1)], "L0H3,L1H0"]
+
+
+def _zero_w_o(model, heads):
+    """The reference: a copy of the model with each head's rows of W_O set to zero."""
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, head in HeadSet.of(model, heads):
+            ref.blocks[layer].attn.W_O[head] = 0.0
+    return ref
+
+
+def _llama_gqa_model() -> HookedTransformer:
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=32, n_ctx=32, d_head=8, n_heads=4, n_key_value_heads=2, d_mlp=64,
+        d_vocab=22, act_fn="silu", normalization_type="RMS", positional_embedding_type="rotary",
+        rotary_dim=8, gated_mlp=True, final_rms=True, seed=3,
+    )
+    model = HookedTransformer(cfg)
+    model.eval()
+    return model
+
+
+@pytest.mark.parametrize("heads", HEAD_SETS)
+def test_hook_zero_equals_w_o_zero_gpt2_like(gpt2_like_model, heads):
+    tokens = torch.randint(0, gpt2_like_model.cfg.d_vocab, (3, 9))
+    with ablated(gpt2_like_model, heads):
+        hooked = gpt2_like_model(tokens)
+    reference = _zero_w_o(gpt2_like_model, heads)(tokens)
+    assert_close(hooked, reference)
+    assert (hooked - gpt2_like_model(tokens)).abs().max() > 1e-3  # the ablation did something
+
+
+@pytest.mark.parametrize("heads", HEAD_SETS)
+def test_hook_zero_equals_w_o_zero_llama_gqa(heads):
+    model = _llama_gqa_model()
+    randomize_biases(model, seed=3)
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 11))
+    with ablated(model, heads):
+        hooked = model(tokens)
+    assert_close(hooked, _zero_w_o(model, heads)(tokens))
+
+
+def test_folded_value_bias_would_not_be_removed(gpt2_like_model):
+    """Why load_model never folds value biases: after folding, zeroing z leaves b_V's share."""
+    folded = copy.deepcopy(gpt2_like_model)
+    folded.load_state_dict(folded.fold_value_biases(folded.state_dict()))
+    tokens = torch.randint(0, folded.cfg.d_vocab, (2, 7))
+    with ablated(folded, ["L0H1"]):
+        hooked = folded(tokens)
+    with ablated(gpt2_like_model, ["L0H1"]):
+        unfolded = gpt2_like_model(tokens)
+    assert_close(folded(tokens), gpt2_like_model(tokens), atol=1e-4)  # same model when clean
+    assert (hooked - unfolded).abs().max() > 1e-3
+
+
+def test_hook_ablation_on_hooked_encoder():
+    cfg = HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=16, d_head=8, n_heads=4,
+                                  d_vocab=30, act_fn="gelu", d_mlp=64, seed=5)
+    enc = HookedEncoder(cfg)
+    enc.eval()
+    tokens = torch.randint(0, 30, (2, 6))
+    heads = [(1, 2), (0, 0)]
+    with ablated(enc, heads):
+        hooked = enc(tokens)
+    ref = copy.deepcopy(enc)
+    with torch.no_grad():
+        for layer, head in heads:
+            ref.blocks[layer].attn.W_O[head] = 0.0
+    assert_close(hooked, ref(tokens))
+
+
+def test_hooks_are_removed_after_exit_and_after_error(attn_model):
+    tokens = torch.randint(0, attn_model.cfg.d_vocab, (2, 6))
+    clean = attn_model(tokens)
+    with ablated(attn_model, ["L0H0", "L1H1"]):
+        assert (attn_model(tokens) - clean).abs().max() > 1e-4
+    assert_close(attn_model(tokens), clean)
+    with pytest.raises(RuntimeError, match="boom"), ablated(attn_model, ["L1H2"]):
+        raise RuntimeError("boom")
+    for block in attn_model.blocks:
+        assert not block.attn.hook_z._forward_hooks
+    assert_close(attn_model(tokens), clean)
+
+
+def test_mean_ablation_with_own_means_changes_nothing(gpt2_like_model):
+    model = gpt2_like_model
+    prompt = torch.randint(0, model.cfg.d_vocab, (1, 8))
+    own = compute_head_means(model, prompt)
+    with ablated(model, ["L0H1", "L1H3"], kind="mean", means=own, per_position=True):
+        same = model(prompt)
+    assert_close(same, model(prompt))
+    others = compute_head_means(model, torch.randint(0, model.cfg.d_vocab, (16, 8)))
+    with ablated(model, ["L0H1", "L1H3"], kind="mean", means=others, per_position=True):
+        changed = model(prompt)
+    assert (changed - model(prompt)).abs().max() > 1e-3
+
+
+def test_head_means_against_cache(attn_model):
+    tokens = torch.randint(0, attn_model.cfg.d_vocab, (4, 7))
+    lengths = torch.tensor([7, 5, 3, 7])
+    means = compute_head_means(attn_model, tokens, lengths, batch_size=3)
+    _, cache = attn_model.run_with_cache(tokens)
+    z = cache["blocks.1.attn.hook_z"]  # (B, T, H, D)
+    real = torch.cat([z[i, : int(n)] for i, n in enumerate(lengths)])
+    assert_close(means.averaged[1], real.mean(0))
+    assert means.per_position is None  # unequal lengths
+
+
+def test_mask_hooks_match_one_ablation_per_set(gpt2_like_model):
+    model = gpt2_like_model
+    tokens = torch.randint(0, model.cfg.d_vocab, (3, 6))
+    sets = [[], ["L0H1"], ["L0H0", "L1H3"], ["L1H0", "L1H1", "L1H2"]]
+    masks = torch.stack([HeadSet.of(model, s).mask() for s in sets])
+    means = compute_head_means(model, torch.randint(0, model.cfg.d_vocab, (8, 6)))
+    for kind in ("zero", "mean"):
+        with model.hooks(fwd_hooks=mask_hooks(model, masks, kind, means)):
+            batched = model(tokens.repeat(len(sets), 1))
+        for m, heads in enumerate(sets):
+            with ablated(model, heads, kind=kind, means=means):
+                single = model(tokens)
+            assert_close(batched[m * 3:(m + 1) * 3], single, msg=f"{kind} {heads}")
+
+
+def test_head_specs_parse_and_validate(attn_model):
+    hs = HeadSet.of(attn_model, ["L1H2", (0, 3), "1.2"])
+    assert list(hs) == [(0, 3), (1, 2)]
+    assert str(hs) == "L0H3,L1H2"
+    assert HeadSet.of(attn_model, "L0H1, L1H0").names == ["L0H1", "L1H0"]
+    with pytest.raises(WorkbenchError, match=r"L2H0 is out of range.*n_layers=2 and n_heads=4"):
+        HeadSet.of(attn_model, ["L2H0"])
+    with pytest.raises(WorkbenchError, match="L0H4 is out of range"):
+        with ablated(attn_model, [(0, 4)]):
+            pass
+    with pytest.raises(WorkbenchError, match="not of the form"):
+        HeadSet.of(attn_model, ["layer0head1"])
+    with pytest.raises(WorkbenchError, match="ablation kind 'median' is unknown"):
+        with ablated(attn_model, ["L0H0"], kind="median"):
+            pass
+    with pytest.raises(WorkbenchError, match="mean ablation needs means"):
+        with ablated(attn_model, ["L0H0"], kind="mean"):
+            pass

@@ -1,0 +1,103 @@
+"""Loading: local Hugging Face folders against the Hugging Face model, checkpoints, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from tests.helpers import assert_close, tiny_model, word_tokenizer
+from workbench import WorkbenchError, ablated, load_model
+from workbench.checkpoint import load_checkpoint, save_checkpoint
+from workbench.loading import resolve_device
+
+
+def _hf_gpt2():
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=32)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # random non-zero biases so value-bias handling is exercised
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.3)
+    return model
+
+
+def _hf_llama_gqa():
+    torch.manual_seed(1)
+    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, vocab_size=50,
+                      max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).eval()
+
+
+# The folder name "tiny-llama-gqa" would send TransformerLens down its name-based Llama branch.
+@pytest.mark.parametrize("builder,folder", [(_hf_gpt2, "gpt2-local"),
+                                            (_hf_llama_gqa, "tiny-llama-gqa")])
+def test_local_hf_folder_matches_hf_logprobs(tmp_path, builder, folder):
+    hf = builder()
+    hf.save_pretrained(tmp_path / folder)
+    model = load_model(tmp_path / folder, device="cpu")
+    tokens = torch.randint(0, 50, (3, 9))
+    with torch.no_grad():
+        expected = hf(tokens).logits.log_softmax(-1)
+    assert_close(model(tokens).log_softmax(-1), expected, atol=1e-4)
+    assert model.cfg.model_name == folder
+
+
+def test_local_gpt2_head_ablation_matches_hf_with_head_mask(tmp_path):
+    """Ablating L1H2 in our loaded model equals zeroing that head's slice of c_proj in HF."""
+    hf = _hf_gpt2()
+    hf.save_pretrained(tmp_path / "g")
+    model = load_model(tmp_path / "g", device="cpu")
+    tokens = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        d_head = 32 // 4
+        hf.transformer.h[1].attn.c_proj.weight[2 * d_head:3 * d_head] = 0.0
+        expected = hf(tokens).logits.log_softmax(-1)
+    with ablated(model, ["L1H2"]):
+        assert_close(model(tokens).log_softmax(-1), expected, atol=1e-4)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = tiny_model(attn_only=False, seed=4)
+    save_checkpoint(model, model.word_tokenizer, tmp_path / "ck", meta={"seed": 4})
+    loaded = load_model(tmp_path / "ck", device="cpu")
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 5))
+    assert_close(loaded(tokens), model(tokens), atol=0, rtol=0)
+    assert loaded.word_tokenizer.vocab == model.word_tokenizer.vocab
+    assert loaded.workbench_meta == {"seed": 4}
+
+
+def test_checkpoint_rejects_mismatched_tokenizer(tmp_path):
+    model = tiny_model()
+    with pytest.raises(WorkbenchError, match="tokenizer has 12 words but the model's d_vocab is 22"):
+        save_checkpoint(model, word_tokenizer(10), tmp_path / "ck")
+
+
+def test_loading_errors_are_clear(tmp_path):
+    with pytest.raises(WorkbenchError, match="neither a local folder nor a TransformerLens model"):
+        load_model("no-such-model-xyz", device="cpu")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(WorkbenchError, match="neither a workbench checkpoint"):
+        load_model(tmp_path / "empty", device="cpu")
+    with pytest.raises(WorkbenchError, match="not a workbench checkpoint"):
+        load_checkpoint(tmp_path / "empty")
+    with pytest.raises(WorkbenchError, match="fold_value_biases=True"):
+        load_model("gpt2", device="cpu", fold_value_biases=True)
+
+
+def test_offline_hub_name_gives_clear_error():
+    """With HF_HUB_OFFLINE=1 (set for every test) a hub name fails with advice, not a trace."""
+    with pytest.raises(WorkbenchError, match="load_model\\('/path/to/local/folder'\\)"):
+        load_model("gpt2", device="cpu")
+
+
+def test_resolve_device():
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type in ("cpu", "cuda", "mps")
+    with pytest.raises(WorkbenchError, match="not a torch device"):
+        resolve_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(WorkbenchError, match="CUDA is not available"):
+            resolve_device("cuda")
