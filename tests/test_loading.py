@@ -101,3 +101,31 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(WorkbenchError, match="CUDA is not available"):
             resolve_device("cuda")
+
+
+def test_local_folder_with_tokenizer_evaluates_a_text_task(tmp_path):
+    """A folder with tokenizer files gets model.tokenizer, and text tasks run through it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from workbench import evaluate, load_task
+
+    words = ["<|endoftext|>"] + [f"w{i}" for i in range(49)]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)},
+                                         unk_token="<|endoftext|>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|endoftext|>",
+                                  eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    hf = _hf_gpt2()
+    hf.save_pretrained(tmp_path / "g")
+    tok.save_pretrained(tmp_path / "g")
+    model = load_model(tmp_path / "g", device="cpu")
+    assert model.tokenizer is not None
+    (tmp_path / "t.jsonl").write_text(
+        '{"id": "a", "prompt": "w3 w4 w5", "answer": "w6"}\n'
+        '{"id": "b", "prompt": "w7 w8", "answer": "w9"}\n'
+    )
+    scores = evaluate(model, load_task(tmp_path / "t.jsonl"))
+    with torch.no_grad():
+        logits = hf(torch.tensor([[0, 4, 5, 6]])).logits[0, -1]
+    assert_close(scores.set_index("id").loc["a", "logprob"], logits.log_softmax(-1)[7], atol=1e-4)
