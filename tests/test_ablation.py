@@ -154,3 +154,28 @@ def test_head_specs_parse_and_validate(attn_model):
     with pytest.raises(WorkbenchError, match="mean ablation needs means"):
         with ablated(attn_model, ["L0H0"], kind="mean"):
             pass
+
+
+def test_hook_ablation_on_transformer_bridge(tmp_path):
+    """TransformerBridge in compatibility mode, with value biases left unfolded (required:
+    folding moves b_V into b_O, see test_folded_value_bias_would_not_be_removed)."""
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(2)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50,
+                                    n_positions=32)).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.3)
+    hf.save_pretrained(tmp_path / "g")
+    bridge = TransformerBridge.boot_transformers(str(tmp_path / "g"), device="cpu")
+    bridge.enable_compatibility_mode(disable_warnings=True, fold_value_biases=False)
+    tokens = torch.randint(0, 50, (2, 6))
+    with ablated(bridge, ["L1H2"]):
+        hooked = bridge(tokens).log_softmax(-1)
+    with torch.no_grad():
+        hf.transformer.h[1].attn.c_proj.weight[16:24] = 0.0  # rows of head 2 (d_head 8)
+        expected = hf(tokens).logits.log_softmax(-1)
+    assert_close(hooked, expected, atol=1e-4)

@@ -16,7 +16,9 @@ Two ways to ablate:
   per pass.
 
 Any hooked model exposing `blocks.{l}.attn.hook_z` and a `cfg` with `n_layers`/`n_heads`
-works (HookedTransformer, HookedEncoder, ...).
+works (HookedTransformer, HookedEncoder, TransformerBridge in compatibility mode). The model
+must keep value biases unfolded: for a bridge call
+`enable_compatibility_mode(fold_value_biases=False)`; `load_model` already does the same.
 """
 
 from __future__ import annotations
