@@ -19,8 +19,16 @@ RTOL = 1e-5
 
 def assert_close(actual, expected, atol: float = ATOL, rtol: float = RTOL, msg: str = "") -> None:
     """Compare tensors, arrays or numbers elementwise; NaNs must match positions."""
-    a = actual.detach().cpu().double().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual, dtype=float)
-    e = expected.detach().cpu().double().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected, dtype=float)
+    a = (
+        actual.detach().cpu().double().numpy()
+        if isinstance(actual, torch.Tensor)
+        else np.asarray(actual, dtype=float)
+    )
+    e = (
+        expected.detach().cpu().double().numpy()
+        if isinstance(expected, torch.Tensor)
+        else np.asarray(expected, dtype=float)
+    )
     np.testing.assert_allclose(a, e, atol=atol, rtol=rtol, equal_nan=True, err_msg=msg)
 
 
@@ -28,15 +36,30 @@ def word_tokenizer(n_words: int = 20) -> WordTokenizer:
     return WordTokenizer(["<bos>", "<pad>"] + [f"w{i}" for i in range(n_words)])
 
 
-def tiny_model(attn_only: bool = True, n_layers: int = 2, n_heads: int = 4, d_model: int = 32,
-               n_words: int = 20, seed: int = 0, **overrides) -> HookedTransformer:
+def tiny_model(
+    attn_only: bool = True,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    d_model: int = 32,
+    n_words: int = 20,
+    seed: int = 0,
+    **overrides,
+) -> HookedTransformer:
     """A randomly initialised 2-layer model with a word tokenizer attached."""
     tok = word_tokenizer(n_words)
     torch.manual_seed(seed)
     cfg = HookedTransformerConfig(
-        n_layers=n_layers, d_model=d_model, n_ctx=32, d_head=d_model // n_heads, n_heads=n_heads,
-        d_vocab=len(tok), act_fn="gelu", normalization_type="LN", attn_only=attn_only,
-        seed=seed, **overrides,
+        n_layers=n_layers,
+        d_model=d_model,
+        n_ctx=32,
+        d_head=d_model // n_heads,
+        n_heads=n_heads,
+        d_vocab=len(tok),
+        act_fn="gelu",
+        normalization_type="LN",
+        attn_only=attn_only,
+        seed=seed,
+        **overrides,
     )
     model = HookedTransformer(cfg)
     model.word_tokenizer = tok
@@ -53,8 +76,9 @@ def randomize_biases(model: HookedTransformer, scale: float = 0.5, seed: int = 0
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
 
 
-def write_task(path: Path, n: int = 40, n_words: int = 20, header: dict | None = None,
-               seed: int = 0) -> Path:
+def write_task(
+    path: Path, n: int = 40, n_words: int = 20, header: dict | None = None, seed: int = 0
+) -> Path:
     """A small next-word task over the tiny model's vocabulary, with varied prompt lengths."""
     rng = np.random.default_rng(seed)
     lines = [json.dumps({"task": header or {"name": path.stem, "metric": "accuracy"}})]
@@ -63,7 +87,16 @@ def write_task(path: Path, n: int = 40, n_words: int = 20, header: dict | None =
         words = [f"w{int(j)}" for j in rng.integers(0, n_words, size=length)]
         answer = words[0]
         wrong = f"w{(int(answer[1:]) + 1) % n_words}"
-        lines.append(json.dumps({"id": f"e{i}", "prompt": " ".join(words), "answer": answer,
-                                 "wrong": [wrong], "group": "long" if length > 5 else "short"}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"e{i}",
+                    "prompt": " ".join(words),
+                    "answer": answer,
+                    "wrong": [wrong],
+                    "group": "long" if length > 5 else "short",
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n")
     return path

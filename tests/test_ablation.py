@@ -26,9 +26,21 @@ def _zero_w_o(model, heads):
 
 def _llama_gqa_model() -> HookedTransformer:
     cfg = HookedTransformerConfig(
-        n_layers=2, d_model=32, n_ctx=32, d_head=8, n_heads=4, n_key_value_heads=2, d_mlp=64,
-        d_vocab=22, act_fn="silu", normalization_type="RMS", positional_embedding_type="rotary",
-        rotary_dim=8, gated_mlp=True, final_rms=True, seed=3,
+        n_layers=2,
+        d_model=32,
+        n_ctx=32,
+        d_head=8,
+        n_heads=4,
+        n_key_value_heads=2,
+        d_mlp=64,
+        d_vocab=22,
+        act_fn="silu",
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=8,
+        gated_mlp=True,
+        final_rms=True,
+        seed=3,
     )
     model = HookedTransformer(cfg)
     model.eval()
@@ -69,8 +81,17 @@ def test_folded_value_bias_would_not_be_removed(gpt2_like_model):
 
 
 def test_hook_ablation_on_hooked_encoder():
-    cfg = HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=16, d_head=8, n_heads=4,
-                                  d_vocab=30, act_fn="gelu", d_mlp=64, seed=5)
+    cfg = HookedTransformerConfig(
+        n_layers=2,
+        d_model=32,
+        n_ctx=16,
+        d_head=8,
+        n_heads=4,
+        d_vocab=30,
+        act_fn="gelu",
+        d_mlp=64,
+        seed=5,
+    )
     enc = HookedEncoder(cfg)
     enc.eval()
     tokens = torch.randint(0, 30, (2, 6))
@@ -133,7 +154,7 @@ def test_mask_hooks_match_one_ablation_per_set(gpt2_like_model):
         for m, heads in enumerate(sets):
             with ablated(model, heads, kind=kind, means=means):
                 single = model(tokens)
-            assert_close(batched[m * 3:(m + 1) * 3], single, msg=f"{kind} {heads}")
+            assert_close(batched[m * 3 : (m + 1) * 3], single, msg=f"{kind} {heads}")
 
 
 def test_head_specs_parse_and_validate(attn_model):
@@ -163,8 +184,9 @@ def test_hook_ablation_on_transformer_bridge(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(2)
-    hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50,
-                                    n_positions=32)).eval()
+    hf = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=32)
+    ).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             if name.endswith("bias"):

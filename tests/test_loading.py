@@ -25,15 +25,22 @@ def _hf_gpt2():
 
 def _hf_llama_gqa():
     torch.manual_seed(1)
-    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, vocab_size=50,
-                      max_position_embeddings=64)
+    cfg = LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=50,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
 # The folder name "tiny-llama-gqa" would send TransformerLens down its name-based Llama branch.
-@pytest.mark.parametrize("builder,folder", [(_hf_gpt2, "gpt2-local"),
-                                            (_hf_llama_gqa, "tiny-llama-gqa")])
+@pytest.mark.parametrize(
+    "builder,folder", [(_hf_gpt2, "gpt2-local"), (_hf_llama_gqa, "tiny-llama-gqa")]
+)
 def test_local_hf_folder_matches_hf_logprobs(tmp_path, builder, folder):
     hf = builder()
     hf.save_pretrained(tmp_path / folder)
@@ -53,7 +60,7 @@ def test_local_gpt2_head_ablation_matches_hf_with_head_mask(tmp_path):
     tokens = torch.randint(0, 50, (2, 7))
     with torch.no_grad():
         d_head = 32 // 4
-        hf.transformer.h[1].attn.c_proj.weight[2 * d_head:3 * d_head] = 0.0
+        hf.transformer.h[1].attn.c_proj.weight[2 * d_head : 3 * d_head] = 0.0
         expected = hf(tokens).logits.log_softmax(-1)
     with ablated(model, ["L1H2"]):
         assert_close(model(tokens).log_softmax(-1), expected, atol=1e-4)
@@ -71,7 +78,9 @@ def test_checkpoint_round_trip(tmp_path):
 
 def test_checkpoint_rejects_mismatched_tokenizer(tmp_path):
     model = tiny_model()
-    with pytest.raises(WorkbenchError, match="tokenizer has 12 words but the model's d_vocab is 22"):
+    with pytest.raises(
+        WorkbenchError, match="tokenizer has 12 words but the model's d_vocab is 22"
+    ):
         save_checkpoint(model, word_tokenizer(10), tmp_path / "ck")
 
 
@@ -111,11 +120,16 @@ def test_local_folder_with_tokenizer_evaluates_a_text_task(tmp_path):
     from workbench import evaluate, load_task
 
     words = ["<|endoftext|>"] + [f"w{i}" for i in range(49)]
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)},
-                                         unk_token="<|endoftext|>"))
+    backend = Tokenizer(
+        models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<|endoftext|>")
+    )
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|endoftext|>",
-                                  eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
     hf = _hf_gpt2()
     hf.save_pretrained(tmp_path / "g")
     tok.save_pretrained(tmp_path / "g")

@@ -19,19 +19,24 @@ def _write(path, lines):
     return path
 
 
-@pytest.mark.parametrize("lines,message", [
-    ([], "is empty"),
-    (["{not json"], "line 1 is not valid JSON"),
-    ([{"prompt": "w1 w2"}], "missing field 'answer'"),
-    ([{"answer": "w1"}], "missing field 'prompt'"),
-    ([{"prompt": "w1", "answer": 3}], "'answer' must be a string"),
-    ([{"prompt": "w1", "answer": "w2", "split": "train"}], "split 'train' is unknown"),
-    ([{"task": {"name": "x"}}], "has a header but no examples"),
-    ([{"task": {"metric": "f1"}}, {"prompt": "w1", "answer": "w2"}], "metric 'f1' is unknown"),
-    ([{"task": {"metric": "logit_diff"}}, {"prompt": "w1", "answer": "w2"}], "needs 'wrong'"),
-    ([{"id": 1, "prompt": "w1", "answer": "w2"}, {"id": 1, "prompt": "w3", "answer": "w2"}],
-     "duplicate example ids"),
-])
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        ([], "is empty"),
+        (["{not json"], "line 1 is not valid JSON"),
+        ([{"prompt": "w1 w2"}], "missing field 'answer'"),
+        ([{"answer": "w1"}], "missing field 'prompt'"),
+        ([{"prompt": "w1", "answer": 3}], "'answer' must be a string"),
+        ([{"prompt": "w1", "answer": "w2", "split": "train"}], "split 'train' is unknown"),
+        ([{"task": {"name": "x"}}], "has a header but no examples"),
+        ([{"task": {"metric": "f1"}}, {"prompt": "w1", "answer": "w2"}], "metric 'f1' is unknown"),
+        ([{"task": {"metric": "logit_diff"}}, {"prompt": "w1", "answer": "w2"}], "needs 'wrong'"),
+        (
+            [{"id": 1, "prompt": "w1", "answer": "w2"}, {"id": 1, "prompt": "w3", "answer": "w2"}],
+            "duplicate example ids",
+        ),
+    ],
+)
 def test_malformed_task_files(tmp_path, lines, message):
     path = _write(tmp_path / "bad.jsonl", lines)
     with pytest.raises(WorkbenchError, match=message):
@@ -44,18 +49,26 @@ def test_unknown_task_name_lists_known_tasks():
 
 
 def test_encoding_errors_name_the_example(tmp_path, attn_model):
-    multi = load_task(_write(tmp_path / "m.jsonl", [{"id": "a", "prompt": "w1", "answer": "w2 w3"}]))
+    multi = load_task(
+        _write(tmp_path / "m.jsonl", [{"id": "a", "prompt": "w1", "answer": "w2 w3"}])
+    )
     with pytest.raises(WorkbenchError, match=r"example 'a': answer 'w2 w3' is 2 tokens"):
         encode_task(attn_model, multi)
-    long = load_task(_write(tmp_path / "l.jsonl", [{"id": "b", "prompt": " ".join(["w1"] * 40),
-                                                    "answer": "w2"}]))
+    long = load_task(
+        _write(tmp_path / "l.jsonl", [{"id": "b", "prompt": " ".join(["w1"] * 40), "answer": "w2"}])
+    )
     with pytest.raises(WorkbenchError, match=r"example 'b': the prompt is 41 tokens .* is 32"):
         encode_task(attn_model, long)
-    oov = load_task(_write(tmp_path / "o.jsonl", [{"id": "c", "prompt": "w1 zebra", "answer": "w2"}]))
+    oov = load_task(
+        _write(tmp_path / "o.jsonl", [{"id": "c", "prompt": "w1 zebra", "answer": "w2"}])
+    )
     with pytest.raises(WorkbenchError, match="'zebra' is not in the vocabulary"):
         encode_task(attn_model, oov)
-    roles = load_task(_write(tmp_path / "r.jsonl", [{"id": "d", "prompt": "w1 w2", "answer": "w2",
-                                                     "roles": ["x"]}]))
+    roles = load_task(
+        _write(
+            tmp_path / "r.jsonl", [{"id": "d", "prompt": "w1 w2", "answer": "w2", "roles": ["x"]}]
+        )
+    )
     with pytest.raises(WorkbenchError, match="1 roles for 2 prompt tokens"):
         encode_task(attn_model, roles)
 
@@ -69,8 +82,10 @@ def test_splits_are_seeded_disjoint_and_complete(tmp_path):
     assert held == set(b.subset("heldout").ids)
     assert held != set(c.subset("heldout").ids)
     # Explicit splits in the file are kept as written.
-    lines = [{"id": f"x{i}", "prompt": "w1", "answer": "w2", "split": "heldout" if i < 3 else "select"}
-             for i in range(10)]
+    lines = [
+        {"id": f"x{i}", "prompt": "w1", "answer": "w2", "split": "heldout" if i < 3 else "select"}
+        for i in range(10)
+    ]
     fixed = load_task(_write(tmp_path / "f.jsonl", lines), seed=7)
     assert fixed.subset("heldout").ids == ["x0", "x1", "x2"]
 
@@ -117,14 +132,23 @@ def test_evaluate_with_heads_equals_ablated_forward(gpt2_like_model, tiny_task):
     assert_close(scores["logprob"].to_numpy(), expected)
     held = evaluate(gpt2_like_model, tiny_task, heads=heads, split="heldout")
     assert set(held["split"]) == {"heldout"}
-    assert_close(held["logprob"].to_numpy(),
-                 scores.set_index("id").loc[held["id"], "logprob"].to_numpy())
+    assert_close(
+        held["logprob"].to_numpy(), scores.set_index("id").loc[held["id"], "logprob"].to_numpy()
+    )
 
 
 def test_summarize_by_group():
-    df = pd.DataFrame({"id": list("abcd"), "split": ["select"] * 4, "group": ["x", "x", "y", "y"],
-                       "correct": [1, 0, 1, 1], "logprob": [-1.0, -3.0, -0.5, -0.5],
-                       "logit_diff": [1.0, np.nan, 2.0, 4.0], "prediction": list("pqrs")})
+    df = pd.DataFrame(
+        {
+            "id": list("abcd"),
+            "split": ["select"] * 4,
+            "group": ["x", "x", "y", "y"],
+            "correct": [1, 0, 1, 1],
+            "logprob": [-1.0, -3.0, -0.5, -0.5],
+            "logit_diff": [1.0, np.nan, 2.0, 4.0],
+            "prediction": list("pqrs"),
+        }
+    )
     s = summarize(df).set_index("subset")
     assert s.loc["all", "accuracy"] == 0.75 and s.loc["all", "n"] == 4
     assert s.loc["x", "logprob"] == -2.0

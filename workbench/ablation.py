@@ -79,8 +79,13 @@ def _hook_z_name(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_z"
 
 
-def compute_head_means(model, tokens_or_task, lengths: Int[Tensor, "batch"] | None = None,
-                       batch_size: int = 64, split: str | None = None) -> HeadMeans:
+def compute_head_means(
+    model,
+    tokens_or_task,
+    lengths: Int[Tensor, " batch"] | None = None,
+    batch_size: int = 64,
+    split: str | None = None,
+) -> HeadMeans:
     """Mean `hook_z` of every head over a reference set.
 
     Args:
@@ -112,7 +117,7 @@ def compute_head_means(model, tokens_or_task, lengths: Int[Tensor, "batch"] | No
     equal = bool((lengths == lengths[0]).all())
     with torch.no_grad():
         for start in range(0, tokens.shape[0], batch_size):
-            tok, lens = tokens[start:start + batch_size], lengths[start:start + batch_size]
+            tok, lens = tokens[start : start + batch_size], lengths[start : start + batch_size]
             _, cache = model.run_with_cache(tok, names_filter=lambda n: n in names)
             z = torch.stack([cache[n] for n in names], dim=2)  # (B, T, L, H, D)
             real = (torch.arange(z.shape[1], device=z.device)[None] < lens[:, None]).to(z.dtype)
@@ -123,12 +128,14 @@ def compute_head_means(model, tokens_or_task, lengths: Int[Tensor, "batch"] | No
                 pos_sum = z[:, : int(lengths[0])].sum(0)
                 pos_sums = pos_sum if pos_sums is None else pos_sums + pos_sum
     n = tokens.shape[0]
-    return HeadMeans(averaged=sums / count,
-                     per_position=pos_sums / n if equal else None, n_prompts=n)
+    return HeadMeans(
+        averaged=sums / count, per_position=pos_sums / n if equal else None, n_prompts=n
+    )
 
 
-def _replace_heads_hook(z: Float[Tensor, "batch pos head_index d_head"], hook,
-                        heads: Tensor, fill: Tensor | None):
+def _replace_heads_hook(
+    z: Float[Tensor, "batch pos head_index d_head"], hook, heads: Tensor, fill: Tensor | None
+):
     """Set `z[:, :, heads]` to 0 (`fill` None) or to `fill` (`[head, d]` or `[pos, head, d]`)."""
     z = z.clone()  # out of place, so gradients through other heads stay valid
     if fill is None:
@@ -145,8 +152,9 @@ def _replace_heads_hook(z: Float[Tensor, "batch pos head_index d_head"], hook,
     return z
 
 
-def _fill_for(kind: AblationKind, means: HeadMeans | None, layer: int, heads: list[int],
-              per_position: bool) -> Tensor | None:
+def _fill_for(
+    kind: AblationKind, means: HeadMeans | None, layer: int, heads: list[int], per_position: bool
+) -> Tensor | None:
     if kind is AblationKind.ZERO:
         return None
     if means is None:
@@ -160,9 +168,13 @@ def _fill_for(kind: AblationKind, means: HeadMeans | None, layer: int, heads: li
     return means.averaged[layer, heads]
 
 
-def ablation_hooks(model, heads: Iterable[HeadSpec] | HeadSet | None,
-                   kind: AblationKind | str = AblationKind.ZERO, means: HeadMeans | None = None,
-                   per_position: bool = False) -> list[tuple[str, object]]:
+def ablation_hooks(
+    model,
+    heads: Iterable[HeadSpec] | HeadSet | None,
+    kind: AblationKind | str = AblationKind.ZERO,
+    means: HeadMeans | None = None,
+    per_position: bool = False,
+) -> list[tuple[str, object]]:
     """The `(hook_name, hook_fn)` pairs that ablate `heads`: one hook per touched layer."""
     kind = AblationKind.parse(kind)
     head_set = HeadSet.of(model, heads)
@@ -175,9 +187,13 @@ def ablation_hooks(model, heads: Iterable[HeadSpec] | HeadSet | None,
 
 
 @contextmanager
-def ablated(model, heads: Iterable[HeadSpec] | HeadSet | None,
-            kind: AblationKind | str = AblationKind.ZERO, means: HeadMeans | None = None,
-            per_position: bool = False) -> Iterator:
+def ablated(
+    model,
+    heads: Iterable[HeadSpec] | HeadSet | None,
+    kind: AblationKind | str = AblationKind.ZERO,
+    means: HeadMeans | None = None,
+    per_position: bool = False,
+) -> Iterator:
     """Run the body with `heads` ablated; the hooks are removed on exit, also on error.
 
     Example:
@@ -189,8 +205,12 @@ def ablated(model, heads: Iterable[HeadSpec] | HeadSet | None,
         yield model
 
 
-def _mask_hook(z: Float[Tensor, "batch pos head_index d_head"], hook,
-               keep: Float[Tensor, "n_masks head_index"], fill: Tensor | None):
+def _mask_hook(
+    z: Float[Tensor, "batch pos head_index d_head"],
+    hook,
+    keep: Float[Tensor, "n_masks head_index"],
+    fill: Tensor | None,
+):
     n_masks = keep.shape[0]
     zz = z.view(n_masks, -1, *z.shape[1:])  # (M, B, T, H, D)
     k = keep[:, None, None, :, None].to(z.dtype)
@@ -201,10 +221,14 @@ def _mask_hook(z: Float[Tensor, "batch pos head_index d_head"], hook,
     return (zz * k + f * (1 - k)).view_as(z)
 
 
-def mask_hooks(model, masks: Float[Tensor, "n_masks layer head_index"],
-               kind: AblationKind | str = AblationKind.ZERO, means: HeadMeans | None = None,
-               per_position: bool = False, layers: Iterable[int] | None = None
-               ) -> list[tuple[str, object]]:
+def mask_hooks(
+    model,
+    masks: Float[Tensor, "n_masks layer head_index"],
+    kind: AblationKind | str = AblationKind.ZERO,
+    means: HeadMeans | None = None,
+    per_position: bool = False,
+    layers: Iterable[int] | None = None,
+) -> list[tuple[str, object]]:
     """Hooks that ablate a different head set in each of `n_masks` copies of the batch.
 
     The input batch must be the original batch tiled `n_masks` times along dim 0 (mask-major:

@@ -31,8 +31,16 @@ TOKENIZER_FILE = "tokenizer.json"
 _FORMAT = "workbench-checkpoint"
 
 # Config fields that only make sense on the machine that made the model, or are derived.
-_SKIP_FIELDS = {"device", "n_devices", "dtype", "tokenizer_name", "checkpoint_index",
-                "checkpoint_label_type", "checkpoint_value", "initializer_range"}
+_SKIP_FIELDS = {
+    "device",
+    "n_devices",
+    "dtype",
+    "tokenizer_name",
+    "checkpoint_index",
+    "checkpoint_label_type",
+    "checkpoint_value",
+    "initializer_range",
+}
 
 
 def _cfg_to_json(cfg: HookedTransformerConfig) -> dict:
@@ -55,8 +63,9 @@ def is_checkpoint(path: str | Path) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
 
 
-def save_checkpoint(model: HookedTransformer, tokenizer: WordTokenizer, path: str | Path,
-                    meta: dict | None = None) -> Path:
+def save_checkpoint(
+    model: HookedTransformer, tokenizer: WordTokenizer, path: str | Path, meta: dict | None = None
+) -> Path:
     """Save `model` and its tokenizer as a workbench checkpoint folder (written atomically).
 
     Args:
@@ -74,8 +83,7 @@ def save_checkpoint(model: HookedTransformer, tokenizer: WordTokenizer, path: st
     tmp.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(tmp / WEIGHTS_FILE))
-    config = {"format": _FORMAT, "version": 1, "cfg": _cfg_to_json(model.cfg),
-              "meta": meta or {}}
+    config = {"format": _FORMAT, "version": 1, "cfg": _cfg_to_json(model.cfg), "meta": meta or {}}
     (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=1, sort_keys=True))
     tokenizer.save(tmp / TOKENIZER_FILE)
     if path.exists():
@@ -86,8 +94,9 @@ def save_checkpoint(model: HookedTransformer, tokenizer: WordTokenizer, path: st
     return path
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
-                    dtype: torch.dtype | None = None) -> HookedTransformer:
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> HookedTransformer:
     """Load a workbench checkpoint as a `HookedTransformer` with `model.word_tokenizer` set.
 
     Also sets `model.workbench_meta` to the checkpoint's `meta` dict.

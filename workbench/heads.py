@@ -29,11 +29,17 @@ def parse_head(spec) -> Head:
     if isinstance(spec, str):
         m = _HEAD_RE.match(spec)
         if not m:
-            raise WorkbenchError(f"head spec {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L9H6'")
+            raise WorkbenchError(
+                f"head spec {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L9H6'"
+            )
         a, b, c, d = m.groups()
         return (int(a), int(b)) if a is not None else (int(c), int(d))
-    if isinstance(spec, (tuple, list)) and len(spec) == 2 and all(
-        isinstance(x, int) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in spec
+    if (
+        isinstance(spec, (tuple, list))
+        and len(spec) == 2
+        and all(
+            isinstance(x, int) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in spec
+        )
     ):
         return int(spec[0]), int(spec[1])
     raise WorkbenchError(
@@ -75,7 +81,9 @@ class HeadSet:
             specs = []
         elif isinstance(specs, str):
             specs = [s for s in specs.split(",") if s.strip()]
-        elif isinstance(specs, tuple) and len(specs) == 2 and all(isinstance(x, int) for x in specs):
+        elif (
+            isinstance(specs, tuple) and len(specs) == 2 and all(isinstance(x, int) for x in specs)
+        ):
             specs = [specs]
         heads = sorted({parse_head(s) for s in specs})
         for layer, head in heads:
@@ -115,11 +123,15 @@ class HeadSet:
         return m
 
     def union(self, other: Iterable[HeadSpec]) -> "HeadSet":
-        return HeadSet.of((self.n_layers, self.n_heads), [*self.heads, *HeadSet.of(
-            (self.n_layers, self.n_heads), other).heads])
+        return HeadSet.of(
+            (self.n_layers, self.n_heads),
+            [*self.heads, *HeadSet.of((self.n_layers, self.n_heads), other).heads],
+        )
 
 
 def all_heads(model_or_shape) -> HeadSet:
     """Every head of the model."""
     n_layers, n_heads = _model_shape(model_or_shape)
-    return HeadSet.of((n_layers, n_heads), [(l, h) for l in range(n_layers) for h in range(n_heads)])
+    return HeadSet.of(
+        (n_layers, n_heads), [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    )

@@ -54,16 +54,26 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 def _resolve_dtype(dtype) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float64": torch.float64}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float64": torch.float64,
+    }
     if str(dtype) not in table:
         raise WorkbenchError(f"dtype {dtype!r} is unknown; expected one of {sorted(table)}")
     return table[str(dtype)]
 
 
-def load_model(name_or_path: str | os.PathLike, device: str | torch.device = "auto",
-               dtype: torch.dtype | str | None = None, **kwargs) -> HookedTransformer:
+def load_model(
+    name_or_path: str | os.PathLike,
+    device: str | torch.device = "auto",
+    dtype: torch.dtype | str | None = None,
+    **kwargs,
+) -> HookedTransformer:
     """Load a model as a `HookedTransformer` ready for head ablation.
 
     Args:
@@ -143,11 +153,11 @@ def _neutral_config_dir(hf_config, workdir: Path) -> Path:
 
 
 def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> HookedTransformer:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformer_lens.loading_from_pretrained import (
         get_pretrained_model_config,
         get_pretrained_state_dict,
     )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     load_dtype = dtype or torch.float32
     try:
@@ -159,8 +169,10 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
             f"could not load the Hugging Face model in {str(path)!r}: {str(e).splitlines()[0]}"
         ) from None
     tokenizer = None
-    if any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
-                                         "tokenizer.model")):
+    if any(
+        (path / f).exists()
+        for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    ):
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     with tempfile.TemporaryDirectory(prefix="wb") as tmp:
         neutral = _neutral_config_dir(hf_model.config, Path(tmp))
@@ -175,10 +187,15 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
             ) from None
         cfg.model_name = path.name
         cfg.tokenizer_name = None  # the neutral copy is gone; a local tokenizer is passed below
-        state_dict = get_pretrained_state_dict(str(neutral), cfg, hf_model=hf_model,
-                                               dtype=load_dtype)
-    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False,
-                              default_padding_side="right" if tokenizer is not None else None)
+        state_dict = get_pretrained_state_dict(
+            str(neutral), cfg, hf_model=hf_model, dtype=load_dtype
+        )
+    model = HookedTransformer(
+        cfg,
+        tokenizer=tokenizer,
+        move_to_device=False,
+        default_padding_side="right" if tokenizer is not None else None,
+    )
     model.load_and_process_state_dict(
         state_dict,
         fold_ln=True,

@@ -37,7 +37,7 @@ def _masked_gather(logits: Float[Tensor, "batch d_vocab"], ids: Tensor) -> Tenso
     return out.masked_fill(ids < 0, NEG_INF)
 
 
-def accuracy(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, "batch"]:
+def accuracy(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
     """1.0 where the argmax (over candidates if the task has them) is an acceptable answer."""
     if batch.candidate_ids is not None:
         pick = _masked_gather(logits, batch.candidate_ids).argmax(-1, keepdim=True)
@@ -47,17 +47,18 @@ def accuracy(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[
     return (pred[:, None] == batch.answer_ids).any(-1).to(logits.dtype)
 
 
-def logprob(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, "batch"]:
+def logprob(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
     """Log-probability (nats) of the set of acceptable answers under the full softmax."""
     logp = logits.log_softmax(-1)
     return _masked_gather(logp, batch.answer_ids).logsumexp(-1)
 
 
-def logit_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, "batch"]:
+def logit_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
     """`logsumexp(answer logits) - logsumexp(wrong logits)`; NaN where there is no wrong answer."""
     if batch.wrong_ids.shape[1] == 0:
-        return torch.full((logits.shape[0],), float("nan"), device=logits.device,
-                          dtype=logits.dtype)
+        return torch.full(
+            (logits.shape[0],), float("nan"), device=logits.device, dtype=logits.dtype
+        )
     right = _masked_gather(logits, batch.answer_ids).logsumexp(-1)
     wrong = _masked_gather(logits, batch.wrong_ids).logsumexp(-1)
     return torch.where(torch.isinf(wrong), torch.full_like(right, float("nan")), right - wrong)
@@ -73,8 +74,9 @@ def get_metric(name: str) -> Metric:
     return METRICS[name]
 
 
-def score_logits(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch
-                 ) -> dict[str, Float[Tensor, "batch"]]:
+def score_logits(
+    logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch
+) -> dict[str, Float[Tensor, " batch"]]:
     """Every registered metric, per example."""
     return {name: fn(logits.float(), batch) for name, fn in METRICS.items()}
 
@@ -84,8 +86,9 @@ def _forward_kwargs(model) -> dict:
     return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
 
 
-def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
-               ) -> Float[Tensor, "batch d_vocab"]:
+def unembed_at(
+    model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
+) -> Float[Tensor, "batch d_vocab"]:
     """Final layer norm and unembedding of the residual stream at one position per row."""
     x = resid[torch.arange(resid.shape[0], device=resid.device), pos][:, None]  # (B, 1, d)
     if model.cfg.normalization_type is not None:
@@ -93,9 +96,13 @@ def unembed_at(model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
     return model.unembed(x)[:, 0]
 
 
-def answer_logits(model, batch: TaskBatch, fwd_hooks: Sequence = (),
-                  resid: Tensor | None = None, start_at_layer: int | None = None
-                  ) -> Float[Tensor, "batch d_vocab"]:
+def answer_logits(
+    model,
+    batch: TaskBatch,
+    fwd_hooks: Sequence = (),
+    resid: Tensor | None = None,
+    start_at_layer: int | None = None,
+) -> Float[Tensor, "batch d_vocab"]:
     """Logits at each prompt's answer position, optionally with hooks or from a cached layer.
 
     Args:
@@ -114,9 +121,16 @@ def answer_logits(model, batch: TaskBatch, fwd_hooks: Sequence = (),
     return unembed_at(model, final, batch.answer_pos)
 
 
-def evaluate(model, task: Task | TaskBatch, heads=None, kind: AblationKind | str = "zero",
-             means: HeadMeans | None = None, split: str | None = None, batch_size: int = 128,
-             per_position: bool = False) -> pd.DataFrame:
+def evaluate(
+    model,
+    task: Task | TaskBatch,
+    heads=None,
+    kind: AblationKind | str = "zero",
+    means: HeadMeans | None = None,
+    split: str | None = None,
+    batch_size: int = 128,
+    per_position: bool = False,
+) -> pd.DataFrame:
     """Score every example of a task, optionally with heads ablated.
 
     Args:
@@ -149,15 +163,17 @@ def evaluate(model, task: Task | TaskBatch, heads=None, kind: AblationKind | str
     tok = get_tokenizer(model)
     scores = {name: torch.cat(v).cpu().numpy() for name, v in parts.items()}
     examples = batch.task.examples
-    return pd.DataFrame({
-        "id": [e.id for e in examples],
-        "split": [e.split for e in examples],
-        "group": [e.group for e in examples],
-        "correct": scores["accuracy"].astype(int),
-        "logprob": scores["logprob"],
-        "logit_diff": scores["logit_diff"],
-        "prediction": tok.str_tokens(torch.cat(preds).tolist()),
-    })
+    return pd.DataFrame(
+        {
+            "id": [e.id for e in examples],
+            "split": [e.split for e in examples],
+            "group": [e.group for e in examples],
+            "correct": scores["accuracy"].astype(int),
+            "logprob": scores["logprob"],
+            "logit_diff": scores["logit_diff"],
+            "prediction": tok.str_tokens(torch.cat(preds).tolist()),
+        }
+    )
 
 
 def summarize(scores: pd.DataFrame, by: str | None = "group") -> pd.DataFrame:
@@ -167,14 +183,20 @@ def summarize(scores: pd.DataFrame, by: str | None = "group") -> pd.DataFrame:
         One row per subset (`subset="all"` first): `n, accuracy, accuracy_se, logprob,
         logprob_se, logit_diff, logit_diff_se`.
     """
+
     def row(df: pd.DataFrame, name: str) -> dict:
         out = {"subset": name, "n": len(df)}
-        for col, label in (("correct", "accuracy"), ("logprob", "logprob"),
-                           ("logit_diff", "logit_diff")):
+        for col, label in (
+            ("correct", "accuracy"),
+            ("logprob", "logprob"),
+            ("logit_diff", "logit_diff"),
+        ):
             v = df[col].to_numpy(dtype=float)
             v = v[~np.isnan(v)]
             out[label] = float(v.mean()) if len(v) else float("nan")
-            out[f"{label}_se"] = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+            out[f"{label}_se"] = (
+                float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+            )
         return out
 
     rows = [row(scores, "all")]

@@ -39,8 +39,9 @@ def _as_numpy(values) -> np.ndarray:
     return np.asarray(values)
 
 
-def head_table(columns: Mapping[str, object], n_layers: int | None = None,
-               n_heads: int | None = None) -> pd.DataFrame:
+def head_table(
+    columns: Mapping[str, object], n_layers: int | None = None, n_heads: int | None = None
+) -> pd.DataFrame:
     """Build a per-head table from `[layer, head_index]`-shaped arrays.
 
     Args:
@@ -63,7 +64,9 @@ def head_table(columns: Mapping[str, object], n_layers: int | None = None,
     data: dict[str, object] = {
         "layer": layers.ravel().astype(int),
         "head": heads.ravel().astype(int),
-        "head_name": [head_name(int(l), int(h)) for l, h in zip(layers.ravel(), heads.ravel())],
+        "head_name": [
+            head_name(int(l), int(h)) for l, h in zip(layers.ravel(), heads.ravel(), strict=True)
+        ],
     }
     for name, arr in arrays.items():
         if arr.shape != (n_layers, n_heads):
@@ -81,7 +84,7 @@ def check_head_table(df: pd.DataFrame) -> pd.DataFrame:
         raise WorkbenchError(
             f"a per-head table starts with columns {INDEX_COLUMNS}; got {tuple(df.columns[:3])}"
         )
-    expected = [head_name(int(l), int(h)) for l, h in zip(df["layer"], df["head"])]
+    expected = [head_name(int(l), int(h)) for l, h in zip(df["layer"], df["head"], strict=True)]
     if list(df["head_name"]) != expected:
         raise WorkbenchError("head_name must equal 'L{layer}H{head}' on every row")
     if df.duplicated(["layer", "head"]).any():

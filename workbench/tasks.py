@@ -124,8 +124,9 @@ def _as_str_tuple(value, what: str, where: str) -> tuple[str, ...]:
         return (value,)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise WorkbenchError(f"{where}: {what!r} must be a string or a non-empty list of strings; "
-                         f"got {value!r}")
+    raise WorkbenchError(
+        f"{where}: {what!r} must be a string or a non-empty list of strings; got {value!r}"
+    )
 
 
 def _parse_example(obj: dict, where: str, index: int) -> Example:
@@ -140,7 +141,9 @@ def _parse_example(obj: dict, where: str, index: int) -> Example:
     if split is not None and split not in SPLITS:
         raise WorkbenchError(f"{where}: split {split!r} is unknown; expected one of {SPLITS}")
     roles = obj.get("roles")
-    if roles is not None and not (isinstance(roles, list) and all(isinstance(r, str) for r in roles)):
+    if roles is not None and not (
+        isinstance(roles, list) and all(isinstance(r, str) for r in roles)
+    ):
         raise WorkbenchError(f"{where}: 'roles' must be a list of strings")
     return Example(
         id=str(obj.get("id", index)),
@@ -182,8 +185,9 @@ def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-def load_task(name_or_path: str | os.PathLike, seed: int = 0,
-              heldout_fraction: float = 0.5) -> Task:
+def load_task(
+    name_or_path: str | os.PathLike, seed: int = 0, heldout_fraction: float = 0.5
+) -> Task:
     """Load a task from `tasks/<name>.jsonl` or a JSONL path.
 
     Args:
@@ -215,8 +219,15 @@ def load_task(name_or_path: str | os.PathLike, seed: int = 0,
         examples.append(_parse_example(obj, where, len(examples)))
     if not examples:
         raise WorkbenchError(f"task file {str(path)!r} has a header but no examples")
-    known_keys = {"name", "description", "metric", "answer_scope", "candidates", "source",
-                  "prepend_bos"}
+    known_keys = {
+        "name",
+        "description",
+        "metric",
+        "answer_scope",
+        "candidates",
+        "source",
+        "prepend_bos",
+    }
     candidates = header.get("candidates")
     return Task(
         name=header.get("name", path.stem),
@@ -248,7 +259,7 @@ class TaskBatch:
 
     task: Task
     tokens: Int[Tensor, "batch pos"]
-    lengths: Int[Tensor, "batch"]
+    lengths: Int[Tensor, " batch"]
     answer_ids: Int[Tensor, "batch n_answers"]
     wrong_ids: Int[Tensor, "batch n_wrong"]
     candidate_ids: Int[Tensor, "batch n_candidates"] | None
@@ -259,7 +270,7 @@ class TaskBatch:
         return self.tokens.shape[0]
 
     @property
-    def answer_pos(self) -> Int[Tensor, "batch"]:
+    def answer_pos(self) -> Int[Tensor, " batch"]:
         return self.lengths - 1
 
     def rows(self, index: Tensor | slice) -> "TaskBatch":
@@ -271,7 +282,9 @@ class TaskBatch:
         sel = torch.tensor(idx, device=self.tokens.device, dtype=torch.long)
         return TaskBatch(
             task=replace(self.task, examples=[self.task.examples[i] for i in idx]),
-            tokens=self.tokens[sel], lengths=self.lengths[sel], answer_ids=self.answer_ids[sel],
+            tokens=self.tokens[sel],
+            lengths=self.lengths[sel],
+            answer_ids=self.answer_ids[sel],
             wrong_ids=self.wrong_ids[sel],
             candidate_ids=None if self.candidate_ids is None else self.candidate_ids[sel],
             str_tokens=[self.str_tokens[i] for i in idx],
@@ -311,7 +324,9 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
     prompts, answers, wrongs, cands, roles = [], [], [], [], []
     shared_cands = None
     if task.answer_scope == "candidates" and task.candidates:
-        shared_cands = [_single_token(tok, c, task.examples[0], "candidate") for c in task.candidates]
+        shared_cands = [
+            _single_token(tok, c, task.examples[0], "candidate") for c in task.candidates
+        ]
     for ex in task.examples:
         ids = tok.encode(ex.prompt, prepend_bos=task.prepend_bos)
         if len(ids) > n_ctx:
@@ -323,8 +338,11 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
         answers.append([_single_token(tok, a, ex, "answer") for a in ex.answers])
         wrongs.append([_single_token(tok, w, ex, "wrong answer") for w in ex.wrong])
         if task.answer_scope == "candidates":
-            cands.append(shared_cands if shared_cands is not None else
-                         sorted(set(answers[-1]) | set(wrongs[-1])))
+            cands.append(
+                shared_cands
+                if shared_cands is not None
+                else sorted(set(answers[-1]) | set(wrongs[-1]))
+            )
         if ex.roles is not None:
             n_prompt = len(ids) - (1 if task.prepend_bos else 0)
             if len(ex.roles) != n_prompt:
@@ -338,8 +356,9 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
         tokens=_pad(prompts, pad_id, device),
         lengths=torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device),
         answer_ids=_pad(answers, -1, device),
-        wrong_ids=_pad(wrongs, -1, device) if any(wrongs) else
-        torch.empty(len(prompts), 0, dtype=torch.long, device=device),
+        wrong_ids=_pad(wrongs, -1, device)
+        if any(wrongs)
+        else torch.empty(len(prompts), 0, dtype=torch.long, device=device),
         candidate_ids=_pad(cands, -1, device) if task.answer_scope == "candidates" else None,
         str_tokens=[tok.str_tokens(p) for p in prompts],
         roles=roles if len(roles) == len(prompts) else None,
