@@ -1,0 +1,344 @@
+"""The head explanations: checked on a hand-wired micro model and against exact decompositions.
+
+The micro model has one layer and no layer norm, so every number can be worked out by hand:
+head L0H0 attends to the previous token and writes `-2` along the answer direction whenever that
+token is a filler word; head L0H1 attends to the marker word (by its QK circuit) and writes `+1`
+along it. The answer direction is `+1` on `yes` and `-1` on `no`. So the clean model prefers
+`no` (wrong), removing L0H0 fixes every example, L0H0's DLA onto `yes - no` is -4 and L0H1's is +2.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from tests.helpers import assert_close, write_task
+from workbench.errors import WorkbenchError
+from workbench.explain import (
+    OUTCOMES,
+    ablation_outcomes,
+    attention_by_role,
+    comparison_heads,
+    direct_logit_attribution,
+    dla_components,
+    explain_heads,
+    ov_circuit,
+    plot_answer_attention,
+    plot_attention,
+    plot_dla,
+    plot_removal_vs_dla,
+    plot_role_bars,
+    qk_circuit,
+    removal_vs_dla,
+    summarize_attention,
+)
+from workbench.metrics import answer_logits
+from workbench.tables import check_head_table
+from workbench.tasks import encode_task, load_task
+from workbench.tokenizer import WordTokenizer
+
+MICRO_VOCAB = ["<bos>", "<pad>", "mk", "f0", "f1", "f2", "f3", "yes", "no"]
+N_POS = 8
+MARKER_DIM, FILLER_DIM, ANSWER_DIM = 8, 9, 10
+SHARP = 6.0  # query/key scale: scores of 36 / sqrt(8) make attention all but one-hot
+
+
+@pytest.fixture(scope="module")
+def micro_model() -> HookedTransformer:
+    tok = WordTokenizer(MICRO_VOCAB)
+    cfg = HookedTransformerConfig(
+        n_layers=1,
+        d_model=16,
+        n_ctx=N_POS,
+        d_head=8,
+        n_heads=2,
+        d_vocab=len(tok),
+        attn_only=True,
+        normalization_type=None,
+        act_fn="gelu",
+    )
+    model = HookedTransformer(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        ids = {w: i for i, w in enumerate(MICRO_VOCAB)}
+        for p in range(N_POS):
+            model.W_pos[p, p] = 1.0
+        model.W_E[ids["mk"], MARKER_DIM] = 1.0
+        for w in ("f0", "f1", "f2", "f3"):
+            model.W_E[ids[w], FILLER_DIM] = 1.0
+        attn = model.blocks[0].attn
+        # L0H0: the query at position p matches the key at p - 1; it reads "filler", writes -2.
+        for p in range(N_POS):
+            attn.W_Q[0, p, p] = SHARP
+            if p + 1 < N_POS:
+                attn.W_K[0, p, p + 1] = SHARP
+        attn.W_V[0, FILLER_DIM, 0] = 1.0
+        attn.W_O[0, 0, ANSWER_DIM] = -2.0
+        # L0H1: a constant query matches the marker's key; it reads "marker", writes +1.
+        attn.b_Q[1, 0] = SHARP
+        attn.W_K[1, MARKER_DIM, 0] = SHARP
+        attn.W_V[1, MARKER_DIM, 0] = 1.0
+        attn.W_O[1, 0, ANSWER_DIM] = 1.0
+        model.W_U[ANSWER_DIM, ids["yes"]] = 1.0
+        model.W_U[ANSWER_DIM, ids["no"]] = -1.0
+    model.word_tokenizer = tok
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="module")
+def micro_task(tmp_path_factory):
+    """Prompts `f f mk f f ...`: the marker never at the last two positions."""
+    rng = np.random.default_rng(0)
+    lines = [json.dumps({"task": {"name": "micro", "metric": "accuracy"}})]
+    for i in range(12):
+        length = int(rng.integers(4, N_POS))  # prompt words; with BOS at most N_POS tokens
+        marker = int(rng.integers(0, length - 2))
+        words = [f"f{int(j)}" for j in rng.integers(0, 4, size=length)]
+        words[marker] = "mk"
+        roles = ["context"] * length
+        roles[marker] = "marker"
+        roles[-1] = "query"
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"m{i}",
+                    "prompt": " ".join(words),
+                    "answer": "yes",
+                    "wrong": ["no"],
+                    "roles": roles,
+                    "split": "heldout" if i % 2 else "select",
+                }
+            )
+        )
+    path = tmp_path_factory.mktemp("micro") / "micro.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return load_task(path)
+
+
+@pytest.fixture(scope="module")
+def micro_explained(micro_model, micro_task):
+    return explain_heads(micro_model, micro_task, ["L0H0", "L0H1"], split=None, comparison=None)
+
+
+# ----------------------------------------------------------------- the micro model, by hand
+
+
+def test_micro_attention_reports_the_wired_roles(micro_model, micro_task):
+    by_task = attention_by_role(micro_model, micro_task, ["L0H0", "L0H1"], split=None)
+    marker = by_task[by_task["head_name"] == "L0H1"]
+    assert (marker["top_role"] == "marker").all()
+    assert (marker["top_token"] == "mk").all()
+    assert marker["attn_marker"].min() > 0.99
+    by_pos = attention_by_role(micro_model, micro_task, ["L0H0"], split=None, roles="positional")
+    assert (by_pos["top_role"] == "previous").all()
+    assert by_pos["attn_previous"].min() > 0.99
+    role_cols = [c for c in by_task.columns if c.startswith("attn_")]
+    assert_close(by_task[role_cols].sum(axis=1), np.ones(len(by_task)))
+
+
+def test_micro_summary_tables(micro_explained):
+    roles = check_head_table(micro_explained.roles)
+    assert list(roles["top_role"]) == ["context", "marker"]  # L0H0's previous token: context
+    assert roles.loc[1, "top_tokens"].startswith("'mk'x12")
+    assert set(micro_explained.roles_by_outcome["outcome"]) <= set(OUTCOMES)
+
+
+def test_micro_dla_signs_and_values(micro_explained):
+    dla = micro_explained.dla.set_index(["head_name", "id"])
+    assert (dla.loc["L0H1", "dla_diff"] > 0).all()
+    assert (dla.loc["L0H0", "dla_diff"] < 0).all()
+    # Near one-hot attention: L0H1 writes +1 (yes +1, no -1), L0H0 writes -2.
+    assert_close(dla.loc["L0H1", "dla_diff"], np.full(12, 2.0), atol=0.02)
+    assert_close(dla.loc["L0H0", "dla_diff"], np.full(12, -4.0), atol=0.04)
+    assert_close(dla.loc["L0H1", "dla_correct"], -dla.loc["L0H1", "dla_wrong"])
+    summary = check_head_table(micro_explained.dla_summary)
+    assert list(summary["head_group"]) == ["removed", "removed"]
+
+
+def test_micro_outcomes_removal_fixes(micro_model, micro_task):
+    out = ablation_outcomes(micro_model, micro_task, ["L0H0"], split=None)
+    assert (out["correct_clean"] == 0).all() and (out["outcome"] == "fixed").all()
+    assert (out["delta_logprob"] > 0).all()
+    out = ablation_outcomes(micro_model, micro_task, ["L0H1"], split=None)
+    assert (out["outcome"] == "unchanged").all()
+
+
+def test_micro_removal_is_all_direct(micro_explained):
+    """One layer, no layer norm: ablating a head changes the logits only through its own
+    output, so the whole change is the direct effect, and it is minus the DLA."""
+    removal = micro_explained.removal
+    assert_close(removal["direct_effect"], -removal["dla_diff"])
+    assert_close(removal["delta_logit_diff"], removal["direct_effect"], atol=1e-4)
+    assert_close(removal["indirect_effect"], np.zeros(len(removal)), atol=1e-4)
+    fixed = removal[removal["head_name"] == "L0H0"]
+    assert (fixed["delta_logprob"] > 0).all()  # removing L0H0 alone helps every example
+
+
+def test_micro_ov_and_qk_circuits(micro_explained):
+    ov = micro_explained.ov.set_index(["head_name", "source_token"])
+    assert (
+        ov.index.get_level_values("source_token")[micro_explained.ov["head_name"] == "L0H1"][0]
+        == "mk"
+    )
+    row = ov.loc[("L0H1", "mk")]
+    assert row["promoted"].startswith("'yes'") and row["suppressed"].startswith("'no'")
+    filler = micro_explained.ov[
+        (micro_explained.ov["head_name"] == "L0H0")
+        & micro_explained.ov["source_token"].str.startswith("f")
+    ].iloc[0]
+    assert filler["promoted"].startswith("'no'") and filler["suppressed"].startswith("'yes'")
+    qk = micro_explained.qk
+    top = qk[(qk["head_name"] == "L0H1") & (qk["rank"] == 0)].iloc[0]
+    assert top["source_token"] == "mk" and top["source_role"] == "marker"
+
+
+def test_micro_functions_agree_with_explain_heads(micro_model, micro_task, micro_explained):
+    args = (micro_model, micro_task, ["L0H0", "L0H1"])
+    dla = direct_logit_attribution(*args, split=None, comparison=None)
+    pd.testing.assert_frame_equal(dla, micro_explained.dla)
+    pd.testing.assert_frame_equal(ov_circuit(*args, split=None), micro_explained.ov)
+    pd.testing.assert_frame_equal(qk_circuit(*args, split=None), micro_explained.qk)
+    removal = removal_vs_dla(*args, split=None)
+    pd.testing.assert_frame_equal(removal, micro_explained.removal.drop(columns="outcome"))
+
+
+# ----------------------------------------------------------------- exact decompositions
+
+
+def _folded_copy(model: HookedTransformer) -> HookedTransformer:
+    """The same network with its layer norms folded and writing weights centred, as
+    `load_model` processes hub models."""
+    cfg = HookedTransformerConfig.unwrap(model.cfg.to_dict() | {"normalization_type": "LNPre"})
+    folded = HookedTransformer(cfg)
+    folded.load_and_process_state_dict(
+        model.state_dict(),
+        fold_ln=True,
+        center_writing_weights=True,
+        center_unembed=True,
+        fold_value_biases=False,
+    )
+    folded.word_tokenizer = model.word_tokenizer
+    folded.eval()
+    return folded
+
+
+@pytest.mark.parametrize("folded", [False, True], ids=["LN", "folded-LNPre"])
+def test_dla_components_sum_to_logit_difference(gpt2_like_model, tiny_task, folded):
+    """Right-padded prompts of varied length; LN with weights and random biases (or folded).
+    Heads, MLPs, embeddings and biases sum to the final logit difference; `other` is ~0."""
+    model = _folded_copy(gpt2_like_model) if folded else gpt2_like_model
+    comps = dla_components(model, tiny_task, split=None)
+    batch = encode_task(model, tiny_task)
+    with torch.no_grad():
+        logits = answer_logits(model, batch)
+    answer = logits.gather(1, batch.answer_ids)[:, 0]
+    diff = answer - logits.gather(1, batch.wrong_ids)[:, 0]
+    known = comps[comps["component"] != "other"]
+    totals = known.groupby("id", sort=False)[["dla_correct", "dla_diff"]].sum()
+    assert list(totals.index) == batch.task.ids
+    assert_close(totals["dla_diff"], diff, atol=1e-4, rtol=0)
+    if not folded:  # center_unembed shifts every logit of a position by one constant
+        assert_close(totals["dla_correct"], answer, atol=1e-4, rtol=0)
+    assert comps.loc[comps["component"] == "other", "dla_diff"].abs().max() < 1e-4
+    counts = comps.groupby("component").size() / len(batch)
+    assert counts["head"] == 8 and counts["mlp"] == 2 and counts["b_O"] == 2
+
+
+def test_removal_direct_effect_matches_mean_ablation_by_hand(gpt2_like_model, tiny_task):
+    removal = removal_vs_dla(gpt2_like_model, tiny_task, ["L1H3"], split=None, kind="mean")
+    assert_close(
+        removal["delta_logit_diff"],
+        removal["direct_effect"] + removal["indirect_effect"],
+        atol=1e-5,
+    )
+    assert removal["indirect_effect"].abs().max() > 1e-3  # LN scale: not all direct here
+    zero = removal_vs_dla(gpt2_like_model, tiny_task, ["L1H3"], split=None)
+    assert_close(zero["direct_effect"], -zero["dla_diff"])
+
+
+def test_rival_is_used_without_wrong_answers(attn_model, tmp_path):
+    path = write_task(tmp_path / "nowrong.jsonl", n=10)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for rec in lines[1:]:
+        rec.pop("wrong")
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    task = load_task(path)
+    dla = direct_logit_attribution(attn_model, task, ["L0H0"], split=None, comparison=None)
+    assert (dla["wrong_source"] == "rival").all()
+    assert (dla["wrong"] != dla["answer"]).all()
+
+
+# ----------------------------------------------------------------- helpers and errors
+
+
+def test_comparison_heads_same_layer_not_in_set(attn_model):
+    heads = ["L0H1", "L1H2", "L1H3"]
+    comp = comparison_heads(attn_model, heads, seed=3)
+    assert len(comp) == 3 and not set(comp.heads) & {(0, 1), (1, 2), (1, 3)}
+    assert sorted(l for l, _ in comp) == [0, 1, 1]
+    assert comp == comparison_heads(attn_model, heads, seed=3)
+
+
+def test_explain_tables_follow_schemas(attn_model, tiny_task, tmp_path):
+    ex = explain_heads(attn_model, tiny_task, ["L1H0", "L0H2"], split="heldout")
+    for name in ("roles", "dla_summary"):
+        check_head_table(getattr(ex, name))
+    for name in ("attention", "dla", "removal"):
+        assert tuple(getattr(ex, name).columns[:4]) == ("id", "layer", "head", "head_name")
+    for name in ("ov", "qk", "roles_by_outcome"):
+        assert tuple(getattr(ex, name).columns[:3]) == ("layer", "head", "head_name")
+    assert set(ex.dla["head_group"]) == {"removed", "comparison"}
+    assert len(ex.outcomes) == len(tiny_task.subset("heldout"))
+    folder = ex.save(tmp_path / "explain")
+    assert json.loads((folder / "config.json").read_text())["heads"] == "L0H2,L1H0"
+    assert len(pd.read_csv(folder / "dla.csv")) == len(ex.dla)
+
+
+def test_explain_the_helpful_removal(micro_model, micro_task):
+    """Explaining L0H0 alone (the set whose removal fixes everything), against L0H1."""
+    ex = explain_heads(
+        micro_model, micro_task, ["L0H0"], split=None, comparison=["L0H1"], roles="positional"
+    )
+    assert (ex.outcomes["outcome"] == "fixed").all()
+    by = ex.roles_by_outcome
+    assert list(by["outcome"]) == ["fixed"] and list(by["top_role"]) == ["previous"]
+    summary = ex.dla_summary.set_index("head_name")
+    assert summary.loc["L0H0", "head_group"] == "removed" and summary.loc["L0H0", "dla_diff"] < 0
+    assert summary.loc["L0H1", "head_group"] == "comparison" and summary.loc["L0H1", "dla_diff"] > 0
+    with pytest.raises(WorkbenchError, match="no column"):
+        summarize_attention(ex.attention, by="nope")
+
+
+def test_errors(attn_model, tiny_task, micro_model, micro_task):
+    with pytest.raises(WorkbenchError, match="labels no token roles"):
+        attention_by_role(attn_model, tiny_task, ["L0H0"], roles="task")
+    with pytest.raises(WorkbenchError, match="role scheme"):
+        attention_by_role(micro_model, micro_task, ["L0H0"], split=None, roles="nope")
+    with pytest.raises(WorkbenchError, match="out of range"):
+        explain_heads(attn_model, tiny_task, ["L5H0"])
+    with pytest.raises(WorkbenchError, match="also in the head set"):
+        direct_logit_attribution(attn_model, tiny_task, ["L0H0"], comparison=["L0H0"])
+
+
+def test_plots_render(micro_model, micro_task, micro_explained):
+    figs = [
+        plot_attention(micro_model, micro_task, ["L0H0", "L0H1"], example="m1", split=None),
+        plot_answer_attention(micro_model, micro_task, "L0H1", split=None, n_examples=4),
+        plot_role_bars(micro_explained.roles),
+        plot_role_bars(micro_explained.roles_by_outcome),
+        plot_dla(micro_explained.dla_summary),
+        plot_removal_vs_dla(micro_explained.removal),
+    ]
+    for fig in figs:
+        assert fig.axes
+        fig.savefig(io.BytesIO(), format="png")
+    labels = [t.get_text() for t in figs[0].axes[0].get_xticklabels()]
+    assert labels[0] == "<bos>" and "mk" in labels
