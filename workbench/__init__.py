@@ -2,6 +2,7 @@
 
 from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
 from workbench.errors import WorkbenchError
+from workbench.explain import HeadExplanation, explain_heads
 from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.metrics import evaluate, summarize
@@ -10,6 +11,7 @@ from workbench.tasks import Task, encode_task, load_task
 
 __all__ = [
     "AblationKind",
+    "HeadExplanation",
     "HeadMeans",
     "HeadSet",
     "Task",
@@ -18,6 +20,7 @@ __all__ = [
     "compute_head_means",
     "encode_task",
     "evaluate",
+    "explain_heads",
     "head_table",
     "load_model",
     "load_task",
