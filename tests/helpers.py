@@ -100,3 +100,37 @@ def write_task(
         )
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def micro_cel(folder: Path):
+    """The hand-built CEL micro model (`workbench.demo`) and its two task files in `folder`.
+
+    Known answer: L0H3 hurts alone; L0H1 and L1H1 hurt only jointly (an OR gate).
+    Returns `(model, main_task_path, side_task_path)`.
+    """
+    from workbench.demo import micro_model, write_micro_tasks
+
+    main, side = write_micro_tasks(folder)
+    return micro_model(), main, side
+
+
+def linear_model(seed: int = 0) -> HookedTransformer:
+    """One attention-only layer, no normalization: logits are affine in every head's `z`, so
+    a first-order attribution of `logit_diff` is exact."""
+    tok = word_tokenizer(20)
+    cfg = HookedTransformerConfig(
+        n_layers=1,
+        d_model=32,
+        n_ctx=32,
+        d_head=8,
+        n_heads=4,
+        d_vocab=len(tok),
+        normalization_type=None,
+        attn_only=True,
+        seed=seed,
+    )
+    model = HookedTransformer(cfg)
+    randomize_biases(model, seed=seed)
+    model.word_tokenizer = tok
+    model.eval()
+    return model
