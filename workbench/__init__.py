@@ -6,11 +6,15 @@ from workbench.explain import HeadExplanation, explain_heads
 from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.metrics import evaluate, summarize
+from workbench.results import CELResult
+from workbench.screening import screen_heads
+from workbench.search import run_cel
 from workbench.tables import head_table
 from workbench.tasks import Task, encode_task, load_task
 
 __all__ = [
     "AblationKind",
+    "CELResult",
     "HeadExplanation",
     "HeadMeans",
     "HeadSet",
@@ -24,5 +28,7 @@ __all__ = [
     "head_table",
     "load_model",
     "load_task",
+    "run_cel",
+    "screen_heads",
     "summarize",
 ]

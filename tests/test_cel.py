@@ -1,0 +1,143 @@
+"""run_cel end to end: held-out confirmation, splits, results folder, resume, interrupts."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import workbench.search as search_module
+from tests.helpers import assert_close, micro_cel
+from workbench import WorkbenchError, evaluate, summarize
+from workbench.confirmation import random_head_sets
+from workbench.demo import HARMFUL_HEAD, REDUNDANT_PAIR
+from workbench.results import CELResult
+from workbench.search import run_cel
+from workbench.tasks import load_task
+
+FAST = dict(n_random=30, n_boot=200, progress=False)
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    model, main, side = micro_cel(tmp_path_factory.mktemp("micro"))
+    return model, load_task(main), load_task(side)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(attn_model, tiny_task):
+    return run_cel(attn_model, tiny_task, max_size=2, top_m=4, **FAST)
+
+
+def _mean(model, task, heads, split, metric="logprob"):
+    return summarize(evaluate(model, task, heads, split=split), by=None).loc[0, metric]
+
+
+def test_confirmation_is_scored_on_the_heldout_split(attn_model, tiny_task, tiny_run):
+    c = tiny_run.confirmation
+    assert list(c["size"]) == [1, 2]
+    for _, row in c.iterrows():
+        heads = row["heads"].split(",")
+        heldout = _mean(attn_model, tiny_task, heads, "heldout")
+        heldout -= _mean(attn_model, tiny_task, None, "heldout")
+        assert_close(row["d_logprob"], heldout)
+        select = _mean(attn_model, tiny_task, heads, "select")
+        select -= _mean(attn_model, tiny_task, None, "select")
+        assert abs(select - heldout) > 1e-4  # the splits really differ here
+        assert row["d_logprob_lo"] <= row["d_logprob"] <= row["d_logprob_hi"]
+        assert 0.0 <= row["percentile"] <= 100.0
+
+
+def test_selection_and_heldout_never_share_an_example(tiny_task, tiny_run):
+    splits = tiny_run.summary["splits"]
+    assert not set(splits["select"]) & set(splits["heldout"])
+    assert sorted(splits["select"] + splits["heldout"]) == sorted(tiny_task.ids)
+    assert set(splits["select"]) == set(tiny_task.subset("select").ids)
+
+
+def test_selection_used_only_the_selection_split(attn_model, tiny_task, tiny_run):
+    """Every recorded search score reproduces on the selection split."""
+    for _, row in tiny_run.combos.head(5).iterrows():
+        heads = row["heads"].split(",")
+        assert_close(row["score"], _mean(attn_model, tiny_task, heads, "select", "accuracy"))
+
+
+def test_random_baseline_sets_are_seeded_and_valid():
+    a = random_head_sets(3, 4, 2, 50, seed=1)
+    assert a == random_head_sets(3, 4, 2, 50, seed=1)
+    assert a != random_head_sets(3, 4, 2, 50, seed=2)
+    assert all(len(set(s)) == 2 and all(0 <= l < 3 and 0 <= h < 4 for l, h in s) for s in a)
+
+
+def _frames_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(
+        a.reset_index(drop=True), b.reset_index(drop=True), check_dtype=False, atol=1e-9
+    )
+
+
+def test_save_load_round_trip(micro, tmp_path):
+    model, task, side = micro
+    result = run_cel(model, task, others=[side], **FAST)
+    result.save(tmp_path / "r")
+    loaded = CELResult.load(tmp_path / "r")
+    assert loaded.config == result.config
+    for name in ("heads", "combos", "confirmation", "side_effects"):
+        _frames_equal(getattr(loaded, name), getattr(result, name))
+    assert loaded.summary == json.loads(json.dumps(result.summary))
+    assert loaded.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])
+    files = {p.name for p in (tmp_path / "r").iterdir()}
+    assert {
+        "config.json",
+        "heads.csv",
+        "combos.csv",
+        "confirmation.csv",
+        "side_effects.csv",
+        "report.md",
+        "heads_heatmap.png",
+        "gain_vs_size.png",
+        "side_effects.png",
+    } <= files
+    assert "L0H1,L0H3,L1H1" in (tmp_path / "r" / "report.md").read_text()
+    side_rows = loaded.side_effects
+    assert set(side_rows["task"]) == {"micro_short"}
+    assert len(side_rows) == 3
+
+
+def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
+    model, task, _ = micro
+    out = tmp_path / "run"
+
+    def interrupt(space):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(search_module.STRATEGIES, "exhaustive", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_cel(model, task, out_dir=out, **FAST)
+    names = {p.name for p in out.iterdir()}
+    assert names == {"config.json", "heads.csv"}  # complete files only, no temporaries
+    monkeypatch.undo()
+
+    def no_screening(*args, **kwargs):
+        raise AssertionError("the finished screening stage was recomputed")
+
+    monkeypatch.setattr(search_module, "screen_heads", no_screening)
+    result = run_cel(model, task, out_dir=out, **FAST)
+    assert result.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])
+    monkeypatch.setattr(search_module, "confirm_sets", no_screening)
+    again = run_cel(model, task, out_dir=out, **FAST)  # everything loads
+    _frames_equal(again.confirmation, result.confirmation)
+    with pytest.raises(WorkbenchError, match="different config.*max_size"):
+        run_cel(model, task, out_dir=out, max_size=2, **FAST)
+
+
+def test_mean_ablation_and_attribution_runs(micro, tmp_path):
+    model, task, _ = micro
+    mean = run_cel(model, task, kind="mean", max_size=2, **FAST)
+    # constant-output heads (L0H3 and the pair) are unchanged by mean ablation
+    assert HARMFUL_HEAD not in mean.best
+    att = run_cel(model, task, method="attribution", strategy=["greedy", "beam"], **FAST)
+    rho = att.summary["attribution_rank_correlation"]
+    assert rho["logit_diff"] > 0.9
+    assert "exact_d_logprob" in att.heads
+    assert att.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])

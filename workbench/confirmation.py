@@ -1,0 +1,127 @@
+"""Confirmation: is the gain of a found head set real, or the winner's curse?
+
+The search picks, among many head sets, the ones that score best on the selection split, so
+their selection-split gains are biased upwards. Confirmation re-scores the best set of each
+size on the **held-out split**, which played no part in screening or search, and reports:
+
+- the held-out gain of every metric, with its standard error and a paired bootstrap interval
+  (`workbench.stats`);
+- a baseline of `n_random` head sets of the same size drawn uniformly (seeded) from all
+  heads and scored on the same held-out examples: their mean and 95th percentile gain, and
+  the found set's percentile among them (ties count half). A set that merely removes "some
+  heads" scores near the 50th percentile; a real enhancement sits near 100. The objective
+  may be coarse (accuracy on few examples), so the percentile on the secondary metric is
+  reported too;
+- side effects: the same sets' effects on each other task, on all of its examples.
+
+Random sets and found sets are scored through one `MaskScorer`, so many of them share a
+forward pass where that pays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from workbench.heads import HeadSet
+from workbench.screening import MaskScorer, masks_of
+from workbench.stats import effect_summary, percentile_of
+
+
+def random_head_sets(
+    n_layers: int, n_heads: int, size: int, n: int, seed: int
+) -> list[list[tuple[int, int]]]:
+    """`n` head sets of `size` distinct heads, uniform over all heads (seeded)."""
+    rng = np.random.default_rng([int(seed), int(size)])
+    total = n_layers * n_heads
+    size = min(size, total)
+    out = []
+    for _ in range(n):
+        flat = rng.choice(total, size=size, replace=False)
+        out.append(sorted((int(f) // n_heads, int(f) % n_heads) for f in flat))
+    return out
+
+
+def _effect_row(diffs: dict[str, torch.Tensor], n_boot: int, seed: int, ci: float) -> dict:
+    row = {}
+    for m, d in diffs.items():
+        for stat, v in effect_summary(d[None], n_boot, seed, ci).items():
+            row[f"d_{m}{stat}"] = float(v[0])
+    return row
+
+
+def confirm_sets(
+    heldout: MaskScorer,
+    sets: Mapping[int, HeadSet],
+    objective: str,
+    secondary: str | None = None,
+    others: Mapping[str, MaskScorer] | None = None,
+    best_size: int | None = None,
+    select_gains: Mapping[int, float] | None = None,
+    n_random: int = 200,
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Held-out confirmation and side effects of one head set per size.
+
+    Args:
+        heldout: a scorer of the held-out split.
+        sets: size -> the best head set of that size (found on the selection split).
+        objective, secondary: the metric names used for the percentiles.
+        others: task name -> a scorer of that task, for side effects.
+        best_size: the size of the overall best set (flagged `best`).
+        select_gains: size -> the set's objective gain on the selection split (reported
+            next to the held-out gain).
+        n_random: random sets per size; 0 skips the baseline.
+
+    Returns:
+        `(confirmation, side_effects)`: one row per size; one row per size and other task.
+    """
+    model = heldout.model
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    clean = heldout.clean()
+    rows, side_rows = [], []
+    for size, head_set in sorted(sets.items()):
+        masks = masks_of(model, [head_set])
+        scores = heldout.score(masks)
+        diffs = {m: scores[m][0] - clean[m] for m in scores}
+        row = {"size": size, "heads": str(head_set), "best": size == best_size}
+        if select_gains is not None and size in select_gains:
+            row[f"select_d_{objective}"] = float(select_gains[size])
+        row[f"clean_{objective}"] = float(torch.nanmean(clean[objective].float()))
+        row.update(_effect_row(diffs, n_boot, seed, ci))
+        if n_random > 0:
+            random_sets = random_head_sets(L, H, size, n_random, seed)
+            r = heldout.score(masks_of(model, random_sets), progress, f"random sets, size {size}")
+            gains = {
+                m: torch.nanmean(r[m] - clean[m][None], dim=-1).cpu().numpy()
+                for m in (objective, secondary)
+                if m is not None
+            }
+            row["random_mean"] = float(np.nanmean(gains[objective]))
+            row["random_q95"] = float(np.nanquantile(gains[objective], 0.95))
+            row["percentile"] = percentile_of(row[f"d_{objective}"], gains[objective])
+            if secondary is not None:
+                row[f"percentile_{secondary}"] = percentile_of(
+                    row[f"d_{secondary}"], gains[secondary]
+                )
+            row["n_random"] = n_random
+        rows.append(row)
+        for task, scorer in (others or {}).items():
+            other_clean = scorer.clean()
+            other_scores = scorer.score(masks)
+            side = {"size": size, "heads": str(head_set), "task": task}
+            side.update(
+                _effect_row(
+                    {m: other_scores[m][0] - other_clean[m] for m in other_scores}, n_boot, seed, ci
+                )
+            )
+            for m, v in other_clean.items():
+                side[f"clean_{m}"] = float(torch.nanmean(v.float()))
+            side_rows.append(side)
+    return pd.DataFrame(rows), pd.DataFrame(side_rows)

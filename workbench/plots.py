@@ -1,0 +1,158 @@
+"""CEL plots: where single heads help, how the gain grows with set size, what it costs elsewhere.
+
+Figures are built with matplotlib's object API (`Figure`, no `pyplot`), so importing or
+calling this module changes no global state (no backend switch, no style) and works headless.
+
+- `heads_heatmap`: layer x head map of the single-head effect on the objective (the
+  selection split; red = removal helps), candidates outlined;
+- `gain_vs_size`: the held-out gain of the best set of each size with its bootstrap interval,
+  next to the selection-split gain and the mean / 95th percentile of random sets;
+- `side_effects_bars`: the effect of each best set on every other task, with intervals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from workbench.tables import table_to_matrix
+
+
+def heads_heatmap(result) -> Figure:
+    """Layer x head heatmap of `d_<objective>` from the screening table."""
+    obj = result.config.objective
+    fig = Figure(
+        figsize=(max(5.0, 1.5 + 0.45 * _n_heads(result)), max(3.0, 1.0 + 0.4 * _n_layers(result)))
+    )
+    ax = fig.add_subplot()
+    if result.heads.empty:
+        ax.set_axis_off()
+        return fig
+    m = table_to_matrix(result.heads, f"d_{obj}")
+    lim = float(np.nanmax(np.abs(m))) if np.isfinite(m).any() else 1.0
+    im = ax.imshow(m, cmap="RdBu_r", vmin=-lim or -1, vmax=lim or 1, aspect="auto")
+    fig.colorbar(im, ax=ax, label=f"d_{obj} (ablated - clean)")
+    if "candidate" in result.heads:
+        cand = result.heads[result.heads["candidate"].astype(bool)]
+        for layer, head in zip(cand["layer"], cand["head"], strict=True):
+            ax.add_patch(_rect(head, layer))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(f"Removing one head: {result.config.task}, selection split", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def gain_vs_size(result) -> Figure:
+    """Held-out gain of the best set of each size, with intervals and the random baseline."""
+    obj = result.config.objective
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.add_subplot()
+    c = result.confirmation
+    if c.empty:
+        ax.set_axis_off()
+        return fig
+    size = c["size"].to_numpy()
+    gain = c[f"d_{obj}"].to_numpy(dtype=float)
+    err = np.vstack(
+        [
+            gain - c[f"d_{obj}_lo"].to_numpy(dtype=float),
+            c[f"d_{obj}_hi"].to_numpy(dtype=float) - gain,
+        ]
+    )
+    ax.errorbar(size, gain, yerr=err, marker="o", capsize=4, label="best set, held out")
+    if f"select_d_{obj}" in c:
+        ax.plot(size, c[f"select_d_{obj}"], "s--", alpha=0.6, label="best set, selection")
+    if "random_mean" in c:
+        ax.plot(size, c["random_mean"], "k:", label="random sets, mean")
+        ax.fill_between(
+            size,
+            c["random_mean"],
+            c["random_q95"],
+            color="k",
+            alpha=0.1,
+            label="random sets, mean to 95th pct",
+        )
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xticks(size)
+    ax.set_xlabel("heads removed")
+    ax.set_ylabel(f"d_{obj}")
+    ax.set_title("Gain vs set size")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def side_effects_bars(result) -> Figure:
+    """Effect of each best set on every other task (objective metric), with intervals."""
+    obj = result.config.objective
+    fig = Figure(figsize=(5.5, 3.5))
+    ax = fig.add_subplot()
+    s = result.side_effects
+    if s.empty or f"d_{obj}" not in s:
+        ax.text(0.5, 0.5, "no other tasks", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    tasks = list(dict.fromkeys(s["task"]))
+    sizes = sorted(s["size"].unique())
+    width = 0.8 / len(sizes)
+    for i, k in enumerate(sizes):
+        part = s[s["size"] == k].set_index("task").reindex(tasks)
+        gain = part[f"d_{obj}"].to_numpy(dtype=float)
+        err = np.vstack(
+            [
+                gain - part[f"d_{obj}_lo"].to_numpy(dtype=float),
+                part[f"d_{obj}_hi"].to_numpy(dtype=float) - gain,
+            ]
+        )
+        ax.bar(
+            np.arange(len(tasks)) + (i - (len(sizes) - 1) / 2) * width,
+            gain,
+            width,
+            yerr=err,
+            capsize=3,
+            label=f"size {k}: {part['heads'].iloc[0]}",
+        )
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xticks(np.arange(len(tasks)), tasks, rotation=20, ha="right")
+    ax.set_ylabel(f"d_{obj}")
+    ax.set_title("Side effects of the best sets")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+PLOT_FUNCTIONS = {
+    "heads_heatmap.png": heads_heatmap,
+    "gain_vs_size.png": gain_vs_size,
+    "side_effects.png": side_effects_bars,
+}
+
+
+def save_plots(result, folder: str | Path) -> list[Path]:
+    """Write every plot of `PLOT_FUNCTIONS` into `folder` (atomically); return the paths."""
+    folder = Path(folder)
+    paths = []
+    for name, fn in PLOT_FUNCTIONS.items():
+        fig = fn(result)
+        tmp = folder / f"tmp-{name}"
+        fig.savefig(tmp, dpi=110, format="png")
+        tmp.replace(folder / name)
+        paths.append(folder / name)
+    return paths
+
+
+def _n_layers(result) -> int:
+    return int(result.heads["layer"].max()) + 1 if not result.heads.empty else 1
+
+
+def _n_heads(result) -> int:
+    return int(result.heads["head"].max()) + 1 if not result.heads.empty else 1
+
+
+def _rect(head: int, layer: int):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="black", lw=1.5)

@@ -1,0 +1,642 @@
+"""Stage 2 of CEL: search head sets whose joint removal improves the task, and `run_cel`.
+
+Removing two heads is not the sum of removing each (backup heads, saturation), so CEL scores
+*sets* of heads, on the selection split only. Which sets is the job of a strategy, one
+function per entry of `STRATEGIES`:
+
+- `exhaustive`: every set of size 1..`max_size` among the top `top_m` candidates;
+- `greedy`: forward selection over the candidate pool, one head per step, always up to
+  `max_size` (a step that gains nothing can enable the next, as with a redundant pair);
+- `beam`: greedy keeping the `beam_width` best sets of each size;
+- `compressed_sensing`: random knockout masks over *all* heads (each head removed with
+  probability `knockout_p`), a cross-validated Lasso of the masks' gain on the masks, and
+  exhaustive search among the heads with the largest positive coefficients. It needs no
+  single-head screen and sees heads that only help jointly: a head of a redundant pair gets
+  a positive coefficient from the masks that also remove its partner.
+
+Every evaluated set is recorded (`strategy, size, heads, score, d_<metric>`), and strategies
+share one cache, so a set is scored once.
+
+Choices (measured or argued, see the README):
+
+- The objective is the task's `metric` (default accuracy). Sets are ranked by the objective's
+  gain on the selection split, ties broken by the `secondary` metric's gain (log-prob, or
+  accuracy when the objective is log-prob). Accuracy is coarse on a small selection split,
+  so ties are common; the tie-break orders them by a continuous measure without letting a
+  set that costs accuracy win on confidence alone.
+- Candidates (the pool for exhaustive, greedy and beam) are the heads whose single removal
+  helps beyond noise on the selection split: the lower end of the paired bootstrap interval
+  of the objective's gain is above 0, or the objective's gain is >= 0 and the secondary's
+  interval is above 0. When fewer than `top_m` heads qualify, the pool is filled up to
+  `top_m` with the next heads in the same order (heads with no single effect, like a
+  redundant pair, come before heads whose removal hurts). Greedy and beam search the whole
+  pool; exhaustive its first `top_m`.
+- The compressed-sensing regression uses the secondary metric's gain when the objective is
+  accuracy (a mean of 0/1 values over few examples is too coarse to regress on), else the
+  objective's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from workbench.ablation import AblationKind, HeadMeans, compute_head_means
+from workbench.confirmation import confirm_sets
+from workbench.errors import WorkbenchError
+from workbench.heads import Head, HeadSet
+from workbench.results import CONFIG_FILE, CELConfig, CELResult, read_run_file, write_json
+from workbench.screening import (
+    CustomMetric,
+    MaskScorer,
+    ScreenMethod,
+    masks_of,
+    resolve_task,
+    screen_heads,
+    single_head_diffs,
+)
+from workbench.stats import rank_correlation
+from workbench.tables import head_name, load_table, save_table
+from workbench.tasks import Task, encode_task
+
+HeadTuple = tuple[Head, ...]
+
+
+def _names(heads: Iterable[Head]) -> str:
+    return ",".join(head_name(l, h) for l, h in sorted(heads))
+
+
+def sort_key(gains: dict[str, float], objective: str, secondary: str | None) -> tuple:
+    """The order of head sets: objective gain, then secondary gain; NaN ranks last."""
+
+    def clean(v):
+        return -math.inf if v is None or math.isnan(v) else v
+
+    return (clean(gains.get(objective)), clean(gains.get(secondary)) if secondary else 0.0)
+
+
+@dataclass
+class SearchSpace:
+    """What a strategy works with: the candidate pool, the scorer, and the record of sets.
+
+    Strategies call `evaluate(sets, strategy)`, which scores new sets on the selection split
+    in batches, records every requested set and returns their sort keys.
+    """
+
+    scorer: MaskScorer
+    candidates: list[Head]
+    objective: str
+    secondary: str | None
+    max_size: int = 3
+    top_m: int = 8
+    beam_width: int = 4
+    n_masks: int | None = None
+    knockout_p: float | None = None
+    seed: int = 0
+    progress: bool = False
+    records: list[dict] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
+    _cache: dict[HeadTuple, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def model(self):
+        return self.scorer.model
+
+    def evaluate(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
+        """Score head sets (once each, cached), record them, return their sort keys."""
+        sets = [tuple(sorted(set(s))) for s in sets]
+        new = list(dict.fromkeys(s for s in sets if s not in self._cache))
+        if new:
+            clean = self.scorer.clean()
+            scores = self.scorer.score(masks_of(self.model, new), self.progress, strategy)
+            gains = {m: torch.nanmean(v - clean[m][None], dim=-1) for m, v in scores.items()}
+            clean_mean = float(torch.nanmean(clean[self.objective].float()))
+            host = {m: g.cpu().numpy() for m, g in gains.items()}
+            for i, s in enumerate(new):
+                entry = {m: float(host[m][i]) for m in host}
+                entry["score"] = clean_mean + entry[self.objective]
+                self._cache[s] = entry
+        keys = []
+        for s in sets:
+            entry = self._cache[s]
+            self.records.append(
+                {
+                    "strategy": strategy,
+                    "size": len(s),
+                    "heads": _names(s),
+                    "score": entry["score"],
+                    **{f"d_{m}": v for m, v in entry.items() if m != "score"},
+                }
+            )
+            keys.append(sort_key(entry, self.objective, self.secondary))
+        return keys
+
+
+def exhaustive(space: SearchSpace) -> None:
+    """Every set of size 1..max_size among the first `top_m` candidates."""
+    pool = space.candidates[: space.top_m]
+    sets = [c for k in range(1, space.max_size + 1) for c in combinations(pool, k)]
+    space.evaluate(sets, "exhaustive")
+
+
+def greedy(space: SearchSpace) -> None:
+    """Forward selection: add the pool head that gives the best set, up to max_size."""
+    current: HeadTuple = ()
+    for _ in range(space.max_size):
+        trials = [current + (h,) for h in space.candidates if h not in current]
+        if not trials:
+            return
+        keys = space.evaluate(trials, "greedy")
+        current = tuple(sorted(trials[max(range(len(trials)), key=keys.__getitem__)]))
+
+
+def beam(space: SearchSpace) -> None:
+    """Beam search: extend each of the `beam_width` best sets by one pool head per step."""
+    beams: list[HeadTuple] = [()]
+    for _ in range(space.max_size):
+        trials = list(
+            dict.fromkeys(
+                tuple(sorted(b + (h,))) for b in beams for h in space.candidates if h not in b
+            )
+        )
+        if not trials:
+            return
+        keys = space.evaluate(trials, "beam")
+        order = sorted(range(len(trials)), key=lambda i: keys[i], reverse=True)
+        beams = [trials[i] for i in order[: space.beam_width]]
+
+
+def compressed_sensing(space: SearchSpace) -> None:
+    """Random knockout masks over all heads, a Lasso of the gain on the masks, then
+    exhaustive search among the `top_m` heads with the largest positive coefficients."""
+    model = space.model
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    n_heads = L * H
+    p = space.knockout_p or min(0.25, 5.0 / n_heads)
+    n_masks = space.n_masks or max(64, 4 * n_heads)
+    rng = np.random.default_rng([space.seed, 7])
+    x = rng.random((n_masks, n_heads)) < p
+    heads = [(f // H, f % H) for f in range(n_heads)]
+    sets = [[heads[j] for j in np.flatnonzero(row)] for row in x]
+    space.evaluate(sets, "compressed_sensing")
+    target = (
+        space.secondary if space.objective == "accuracy" and space.secondary else space.objective
+    )
+    y = np.array([space._cache[tuple(sorted(s))][target] for s in sets])
+    coef = lasso_cv(x.astype(float), y, seed=space.seed)
+    order = [j for j in np.argsort(-coef, kind="stable") if coef[j] > 0]
+    space.notes["cs_coefficients"] = {head_name(*heads[j]): float(coef[j]) for j in order}
+    space.notes["cs_target"] = target
+    pool = [heads[j] for j in order[: space.top_m]]
+    sets = [c for k in range(1, space.max_size + 1) for c in combinations(pool, k)]
+    if sets:
+        space.evaluate(sets, "compressed_sensing")
+
+
+Strategy = Callable[[SearchSpace], None]
+STRATEGIES: dict[str, Strategy] = {
+    "exhaustive": exhaustive,
+    "greedy": greedy,
+    "beam": beam,
+    "compressed_sensing": compressed_sensing,
+}
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES:
+        raise WorkbenchError(
+            f"search strategy {name!r} is unknown; expected one of {sorted(STRATEGIES)}"
+        )
+    return STRATEGIES[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sparse regression
+
+
+def _lasso(x: np.ndarray, y: np.ndarray, alpha: float, n_iter: int = 500) -> np.ndarray:
+    """FISTA for `min_b 1/(2n) |y - x b|^2 + alpha |b|_1` on centred `x`, `y`."""
+    n = x.shape[0]
+    lipschitz = max(np.linalg.norm(x, 2) ** 2 / n, 1e-12)
+    b = np.zeros(x.shape[1])
+    z, t = b.copy(), 1.0
+    for _ in range(n_iter):
+        grad = x.T @ (x @ z - y) / n
+        step = z - grad / lipschitz
+        b_new = np.sign(step) * np.maximum(np.abs(step) - alpha / lipschitz, 0.0)
+        t_new = (1.0 + math.sqrt(1.0 + 4.0 * t * t)) / 2.0
+        z = b_new + (t - 1.0) / t_new * (b_new - b)
+        b, t = b_new, t_new
+    return b
+
+
+def lasso_cv(
+    x: np.ndarray, y: np.ndarray, n_alphas: int = 12, n_folds: int = 5, seed: int = 0
+) -> np.ndarray:
+    """Lasso coefficients of `y` on `x` (with intercept), the penalty chosen by k-fold CV."""
+    finite = np.isfinite(y)
+    x, y = x[finite], y[finite]
+    n = len(y)
+    if n < n_folds * 2:
+        raise WorkbenchError(f"compressed sensing needs at least {n_folds * 2} masks; got {n}")
+    xc, yc = x - x.mean(0), y - y.mean()
+    alpha_max = np.abs(xc.T @ yc).max() / n
+    if alpha_max == 0.0:
+        return np.zeros(x.shape[1])
+    alphas = alpha_max * np.logspace(0, -3, n_alphas)
+    folds = np.random.default_rng([seed, 11]).permutation(n) % n_folds
+    errors = np.zeros(n_alphas)
+    for k in range(n_folds):
+        tr, te = folds != k, folds == k
+        mx, my = x[tr].mean(0), y[tr].mean()
+        for i, alpha in enumerate(alphas):
+            b = _lasso(x[tr] - mx, y[tr] - my, alpha)
+            errors[i] += ((y[te] - my - (x[te] - mx) @ b) ** 2).sum()
+    return _lasso(xc, yc, alphas[int(np.argmin(errors))])
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidates and best sets
+
+
+def select_candidates(
+    heads: pd.DataFrame, objective: str, secondary: str | None, top_m: int
+) -> pd.DataFrame:
+    """Mark candidates in a screening table (see the module docstring for the rule).
+
+    Returns:
+        A copy of `heads` with `candidate` (bool) and `candidate_rank` (0 = best, -1 = none).
+    """
+    df = heads.copy()
+    d_obj = df[f"d_{objective}"].to_numpy(dtype=float)
+    beyond = df[f"d_{objective}_lo"].to_numpy(dtype=float) > 0
+    if secondary is not None and f"d_{secondary}_lo" in df:
+        beyond |= (d_obj >= 0) & (df[f"d_{secondary}_lo"].to_numpy(dtype=float) > 0)
+    d_sec = df[f"d_{secondary}"].to_numpy(dtype=float) if secondary else np.zeros(len(df))
+    keys = [
+        sort_key({objective: a, secondary: b}, objective, secondary)
+        for a, b in zip(d_obj, d_sec, strict=True)
+    ]
+    order = sorted(range(len(df)), key=lambda i: keys[i], reverse=True)  # stable: layer, head
+    order = [i for i in order if not math.isnan(d_obj[i])]
+    chosen = [i for i in order if beyond[i]]
+    chosen += [i for i in order if not beyond[i]][: max(0, top_m - len(chosen))]
+    df["candidate"] = False
+    df["candidate_rank"] = -1
+    for rank, i in enumerate(chosen):
+        df.iloc[i, df.columns.get_loc("candidate")] = True
+        df.iloc[i, df.columns.get_loc("candidate_rank")] = rank
+    return df
+
+
+def candidate_heads(heads: pd.DataFrame) -> list[Head]:
+    """The candidates of a marked screening table, best first."""
+    c = heads[heads["candidate"].astype(bool)].sort_values("candidate_rank")
+    return [(int(l), int(h)) for l, h in zip(c["layer"], c["head"], strict=True)]
+
+
+def best_sets(
+    combos: pd.DataFrame, objective: str, secondary: str | None, max_size: int
+) -> tuple[dict[int, str], int | None]:
+    """The best set of each size (by the search order) and the size of the overall best."""
+    best: dict[int, tuple[tuple, str]] = {}
+    for row in combos.itertuples(index=False):
+        size = int(row.size)
+        if not 1 <= size <= max_size:
+            continue
+        gains = {objective: getattr(row, f"d_{objective}")}
+        if secondary:
+            gains[secondary] = getattr(row, f"d_{secondary}")
+        key = sort_key(gains, objective, secondary)
+        heads = str(row.heads)
+        if (
+            size not in best
+            or key > best[size][0]
+            or (key == best[size][0] and heads < best[size][1])
+        ):
+            best[size] = (key, heads)
+    if not best:
+        return {}, None
+    overall = max(sorted(best), key=lambda s: best[s][0])  # max keeps the smallest on ties
+    return {s: heads for s, (_, heads) in sorted(best.items())}, overall
+
+
+# ---------------------------------------------------------------------------------------------
+# run_cel
+
+
+def _fingerprint(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def model_fingerprint(model) -> str:
+    """A short hash of a model's shape and parameter sums (identifies it across resumes)."""
+    cfg = model.cfg
+    sums = [f"{float(p.detach().double().sum()):.6g}" for p in model.parameters()]
+    return _fingerprint([cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_vocab, sums])
+
+
+def task_fingerprint(task: Task) -> str:
+    return _fingerprint([[e.id, e.prompt, e.answers, e.wrong, e.split] for e in task.examples])
+
+
+def _default_secondary(objective: str, names: Sequence[str]) -> str | None:
+    for candidate in ("logprob", "accuracy") if objective != "logprob" else ("accuracy",):
+        if candidate in names and candidate != objective:
+            return candidate
+    others = [n for n in names if n != objective]
+    return others[0] if others else None
+
+
+class _Stages:
+    """Stage files of a results folder: load what exists, write atomically as we go."""
+
+    def __init__(self, folder: Path | None, result: CELResult) -> None:
+        self.folder, self.result = folder, result
+
+    def load(self, name: str) -> pd.DataFrame | None:
+        if self.folder is None or not (self.folder / f"{name}.csv").is_file():
+            return None
+        return load_table(self.folder / f"{name}.csv")
+
+    def save(self, **tables: pd.DataFrame) -> None:
+        if self.folder is None:
+            return
+        for name, df in tables.items():
+            save_table(df, self.folder / f"{name}.csv")
+        write_json(self.folder / CONFIG_FILE, self.result.run_file())
+
+
+def run_cel(
+    model,
+    task,
+    others: Sequence = (),
+    kind: AblationKind | str = "zero",
+    method: ScreenMethod | str = "exact",
+    max_size: int = 3,
+    strategy: str | Sequence[str] = "exhaustive",
+    n_random: int = 200,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    *,
+    objective: str | None = None,
+    top_m: int = 8,
+    beam_width: int = 4,
+    n_masks: int | None = None,
+    knockout_p: float | None = None,
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    check_attribution: bool = True,
+    metric: CustomMetric | None = None,
+    means: HeadMeans | None = None,
+    model_name: str | None = None,
+    progress: bool = True,
+    max_rows: int = 1024,
+    masks_per_pass: int | None = None,
+    plots: bool = True,
+) -> CELResult:
+    """Capability Enhancement Localization: screen heads, search sets, confirm held out.
+
+    Args:
+        model: a hooked model (any with `blocks.{l}.attn.hook_z`; next-token tasks need a
+            HookedTransformer).
+        task: a `Task`, task name or path, with `select` and `heldout` splits.
+        others: tasks for side effects (scored on all their examples).
+        kind: `"zero"` or `"mean"`; mean ablation uses the mean `z` over the selection
+            split's prompts unless `means` is given.
+        method: single-head screening, `"exact"` or `"attribution"`.
+        max_size: the largest head set searched and confirmed.
+        strategy: a name in `STRATEGIES`, or several, run in order.
+        n_random: random head sets per size for the held-out baseline.
+        seed: seeds the bootstrap, the random sets and the compressed-sensing masks.
+        out_dir: the results folder: stage files are written as they finish and a rerun
+            with the same config resumes from them; None keeps everything in memory.
+        objective: the metric to improve; the task's `metric` when None.
+        top_m, beam_width, n_masks, knockout_p: search parameters (see the module docstring).
+        n_boot, ci: paired bootstrap resamples and interval coverage.
+        check_attribution: with attribution screening, also screen exactly and report the
+            rank correlation.
+        metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them).
+        model_name: how the config names the model (default `model.cfg.model_name`).
+        progress: show progress bars.
+        max_rows, masks_per_pass: rows per forward and masks per tiled forward.
+        plots: write plots when saving.
+
+    Returns:
+        A `CELResult` (also saved to `out_dir` when given).
+
+    Example:
+        >>> result = run_cel(model, "ioi", others=["induction"], kind="mean", out_dir="cel_ioi")
+        >>> result.confirmation[["size", "heads", "d_accuracy", "percentile"]]
+    """
+    t0 = time.perf_counter()
+    kind = AblationKind.parse(kind)
+    main = resolve_task(task)
+    other_tasks = {t.name: t for t in (resolve_task(o) for o in others)}
+    select = encode_task(model, main, "select")
+    heldout = encode_task(model, main, "heldout")
+    shared = set(select.task.ids) & set(heldout.task.ids)
+    if shared:
+        raise WorkbenchError(
+            f"task {main.name!r}: examples {sorted(shared)[:5]} are in both the "
+            "select and heldout splits"
+        )
+    if kind is AblationKind.MEAN and means is None:
+        means = compute_head_means(model, select.tokens, select.lengths)
+    scorer_kw = dict(
+        kind=kind, means=means, metric=metric, max_rows=max_rows, masks_per_pass=masks_per_pass
+    )
+    select_scorer = MaskScorer(model, select, **scorer_kw)
+    heldout_scorer = MaskScorer(model, heldout, **scorer_kw)
+    other_scorers = {
+        name: MaskScorer(model, encode_task(model, t), **scorer_kw)
+        for name, t in other_tasks.items()
+    }
+    metric_names = list(select_scorer.clean())
+    objective = objective or (main.metric if metric is None else metric_names[0])
+    if objective not in metric_names:
+        raise WorkbenchError(
+            f"objective {objective!r} is not a metric of this run; expected one of {metric_names}"
+        )
+    secondary = _default_secondary(objective, metric_names)
+    config = CELConfig(
+        model=model_name or str(getattr(model.cfg, "model_name", "model")),
+        task=main.name,
+        others=tuple(other_tasks),
+        kind=kind.value,
+        method=ScreenMethod.parse(method).value,
+        objective=objective,
+        secondary=secondary,
+        max_size=max_size,
+        strategies=(strategy,) if isinstance(strategy, str) else tuple(strategy),
+        top_m=top_m,
+        beam_width=beam_width,
+        n_masks=n_masks,
+        knockout_p=knockout_p,
+        n_random=n_random,
+        n_boot=n_boot,
+        ci=ci,
+        seed=seed,
+        check_attribution=check_attribution,
+        model_fingerprint=model_fingerprint(model),
+        task_fingerprint=task_fingerprint(main),
+    )
+    folder = Path(out_dir) if out_dir is not None else None
+    result = CELResult(
+        config=config, seeds={"bootstrap": seed, "random_sets": seed, "compressed_sensing": seed}
+    )
+    if folder is not None:
+        if (folder / CONFIG_FILE).is_file():
+            previous = read_run_file(folder)
+            before = CELConfig.from_dict(previous["config"])
+            diff = config.differences(before)
+            if diff:
+                raise WorkbenchError(
+                    f"{str(folder)!r} holds a CEL run with a different config (differs in "
+                    f"{diff}); use another --out folder or delete this one"
+                )
+            result.summary = previous.get("summary", {})
+            result.timings = previous.get("timings", {})
+        folder.mkdir(parents=True, exist_ok=True)
+    stages = _Stages(folder, result)
+    clean_select = {m: float(torch.nanmean(v.float())) for m, v in select_scorer.clean().items()}
+    clean_heldout = {m: float(torch.nanmean(v.float())) for m, v in heldout_scorer.clean().items()}
+    result.summary.update(
+        {
+            "objective": objective,
+            "secondary": secondary,
+            "splits": {"select": select.task.ids, "heldout": heldout.task.ids},
+            "n_examples": {
+                "select": len(select),
+                "heldout": len(heldout),
+                **{n: len(s.data) for n, s in other_scorers.items()},
+            },
+            "clean": {
+                "select": clean_select,
+                "heldout": clean_heldout,
+                **{
+                    n: {m: float(torch.nanmean(v.float())) for m, v in s.clean().items()}
+                    for n, s in other_scorers.items()
+                },
+            },
+        }
+    )
+    result.timings["setup"] = result.timings.get("setup", 0.0) + time.perf_counter() - t0
+    stages.save()
+
+    # Stage 1: single heads.
+    heads = stages.load("heads")
+    if heads is None:
+        t1 = time.perf_counter()
+        heads = screen_heads(
+            model,
+            select,
+            kind,
+            config.method,
+            split=None,
+            others=other_tasks,
+            metric=metric,
+            means=means,
+            n_boot=n_boot,
+            ci=ci,
+            seed=seed,
+            max_rows=max_rows,
+            masks_per_pass=masks_per_pass,
+            progress=progress,
+        )
+        if config.method == "attribution" and check_attribution:
+            _, exact = single_head_diffs(
+                model,
+                select,
+                "exact",
+                kind,
+                means,
+                metric,
+                max_rows=max_rows,
+                masks_per_pass=masks_per_pass,
+                progress=progress,
+                desc="exact check",
+            )
+            rho = {}
+            for m, d in exact.items():
+                heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()
+                rho[m] = rank_correlation(heads[f"d_{m}"], heads[f"exact_d_{m}"])
+            result.summary["attribution_rank_correlation"] = rho
+        heads = select_candidates(heads, objective, secondary, top_m)
+        result.summary["candidates"] = [head_name(*h) for h in candidate_heads(heads)]
+        result.timings["screen"] = time.perf_counter() - t1
+        result.heads = heads
+        stages.save(heads=heads)
+    result.heads = heads
+
+    # Stage 2: head sets.
+    combos = stages.load("combos")
+    if combos is None:
+        t2 = time.perf_counter()
+        space = SearchSpace(
+            select_scorer,
+            candidate_heads(heads),
+            objective,
+            secondary,
+            max_size=max_size,
+            top_m=top_m,
+            beam_width=beam_width,
+            n_masks=n_masks,
+            knockout_p=knockout_p,
+            seed=seed,
+            progress=progress,
+        )
+        for name in config.strategies:
+            get_strategy(name)(space)
+        combos = pd.DataFrame(space.records)
+        result.summary.update(space.notes)
+        result.timings["search"] = time.perf_counter() - t2
+        result.combos = combos
+        stages.save(combos=combos)
+    result.combos = combos
+
+    # Stage 3: held-out confirmation and side effects.
+    confirmation = stages.load("confirmation")
+    side_effects = stages.load("side_effects") if other_tasks else pd.DataFrame()
+    if confirmation is None or side_effects is None:
+        t3 = time.perf_counter()
+        sets, best_size = best_sets(combos, objective, secondary, max_size)
+        select_gains = {}
+        for size, names in sets.items():
+            row = combos[combos["heads"] == names].iloc[0]
+            select_gains[size] = float(row[f"d_{objective}"])
+        confirmation, side_effects = confirm_sets(
+            heldout_scorer,
+            {s: HeadSet.of(model, n) for s, n in sets.items()},
+            objective,
+            secondary,
+            other_scorers,
+            best_size,
+            select_gains,
+            n_random,
+            n_boot,
+            ci,
+            seed,
+            progress,
+        )
+        result.summary["best_heads"] = sets.get(best_size, "") if best_size else ""
+        result.timings["confirm"] = time.perf_counter() - t3
+        result.confirmation, result.side_effects = confirmation, side_effects
+        tables = {"confirmation": confirmation}
+        if not side_effects.empty:
+            tables["side_effects"] = side_effects
+        stages.save(**tables)
+    result.confirmation, result.side_effects = confirmation, side_effects
+    if folder is not None:
+        result.save(folder, plots=plots)
+    return result
