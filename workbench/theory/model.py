@@ -59,9 +59,15 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     try:
-        return torch.device(device)
+        resolved = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise WorkbenchError(f"unknown device {device!r}; expected auto, cpu, cuda or mps") from err
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise WorkbenchError(f"device {device!r} requested but torch sees no CUDA device")
+    if resolved.type == "mps" and not (getattr(torch.backends, "mps", None) is not None
+                                       and torch.backends.mps.is_available()):
+        raise WorkbenchError(f"device {device!r} requested but torch sees no MPS device")
+    return resolved
 
 
 class MultiHeadAttentionModel(nn.Module):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from workbench.errors import WorkbenchError
 
@@ -43,19 +44,21 @@ def plot_feature_trajectories(head_history: pd.DataFrame, conditions: Sequence[s
     axes = fig.subplots(1, len(conditions), squeeze=False, sharey=True)[0]
     for ax, name in zip(axes, conditions, strict=True):
         d = head_history[(head_history["condition"] == name) & (head_history["seed"] == seed)]
-        for i, (head, g) in enumerate(d.groupby("head_name", sort=True)):
-            color = f"C{i}"
+        for i, (_, g) in enumerate(d.groupby("head", sort=True)):
             step = g["step"] + 1
-            ax.plot(step, g["conflict_A"], color=color, label=f"{head} conflict (A)")
-            ax.plot(step, g["conflict_B"], color=color, ls="--", label=f"{head} conflict (B)")
-            ax.plot(step, (g["shared_A"] + g["shared_B"]) / 2, color=color, ls=":",
-                    label=f"{head} shared")
+            ax.plot(step, g["conflict_A"], color=f"C{i}")
+            ax.plot(step, g["conflict_B"], color=f"C{i}", ls="--")
+            ax.plot(step, (g["shared_A"] + g["shared_B"]) / 2, color=f"C{i}", ls=":")
         ax.set_xscale("log")
         ax.axhline(0, color="0.7", lw=0.8)
         ax.set_title(f"{name}, seed {seed}")
         ax.set_xlabel("step + 1")
     axes[0].set_ylabel("coefficient on feature (logit units)")
-    axes[-1].legend(fontsize=6, ncol=2, loc="upper left")
+    heads = sorted(head_history["head_name"].unique(), key=lambda n: int(n.split("H")[1]))
+    handles = [Line2D([], [], color=f"C{i}", label=n) for i, n in enumerate(heads)]
+    handles += [Line2D([], [], color="k", ls=ls, label=lab) for ls, lab in
+                (("-", "conflict, task A"), ("--", "conflict, task B"), (":", "shared"))]
+    axes[-1].legend(handles=handles, fontsize=7, loc="upper left")
     return fig
 
 

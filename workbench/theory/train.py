@@ -63,8 +63,9 @@ def train(config: TheoryConfig, device: str | torch.device = "auto",
         progress: show a tqdm progress bar over steps.
 
     Example:
-        >>> result = train(TheoryConfig(steps=10, seeds=(0,), n_records=0, n_eval=100))
-        >>> result.model(*probe) # doctest: +SKIP
+        >>> result = train(TheoryConfig(steps=10, seeds=(0, 1), n_records=3), device="cpu")
+        >>> result.model.params["v"].shape  # (seed, head_index, d_model)
+        torch.Size([2, 4, 10])
     """
     device = resolve_device(device)
     model = MultiHeadAttentionModel(config, device=device)
