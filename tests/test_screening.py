@@ -214,3 +214,33 @@ def test_clear_errors(attn_model, tiny_task):
         screen_heads(attn_model, "no_such_task")
     with pytest.raises(WorkbenchError, match="ablation kind"):
         screen_heads(attn_model, tiny_task, kind="half")
+
+
+def _last_logprob(model, tokens):
+    """Log-prob of each row's last token given the rest (a next-token score on raw tokens)."""
+    logits = model(tokens)[:, -2]
+    return logits.log_softmax(-1).gather(1, tokens[:, -1:])[:, 0]
+
+
+def test_custom_metric_on_transformer_bridge(tmp_path):
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(2)
+    hf = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=32)
+    ).eval()
+    hf.save_pretrained(tmp_path / "g")
+    bridge = TransformerBridge.boot_transformers(str(tmp_path / "g"), device="cpu")
+    bridge.enable_compatibility_mode(disable_warnings=True, fold_value_biases=False)
+    tokens = torch.randint(0, 50, (6, 7))
+    df = screen_heads(bridge, tokens, metric=_last_logprob, n_boot=20)
+    clean = _last_logprob(bridge, tokens)
+    for layer, head in [(0, 1), (1, 2)]:
+        with ablated(bridge, [(layer, head)]), torch.no_grad():
+            ref = (_last_logprob(bridge, tokens) - clean).mean()
+        row = df[(df["layer"] == layer) & (df["head"] == head)].iloc[0]
+        assert_close(row["d_metric"], ref)
+    assert df["d_metric"].abs().max() > 1e-4
+    att = screen_heads(bridge, tokens, metric=_last_logprob, method="attribution", n_boot=20)
+    assert rank_correlation(att["d_metric"], df["d_metric"]) > 0.5

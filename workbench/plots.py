@@ -138,8 +138,11 @@ def save_plots(result, folder: str | Path) -> list[Path]:
     for name, fn in PLOT_FUNCTIONS.items():
         fig = fn(result)
         tmp = folder / f"tmp-{name}"
-        fig.savefig(tmp, dpi=110, format="png")
-        tmp.replace(folder / name)
+        try:
+            fig.savefig(tmp, dpi=110, format="png")
+            tmp.replace(folder / name)
+        finally:
+            tmp.unlink(missing_ok=True)
         paths.append(folder / name)
     return paths
 

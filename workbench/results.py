@@ -47,8 +47,10 @@ class CELConfig:
         kind: `"zero"` or `"mean"` ablation (mean over the selection split's prompts).
         method: single-head screening, `"exact"` or `"attribution"`.
         objective: the metric CEL maximises (the task's `metric` when None).
-        secondary: the tie-break metric (see `workbench.search`); chosen from the objective
-            when None.
+        secondary: the continuous companion metric (log-prob unless that is the objective);
+            chosen from the objective when None.
+        rank_by: `"objective"`: candidates and sets are ranked by the objective's gain, ties
+            broken by the secondary's; `"secondary"`: the other way round.
         max_size: the largest head set searched and confirmed.
         strategies: names in `workbench.search.STRATEGIES`, run in order on one shared cache.
         top_m: candidates for the exhaustive strategy and the smallest candidate pool.
@@ -69,6 +71,7 @@ class CELConfig:
     method: str = "exact"
     objective: str | None = None
     secondary: str | None = None
+    rank_by: str = "objective"
     max_size: int = 3
     strategies: tuple[str, ...] = ("exhaustive",)
     top_m: int = 8
@@ -98,6 +101,10 @@ class CELConfig:
             self.strategies = (self.strategies,)
         self.strategies = tuple(self.strategies)
         self.others = tuple(str(o) for o in self.others)
+        if self.rank_by not in ("objective", "secondary"):
+            raise WorkbenchError(
+                f"rank_by {self.rank_by!r} is unknown; expected 'objective' or 'secondary'"
+            )
         if not self.strategies:
             raise WorkbenchError("at least one search strategy is needed")
         for s in self.strategies:
@@ -146,8 +153,11 @@ class CELConfig:
 def write_json(path: Path, obj) -> Path:
     """Write JSON atomically."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only after a failure or an interrupt
     return path
 
 
@@ -243,8 +253,11 @@ class CELResult:
 
             save_plots(self, folder)
         tmp = folder / (REPORT_FILE + ".tmp")
-        tmp.write_text(self.report(plots=plots))
-        tmp.replace(folder / REPORT_FILE)
+        try:
+            tmp.write_text(self.report(plots=plots))
+            tmp.replace(folder / REPORT_FILE)
+        finally:
+            tmp.unlink(missing_ok=True)
         return folder
 
     @classmethod
@@ -271,8 +284,8 @@ class CELResult:
         lines = [f"# CEL: {cfg.task} on {cfg.model}", ""]
         lines.append(
             f"{cfg.kind} ablation, {cfg.method} screening, objective `{obj}` "
-            f"(tie-break `{cfg.secondary}`), sets up to size {cfg.max_size}, strategies "
-            f"{', '.join(cfg.strategies)}, seed {cfg.seed}."
+            f"(secondary `{cfg.secondary}`, ranked by {cfg.rank_by} first), sets up to size "
+            f"{cfg.max_size}, strategies {', '.join(cfg.strategies)}, seed {cfg.seed}."
         )
         lines.append("Effects are ablated minus clean: positive means removing the heads helps.")
         lines.append("")

@@ -19,12 +19,13 @@ Three ways to get the numbers (`ScreenMethod`):
 
 - `exact`: heads in layer `l` cannot change anything before layer `l`, so the clean run caches
   `blocks.{l}.hook_resid_pre` once and each ablated run restarts there with
-  `start_at_layer=l`; only the answer positions go through the final norm and unembedding.
-  It equals one full `run_with_hooks` per head up to float error, at about a third of the
-  cost for GPT-2-sized models (the unembedding over every position is a large share of a
-  naive pass). Several head masks can share one forward (`mask_hooks` tiles the batch); this
-  pays on a GPU, while on a CPU the measured cost per mask is the same or slightly worse, so
-  `masks_per_pass` defaults to 1 there.
+  `start_at_layer=l`. Only the answer position matters at the end, so from the last block's
+  `hook_resid_mid` on each row keeps only that position (`answer_only_hooks`): the last MLP,
+  the final norm and the unembedding run on one position per row. The result equals one
+  full `run_with_hooks` per head up to float error, at about 0.4 of its cost for GPT-2-sized
+  models (see `bench/screen.py`). Several head masks can share one forward (`mask_hooks`
+  tiles the batch); this pays on a GPU, while on a CPU the measured cost per mask was the same
+  or slightly worse, so `masks_per_pass` defaults to 1 there.
 - `attribution`: a first-order estimate for all heads from one forward and one backward pass
   per metric: `grad(metric) . (z_ablated - z_clean)` at every `hook_z`, per example (rows of a
   batch do not interact, so the gradient of the summed metric is each example's gradient).
@@ -43,7 +44,8 @@ screening then calls it once per head under the ablation hooks (no prefix reuse)
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
@@ -140,12 +142,47 @@ def _as_score_dict(out, where: str) -> dict[str, Tensor]:
     return scores
 
 
-def _default_masks_per_pass(model, n_examples: int, max_rows: int) -> int:
+MAX_TOKENS_PER_PASS = 65536
+
+
+def _default_masks_per_pass(model, n_examples: int, n_tokens: int, max_rows: int) -> int:
     # Measured on a 2-core CPU (GPT-2-small shape, 64 x 20 tokens, 6 layers): one mask per pass
-    # 3.06 s, four tiled masks 3.22 s per mask. A GPU is underused by one small batch.
+    # 3.06 s, four tiled masks 3.22 s per mask. A GPU is underused by one small batch; the
+    # token budget bounds activation and attention-pattern memory for long prompts.
     if torch.device(model.cfg.device).type == "cpu":
         return 1
-    return max(1, max_rows // max(1, n_examples))
+    by_rows = max_rows // max(1, n_examples)
+    by_tokens = MAX_TOKENS_PER_PASS // max(1, n_examples * n_tokens)
+    return max(1, min(by_rows, by_tokens))
+
+
+def _save_hook(x: Tensor, hook, store: dict) -> None:
+    store[hook.name] = x
+
+
+def _gather_hook(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tensor) -> Tensor:
+    return resid[torch.arange(resid.shape[0], device=resid.device), pos][:, None]
+
+
+def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
+    """Hooks that keep only each row's answer position from the last block's `hook_resid_mid`
+    on, so that block's MLP, the final norm and the unembedding run on one position per row.
+
+    Returns:
+        `(hooks, pos_after)`: the hooks (none where the model's last block is not a sequential
+        attention-then-MLP block) and the positions to read the final residual at.
+    """
+    cfg = model.cfg
+    blocks = getattr(model, "blocks", None)
+    if (
+        cfg.attn_only
+        or getattr(cfg, "parallel_attn_mlp", False)
+        or blocks is None
+        or not hasattr(blocks[-1], "hook_resid_mid")
+    ):
+        return [], pos
+    name = f"blocks.{cfg.n_layers - 1}.hook_resid_mid"
+    return [(name, partial(_gather_hook, pos=pos))], torch.zeros_like(pos)
 
 
 class MaskScorer:
@@ -219,22 +256,26 @@ class MaskScorer:
 
     def _clean_with_cache(self) -> dict[str, Tensor]:
         model, batch, L = self.model, self.data, self.n_layers
-        names = {f"blocks.{l}.hook_resid_pre" for l in range(L)}
         parts: dict[str, list[Tensor]] = {m: [] for m in METRICS}
         self._resid = []
         for rows in self._chunks():
-            final, cache = model.run_with_cache(
-                batch.tokens[rows],
-                names_filter=lambda n: n in names,
-                stop_at_layer=L,
-                **_forward_kwargs(model),
-            )
             if self.reuse_prefix:
+                store: dict[str, Tensor] = {}
+                hooks = [
+                    (f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
+                    for l in range(L)
+                ]
+                answer_hooks, pos = answer_only_hooks(model, batch.answer_pos[rows])
+                with model.hooks(fwd_hooks=hooks + answer_hooks):
+                    final = model(batch.tokens[rows], stop_at_layer=L, **_forward_kwargs(model))
                 self._resid.append(
-                    torch.stack([cache[f"blocks.{l}.hook_resid_pre"] for l in range(L)])
+                    torch.stack([store[f"blocks.{l}.hook_resid_pre"] for l in range(L)])
                 )
-            del cache
-            logits = unembed_at(model, final, batch.answer_pos[rows])
+                logits = unembed_at(model, final, pos)
+            else:  # the naive reference: full logits
+                logits = model(batch.tokens[rows], **_forward_kwargs(model))
+                pos = batch.answer_pos[rows]
+                logits = logits[torch.arange(logits.shape[0], device=logits.device), pos]
             for name, v in score_logits(logits, _Targets.of(batch, rows=rows)).items():
                 parts[name].append(v)
         return {name: torch.cat(v) for name, v in parts.items()}
@@ -316,7 +357,9 @@ class MaskScorer:
             for c, rows in enumerate(self._chunks()):
                 resid = self._resid[c][layer]  # (b, T, d)
                 b = resid.shape[0]
-                per_pass = self._masks_per_pass or _default_masks_per_pass(model, b, self.max_rows)
+                per_pass = self._masks_per_pass or _default_masks_per_pass(
+                    model, b, resid.shape[1], self.max_rows
+                )
                 for s in range(0, len(idx), per_pass):
                     chunk = idx[s : s + per_pass].to(masks.device)
                     k = len(chunk)
@@ -328,11 +371,12 @@ class MaskScorer:
                         self.per_position,
                         layers=range(layer, L),
                     )
-                    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+                    answer_hooks, pos = answer_only_hooks(model, batch.answer_pos[rows].repeat(k))
+                    with torch.no_grad(), model.hooks(fwd_hooks=hooks + answer_hooks):
                         final = model(
                             resid.repeat(k, 1, 1), start_at_layer=layer, stop_at_layer=L
-                        )  # (k * b, T, d)
-                        logits = unembed_at(model, final, batch.answer_pos[rows].repeat(k))
+                        )  # (k * b, T or 1, d)
+                        logits = unembed_at(model, final, pos)
                     for name, v in score_logits(logits, _Targets.of(batch, k, rows)).items():
                         out[name][
                             chunk[:, None], torch.arange(rows.start, rows.stop, device=v.device)
@@ -378,6 +422,20 @@ def _keep_z(z: Tensor, hook, store: dict) -> Tensor:
     return z
 
 
+@contextmanager
+def _frozen(model) -> Iterator[None]:
+    """Parameters stop requiring gradients for the duration: the backward passes then build no
+    weight-gradient work (measured: 6.5 s instead of 7.6 s for three on GPT-2-small shape)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p in trainable:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
+
+
 def attribution_effects(
     model,
     data,
@@ -411,14 +469,16 @@ def attribution_effects(
     for rows in chunks:
         store: dict[str, Tensor] = {}
         hooks = [(n, partial(_keep_z, store=store)) for n in names]
-        with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
+        with torch.enable_grad(), _frozen(model), model.hooks(fwd_hooks=hooks):
             if metric is not None:
                 scores = _as_score_dict(metric(model, data), "attribution run")
                 differentiable = dict(scores)
             else:
                 sub = data.rows(rows) if rows != slice(None) else data
-                final = model(sub.tokens, stop_at_layer=L, **_forward_kwargs(model))
-                logits = unembed_at(model, final, sub.answer_pos).float()
+                answer_hooks, pos = answer_only_hooks(model, sub.answer_pos)
+                with model.hooks(fwd_hooks=answer_hooks):
+                    final = model(sub.tokens, stop_at_layer=L, **_forward_kwargs(model))
+                logits = unembed_at(model, final, pos).float()
                 scores = score_logits(logits, sub)
                 # Accuracy is `margin > 0`; its estimate linearises the margin.
                 differentiable = {

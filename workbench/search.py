@@ -70,19 +70,20 @@ from workbench.tables import head_name, load_table, save_table
 from workbench.tasks import Task, encode_task
 
 HeadTuple = tuple[Head, ...]
+RANK_BY = ("objective", "secondary")
 
 
 def _names(heads: Iterable[Head]) -> str:
     return ",".join(head_name(l, h) for l, h in sorted(heads))
 
 
-def sort_key(gains: dict[str, float], objective: str, secondary: str | None) -> tuple:
-    """The order of head sets: objective gain, then secondary gain; NaN ranks last."""
+def sort_key(gains: dict[str, float], first: str, second: str | None) -> tuple:
+    """The order of head sets: gain on `first`, then on `second`; NaN ranks last."""
 
     def clean(v):
         return -math.inf if v is None or math.isnan(v) else v
 
-    return (clean(gains.get(objective)), clean(gains.get(secondary)) if secondary else 0.0)
+    return (clean(gains.get(first)), clean(gains.get(second)) if second else 0.0)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class SearchSpace:
     candidates: list[Head]
     objective: str
     secondary: str | None
+    rank_by: str = "objective"
     max_size: int = 3
     top_m: int = 8
     beam_width: int = 4
@@ -111,6 +113,11 @@ class SearchSpace:
     @property
     def model(self):
         return self.scorer.model
+
+    @property
+    def order(self) -> tuple[str, str | None]:
+        """The metrics sets are ranked by: (first, tie-break)."""
+        return rank_order(self.objective, self.secondary, self.rank_by)
 
     def evaluate(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
         """Score head sets (once each, cached), record them, return their sort keys."""
@@ -138,7 +145,7 @@ class SearchSpace:
                     **{f"d_{m}": v for m, v in entry.items() if m != "score"},
                 }
             )
-            keys.append(sort_key(entry, self.objective, self.secondary))
+            keys.append(sort_key(entry, *self.order))
         return keys
 
 
@@ -269,23 +276,32 @@ def lasso_cv(
 # Candidates and best sets
 
 
+def rank_order(objective: str, secondary: str | None, rank_by: str) -> tuple[str, str | None]:
+    """`(first, tie-break)` metrics for `rank_by` = `"objective"` or `"secondary"`."""
+    if rank_by not in RANK_BY:
+        raise WorkbenchError(f"rank_by {rank_by!r} is unknown; expected one of {RANK_BY}")
+    if rank_by == "secondary" and secondary is not None:
+        return secondary, objective
+    return objective, secondary
+
+
 def select_candidates(
-    heads: pd.DataFrame, objective: str, secondary: str | None, top_m: int
+    heads: pd.DataFrame, first: str, second: str | None, top_m: int
 ) -> pd.DataFrame:
-    """Mark candidates in a screening table (see the module docstring for the rule).
+    """Mark candidates in a screening table (see the module docstring for the rule), ranking
+    heads by their gain on `first`, ties broken by `second` (see `rank_order`).
 
     Returns:
         A copy of `heads` with `candidate` (bool) and `candidate_rank` (0 = best, -1 = none).
     """
     df = heads.copy()
-    d_obj = df[f"d_{objective}"].to_numpy(dtype=float)
-    beyond = df[f"d_{objective}_lo"].to_numpy(dtype=float) > 0
-    if secondary is not None and f"d_{secondary}_lo" in df:
-        beyond |= (d_obj >= 0) & (df[f"d_{secondary}_lo"].to_numpy(dtype=float) > 0)
-    d_sec = df[f"d_{secondary}"].to_numpy(dtype=float) if secondary else np.zeros(len(df))
+    d_obj = df[f"d_{first}"].to_numpy(dtype=float)
+    beyond = df[f"d_{first}_lo"].to_numpy(dtype=float) > 0
+    if second is not None and f"d_{second}_lo" in df:
+        beyond |= (d_obj >= 0) & (df[f"d_{second}_lo"].to_numpy(dtype=float) > 0)
+    d_sec = df[f"d_{second}"].to_numpy(dtype=float) if second else np.zeros(len(df))
     keys = [
-        sort_key({objective: a, secondary: b}, objective, secondary)
-        for a, b in zip(d_obj, d_sec, strict=True)
+        sort_key({first: a, second: b}, first, second) for a, b in zip(d_obj, d_sec, strict=True)
     ]
     order = sorted(range(len(df)), key=lambda i: keys[i], reverse=True)  # stable: layer, head
     order = [i for i in order if not math.isnan(d_obj[i])]
@@ -306,7 +322,7 @@ def candidate_heads(heads: pd.DataFrame) -> list[Head]:
 
 
 def best_sets(
-    combos: pd.DataFrame, objective: str, secondary: str | None, max_size: int
+    combos: pd.DataFrame, first: str, second: str | None, max_size: int
 ) -> tuple[dict[int, str], int | None]:
     """The best set of each size (by the search order) and the size of the overall best."""
     best: dict[int, tuple[tuple, str]] = {}
@@ -314,10 +330,10 @@ def best_sets(
         size = int(row.size)
         if not 1 <= size <= max_size:
             continue
-        gains = {objective: getattr(row, f"d_{objective}")}
-        if secondary:
-            gains[secondary] = getattr(row, f"d_{secondary}")
-        key = sort_key(gains, objective, secondary)
+        gains = {first: getattr(row, f"d_{first}")}
+        if second:
+            gains[second] = getattr(row, f"d_{second}")
+        key = sort_key(gains, first, second)
         heads = str(row.heads)
         if (
             size not in best
@@ -390,6 +406,7 @@ def run_cel(
     out_dir: str | Path | None = None,
     *,
     objective: str | None = None,
+    rank_by: str = "objective",
     top_m: int = 8,
     beam_width: int = 4,
     n_masks: int | None = None,
@@ -422,6 +439,8 @@ def run_cel(
         out_dir: the results folder: stage files are written as they finish and a rerun
             with the same config resumes from them; None keeps everything in memory.
         objective: the metric to improve; the task's `metric` when None.
+        rank_by: `"objective"` ranks candidates and sets by the objective's gain, ties broken
+            by the secondary metric's; `"secondary"` the other way round.
         top_m, beam_width, n_masks, knockout_p: search parameters (see the module docstring).
         n_boot, ci: paired bootstrap resamples and interval coverage.
         check_attribution: with attribution screening, also screen exactly and report the
@@ -469,6 +488,7 @@ def run_cel(
             f"objective {objective!r} is not a metric of this run; expected one of {metric_names}"
         )
     secondary = _default_secondary(objective, metric_names)
+    order = rank_order(objective, secondary, rank_by)
     config = CELConfig(
         model=model_name or str(getattr(model.cfg, "model_name", "model")),
         task=main.name,
@@ -477,6 +497,7 @@ def run_cel(
         method=ScreenMethod.parse(method).value,
         objective=objective,
         secondary=secondary,
+        rank_by=rank_by,
         max_size=max_size,
         strategies=(strategy,) if isinstance(strategy, str) else tuple(strategy),
         top_m=top_m,
@@ -572,7 +593,7 @@ def run_cel(
                 heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()
                 rho[m] = rank_correlation(heads[f"d_{m}"], heads[f"exact_d_{m}"])
             result.summary["attribution_rank_correlation"] = rho
-        heads = select_candidates(heads, objective, secondary, top_m)
+        heads = select_candidates(heads, *order, top_m)
         result.summary["candidates"] = [head_name(*h) for h in candidate_heads(heads)]
         result.timings["screen"] = time.perf_counter() - t1
         result.heads = heads
@@ -588,6 +609,7 @@ def run_cel(
             candidate_heads(heads),
             objective,
             secondary,
+            rank_by=rank_by,
             max_size=max_size,
             top_m=top_m,
             beam_width=beam_width,
@@ -610,7 +632,7 @@ def run_cel(
     side_effects = stages.load("side_effects") if other_tasks else pd.DataFrame()
     if confirmation is None or side_effects is None:
         t3 = time.perf_counter()
-        sets, best_size = best_sets(combos, objective, secondary, max_size)
+        sets, best_size = best_sets(combos, *order, max_size)
         select_gains = {}
         for size, names in sets.items():
             row = combos[combos["heads"] == names].iloc[0]

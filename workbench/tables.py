@@ -105,13 +105,16 @@ def save_table(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a table atomically as CSV or Parquet, chosen by the file suffix."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    if path.suffix == ".csv":
-        df.to_csv(tmp, index=False)
-    elif path.suffix == ".parquet":
-        df.to_parquet(tmp, index=False)
-    else:
+    if path.suffix not in (".csv", ".parquet"):
         raise WorkbenchError(f"table path {str(path)!r} must end in .csv or .parquet")
-    tmp.replace(path)
+    try:
+        if path.suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_parquet(tmp, index=False)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # an interrupted write leaves no partial file behind
     return path
 
 
