@@ -42,6 +42,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", default="theory_results", metavar="DIR",
                    help="results folder, replaced atomically (default theory_results)")
     p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda or mps")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="torch CPU threads (default 1: the model is tiny, and more threads "
+                        "only contend on a busy machine)")
     p.add_argument("--no-figures", action="store_true", help="write tables only")
     p.set_defaults(func=run)
 
@@ -63,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
         changes["steps"] = args.steps
     base = quick_config(**changes) if args.quick else TheoryConfig(**changes)
     device = resolve_device(args.device)
+    if args.threads < 1:
+        raise WorkbenchError(f"--threads must be >= 1; got {args.threads}")
+    if device.type == "cpu":
+        import torch
+
+        torch.set_num_threads(args.threads)
     conditions = SWEEPS[args.sweep](base)
     print(f"theory sweep {args.sweep!r}: {len(conditions)} conditions x {base.n_seeds} seeds, "
           f"{base.steps} steps, device {device}")

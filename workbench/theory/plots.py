@@ -75,7 +75,8 @@ def plot_feature_heatmap(features: pd.DataFrame, conditions: Sequence[str] | Non
         lim = max(float(np.abs(values).max()), 1e-9)
         im = ax.imshow(values, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
         for (r, c), v in np.ndenumerate(values):
-            ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7)
+            ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if abs(v) > 0.6 * lim else "black")
         ax.set_xticks(range(len(_HEATMAP_COLUMNS)), _HEATMAP_COLUMNS, rotation=30, fontsize=8)
         ax.set_yticks(range(len(d)), d["head_name"])
         ax.set_title(f"{name}, seed {seed}", fontsize=9)
@@ -128,9 +129,12 @@ def plot_tradeoff_vs_init(summary: pd.DataFrame, flag: str = "tradeoff") -> Figu
     """Fraction of seeds with the trade-off against init scale, one line per head count."""
     fig = Figure(figsize=(4.5, 3.4), layout="constrained")
     ax = fig.subplots()
-    for h, g in summary.groupby("n_heads"):
+    markers = "osd^v<>"
+    for i, (h, g) in enumerate(summary.groupby("n_heads")):
         g = g.sort_values("init_scale")
-        ax.plot(g["init_scale"], g[f"frac_{flag}"], "o-", label=f"H = {h}")
+        # nudge each head count sideways so that equal fractions do not hide each other
+        ax.plot(g["init_scale"] * 1.12 ** i, g[f"frac_{flag}"], marker=markers[i % 7],
+                label=f"H = {h}")
     ax.set_xscale("log")
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("init scale")
@@ -140,8 +144,8 @@ def plot_tradeoff_vs_init(summary: pd.DataFrame, flag: str = "tradeoff") -> Figu
 
 
 def plot_gain_vs_cue(seeds: pd.DataFrame, configs: dict) -> Figure:
-    """Per-seed ablation gain (mean of the two role heads' gains) against cue strength gamma;
-    smaller gamma = noisier cue."""
+    """Per-seed ablation gain (mean of the two role heads' gains) against cue strength gamma,
+    on a reversed axis so that the cue gets noisier to the right."""
     fig = Figure(figsize=(4.5, 3.4), layout="constrained")
     ax = fig.subplots()
     gamma = seeds["condition"].map(lambda c: configs[c].cue_strength)
@@ -150,7 +154,8 @@ def plot_gain_vs_cue(seeds: pd.DataFrame, configs: dict) -> Figure:
     ax.plot(means.index, means.to_numpy(), "k-o", label="mean")
     ax.axhline(0, color="0.6", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("cue strength gamma (noisier to the left)")
+    ax.invert_xaxis()
+    ax.set_xlabel("cue strength gamma (noisier to the right)")
     ax.set_ylabel("gain on the other task (nats)")
     ax.legend()
     return fig
