@@ -153,9 +153,15 @@ def main() -> None:
         f"model: {L} layers x {H} heads, d_model {cfg.d_model}, d_vocab {cfg.d_vocab}, random "
         f"weights; {args.prompts} prompts x {args.tokens} tokens; zero ablation"
     )
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     what = "wall time" if torch.device(args.device).type == "cuda" else "CPU time of this process"
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, device {args.device}, torch "
+        f"machine: {cpu}, {os.cpu_count()} CPUs, device {args.device}, torch "
         f"threads {torch.get_num_threads()}, torch {torch.__version__}; times are {what}"
     )
     if k < H:

@@ -19,14 +19,21 @@ share one cache, so a set is scored once.
 
 Choices (measured or argued, see the README):
 
-- The objective is the task's `metric` (default accuracy). Sets are ranked by the objective's
-  gain on the selection split, ties broken by the `secondary` metric's gain (log-prob, or
-  accuracy when the objective is log-prob). Accuracy is coarse on a small selection split,
-  so ties are common; the tie-break orders them by a continuous measure without letting a
-  set that costs accuracy win on confidence alone.
+- The objective is the task's `metric` (default accuracy). With `rank_by="objective"` (the
+  default) sets and candidates are ranked by the objective's gain on the selection split,
+  ties broken by the `secondary` metric's gain (log-prob, or accuracy when the objective is
+  log-prob); `rank_by="secondary"` ranks by the secondary first. Accuracy is coarse on a
+  small selection split, so ties are common; the tie-break orders them by a continuous
+  measure without letting a set that costs accuracy win on confidence alone. Measured on a
+  retrained embedded-style model (2 x 4 heads, map task, 6 random selection subsets of 24 and
+  of 96 examples, exhaustive up to size 3, gains on 600 held-out examples): both orders chose
+  the same best sets (+0.080 accuracy held out); the best single head was as good or better
+  with the objective first (+0.072 vs +0.070 at 96 examples). So the objective goes first.
+- The overall best set is the smallest size whose best set has the largest objective gain:
+  the tie-break orders sets of one size but does not justify removing more heads.
 - Candidates (the pool for exhaustive, greedy and beam) are the heads whose single removal
   helps beyond noise on the selection split: the lower end of the paired bootstrap interval
-  of the objective's gain is above 0, or the objective's gain is >= 0 and the secondary's
+  of the (first) metric's gain is above 0, or that gain is >= 0 and the tie-break metric's
   interval is above 0. When fewer than `top_m` heads qualify, the pool is filled up to
   `top_m` with the next heads in the same order (heads with no single effect, like a
   redundant pair, come before heads whose removal hurts). Greedy and beam search the whole
@@ -324,7 +331,8 @@ def candidate_heads(heads: pd.DataFrame) -> list[Head]:
 def best_sets(
     combos: pd.DataFrame, first: str, second: str | None, max_size: int
 ) -> tuple[dict[int, str], int | None]:
-    """The best set of each size (by the search order) and the size of the overall best."""
+    """The best set of each size (by `sort_key`) and the size of the overall best: the
+    smallest size whose best set has the largest gain on `first`."""
     best: dict[int, tuple[tuple, str]] = {}
     for row in combos.itertuples(index=False):
         size = int(row.size)
@@ -343,7 +351,9 @@ def best_sets(
             best[size] = (key, heads)
     if not best:
         return {}, None
-    overall = max(sorted(best), key=lambda s: best[s][0])  # max keeps the smallest on ties
+    # Parsimony: a larger set must gain more on `first`; the tie-break orders sets of one size
+    # but does not justify removing more heads. `max` keeps the smallest size on ties.
+    overall = max(sorted(best), key=lambda s: best[s][0][0])
     return {s: heads for s, (_, heads) in sorted(best.items())}, overall
 
 
