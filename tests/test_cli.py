@@ -69,6 +69,24 @@ def test_no_arguments_runs_the_demo_when_the_embedded_model_is_missing(
     assert CELResult.load(tmp_path / "cel_results").config.model == "demo"
 
 
+def test_no_arguments_runs_the_embedded_model_and_its_tasks(
+    demo_files, tmp_path, monkeypatch, capsys
+):
+    import workbench.zoo as zoo
+
+    model_dir, main, side = demo_files
+    monkeypatch.setattr(zoo, "EMBEDDED_PATH", model_dir)
+    monkeypatch.setattr(zoo, "DEFAULT_TASK", str(main))
+    monkeypatch.setattr(zoo, "SIDE_TASKS", [str(side)])
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(FAST) == 0
+    printed = capsys.readouterr().out
+    assert "built-in demo" not in printed and "model embedded" in printed
+    result = CELResult.load(tmp_path / "cel_results")
+    assert (result.config.model, result.config.task) == ("embedded", "micro_map")
+    assert result.config.others == ("micro_short",)
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [
