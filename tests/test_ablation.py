@@ -93,6 +93,9 @@ def test_hook_ablation_on_hooked_encoder():
         seed=5,
     )
     enc = HookedEncoder(cfg)
+    with torch.no_grad():  # HookedEncoder leaves its parameters uninitialised
+        for p in enc.parameters():
+            p.normal_(0, 0.2)
     enc.eval()
     tokens = torch.randint(0, 30, (2, 6))
     heads = [(1, 2), (0, 0)]
@@ -103,6 +106,7 @@ def test_hook_ablation_on_hooked_encoder():
         for layer, head in heads:
             ref.blocks[layer].attn.W_O[head] = 0.0
     assert_close(hooked, ref(tokens))
+    assert (hooked - enc(tokens)).abs().max() > 1e-3
 
 
 def test_hooks_are_removed_after_exit_and_after_error(attn_model):
