@@ -244,7 +244,7 @@ def test_ablation_table_matches_masked_forward(small_init_run):
     r = small_init_run
     config = r.config
     b = make_batch(config, 2000, _gen(8))
-    table = ablation_table(r.train.model, b, config.seeds)
+    table = ablation_table(r.train.model, b)
     a = b.task > 0
     with torch.no_grad():
         full = logistic_loss(r.train.model(b.x, b.q)[:, a], b.y[a]).mean(-1)
@@ -335,6 +335,17 @@ def test_command_writes_results_folder(tmp_path, capsys):
     assert TheoryConfig.from_dict(configs["large_init"]).init_scale == 1.0
     assert len(pd.read_csv(out / "summary.csv")) == 2
     assert not list(tmp_path.glob("*.tmp"))
+    # a rerun replaces a results folder; a folder with anything else in it is never touched
+    rerun = ["theory", "--quick", "--seeds", "1", "--steps", "10", "--device", "cpu",
+             "--no-figures", "--out"]
+    assert args.func(parser.parse_args([*rerun, str(out)])) == 0
+    assert not (out / "summary.png").exists() and (out / "summary.csv").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(WorkbenchError, match="not theory results"):
+        args.func(parser.parse_args([*rerun, str(mine)]))
+    assert (mine / "notes.txt").read_text() == "keep me"
     with pytest.raises(WorkbenchError):
         args.func(parser.parse_args(["theory", "--seeds", "0"]))
 

@@ -80,8 +80,9 @@ def features_to_table(coefs: Float[Tensor, "seed head_index task feature"],
     return pd.concat(tables, ignore_index=True)
 
 
-def feature_use_table(model, batch: Batch, seeds: Sequence[int]) -> pd.DataFrame:
-    """Per-head feature use of a trained model on a held-out batch.
+def feature_use_table(model, batch: Batch, seeds: Sequence[int] | None = None) -> pd.DataFrame:
+    """Per-head feature use of a trained model on a held-out batch (`seeds` default to the
+    model's).
 
     Returns:
         One row per (seed, head): `layer, head, head_name, seed, intercept_A, shared_A,
@@ -89,7 +90,8 @@ def feature_use_table(model, batch: Batch, seeds: Sequence[int]) -> pd.DataFrame
     """
     with torch.no_grad():
         head_out = model.head_outputs(batch.x, batch.q)
-    return features_to_table(feature_coefficients(head_out, batch), seeds)
+    return features_to_table(feature_coefficients(head_out, batch),
+                             model.seeds if seeds is None else seeds)
 
 
 def _ablate_zero(head_out: Tensor, head: int) -> Tensor:
@@ -131,14 +133,14 @@ def evaluate(model, batch: Batch, config) -> pd.DataFrame:
     return table
 
 
-def ablation_table(model, batch: Batch, seeds: Sequence[int], kind: str = "zero"
+def ablation_table(model, batch: Batch, seeds: Sequence[int] | None = None, kind: str = "zero"
                    ) -> pd.DataFrame:
     """Ablate each head alone and measure each task's loss and accuracy.
 
     Args:
         model: a trained `MultiHeadAttentionModel`.
         batch: held-out samples (both tasks).
-        seeds: the model's seeds, in order.
+        seeds: the model's seeds, in order (default: `model.seeds`).
         kind: a key of `ABLATIONS` (`"zero"`: drop the head's output; `"mean"`: replace it by
             its mean over `batch`).
 
@@ -149,6 +151,7 @@ def ablation_table(model, batch: Batch, seeds: Sequence[int], kind: str = "zero"
     """
     if kind not in ABLATIONS:
         raise WorkbenchError(f"unknown ablation kind {kind!r}; expected one of {sorted(ABLATIONS)}")
+    seeds = model.seeds if seeds is None else seeds
     names = ("loss_A", "loss_B", "acc_A", "acc_B")
     with torch.no_grad():
         head_out = model.head_outputs(batch.x, batch.q)  # (S, B, H)

@@ -89,6 +89,7 @@ class MultiHeadAttentionModel(nn.Module):
         device = resolve_device(device)
         self.n_heads = config.n_heads
         self.n_seeds = config.n_seeds
+        self.seeds = config.seeds
         self.parametrisation = PARAMETRISATIONS[config.parametrisation]
         shapes = self.parametrisation.shapes(config.n_heads, config.d_head)
         per_seed: dict[str, list[Tensor]] = {name: [] for name in shapes}

@@ -33,6 +33,11 @@ from workbench.theory.data import make_batch
 from workbench.theory.model import resolve_device
 from workbench.theory.train import TrainResult, train
 
+TABLES = ("summary", "seeds", "features", "ablations", "history", "head_history")
+FIGURES = ("summary", "feature_heatmap", "ablation_bars", "gap_history", "feature_trajectories",
+           "tradeoff_vs_init", "gain_vs_cue")
+RESULT_FILES = frozenset({f"{t}.csv" for t in TABLES} | {f"{f}.png" for f in FIGURES}
+                         | {"configs.json"})
 DEFAULT_TOL = 1e-3  # nats; a loss change smaller than this is neither a gain nor a harm
 SMALL_INIT, LARGE_INIT = 1e-3, 1.0
 
@@ -99,9 +104,17 @@ class SweepResult:
         """Write CSV tables, `configs.json` and (optionally) PNG figures to `out_dir`.
 
         The folder is built in a temporary sibling and renamed into place, so `out_dir` is
-        either the old complete folder or the new complete one, never half written.
+        either the old complete folder or the new complete one, never half written. An
+        existing `out_dir` is replaced only if it holds nothing but files this method writes.
         """
-        out_dir = Path(out_dir)
+        out_dir = Path(out_dir).resolve()
+        if out_dir.exists():
+            foreign = ([out_dir.name] if not out_dir.is_dir() else
+                       sorted(p.name for p in out_dir.iterdir() if p.name not in RESULT_FILES))
+            if foreign:
+                raise WorkbenchError(
+                    f"{str(out_dir)!r} exists and holds {foreign[:5]}, which are not theory "
+                    f"results; pick another --out or remove it")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", suffix=".tmp", dir=out_dir.parent))
         try:
