@@ -22,6 +22,7 @@ from workbench.tables import check_head_table
 from workbench.theory import (
     Basis,
     MultiHeadAttentionModel,
+    SweepResult,
     TheoryConfig,
     ablation_table,
     bayes_log_odds,
@@ -331,6 +332,10 @@ def test_command_writes_results_folder(tmp_path, capsys):
     files = {p.name for p in out.iterdir()}
     assert {"summary.csv", "seeds.csv", "features.csv", "ablations.csv", "history.csv",
             "configs.json", "summary.png", "feature_trajectories.png"} <= files
+    assert "tradeoff_vs_init.png" not in files  # one head count: no grid to plot
+    loaded = SweepResult.load(out)
+    assert_close(loaded.summary()["gap"].to_numpy(),
+                 pd.read_csv(out / "summary.csv")["gap"].to_numpy(), atol=1e-12)
     configs = json.loads((out / "configs.json").read_text())
     assert TheoryConfig.from_dict(configs["large_init"]).init_scale == 1.0
     assert len(pd.read_csv(out / "summary.csv")) == 2

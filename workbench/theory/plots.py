@@ -30,6 +30,17 @@ def _conditions(df: pd.DataFrame, conditions: Sequence[str] | None) -> list[str]
     return list(conditions)
 
 
+def _panels(n: int, width: float, height: float, max_cols: int = 4, **kw):
+    """A figure with `n` panels in rows of at most `max_cols`; unused panels are hidden."""
+    cols = min(n, max_cols)
+    rows = -(-n // cols)
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, **kw).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
 def _seed(df: pd.DataFrame, seed: int | None) -> int:
     return int(df["seed"].iloc[0]) if seed is None else seed
 
@@ -40,8 +51,7 @@ def plot_feature_trajectories(head_history: pd.DataFrame, conditions: Sequence[s
     (dotted, mean of both tasks) over training, one panel per condition, log-step axis."""
     conditions = _conditions(head_history, conditions)
     seed = _seed(head_history, seed)
-    fig = Figure(figsize=(5 * len(conditions), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(conditions), squeeze=False, sharey=True)[0]
+    fig, axes = _panels(len(conditions), 5, 3.6, max_cols=3, sharey=True)
     for ax, name in zip(axes, conditions, strict=True):
         d = head_history[(head_history["condition"] == name) & (head_history["seed"] == seed)]
         for i, (_, g) in enumerate(d.groupby("head", sort=True)):
@@ -67,8 +77,7 @@ def plot_feature_heatmap(features: pd.DataFrame, conditions: Sequence[str] | Non
     """Heads x features heatmap of the feature-use coefficients, one panel per condition."""
     conditions = _conditions(features, conditions)
     seed = _seed(features, seed)
-    fig = Figure(figsize=(3.2 * len(conditions), 3.4), layout="constrained")
-    axes = fig.subplots(1, len(conditions), squeeze=False)[0]
+    fig, axes = _panels(len(conditions), 3.2, 3.4)
     for ax, name in zip(axes, conditions, strict=True):
         d = features[(features["condition"] == name) & (features["seed"] == seed)]
         values = d[list(_HEATMAP_COLUMNS)].to_numpy()
@@ -90,8 +99,7 @@ def plot_ablation_bars(ablations: pd.DataFrame, conditions: Sequence[str] | None
     one panel per condition."""
     conditions = _conditions(ablations, conditions)
     seed = _seed(ablations, seed)
-    fig = Figure(figsize=(3.2 * len(conditions), 3.2), layout="constrained")
-    axes = fig.subplots(1, len(conditions), squeeze=False)[0]
+    fig, axes = _panels(len(conditions), 3.2, 3.2)
     for ax, name in zip(axes, conditions, strict=True):
         d = ablations[(ablations["condition"] == name) & (ablations["seed"] == seed)]
         x = np.arange(len(d))
@@ -177,13 +185,13 @@ def plot_summary(summary: pd.DataFrame) -> Figure:
     return fig
 
 
-def _differing_only_in(configs: dict, field: str) -> list[str]:
-    """Conditions whose config equals the first one's in every field except `field`."""
+def _differing_only_in(configs: dict, *fields: str) -> list[str]:
+    """Conditions whose config equals the first one's in every field except `fields`."""
+    def rest(config) -> dict:
+        return {k: v for k, v in config.to_dict().items() if k not in fields}
+
     names = list(configs)
-    ref = configs[names[0]].to_dict()
-    ref.pop(field)
-    return [n for n in names
-            if {k: v for k, v in configs[n].to_dict().items() if k != field} == ref]
+    return [n for n in names if rest(configs[n]) == rest(configs[names[0]])]
 
 
 def save_sweep_figures(result, folder: str | Path) -> list[Path]:
@@ -197,8 +205,11 @@ def save_sweep_figures(result, folder: str | Path) -> list[Path]:
     if len(result.head_history):
         by_init = _differing_only_in(result.configs, "init_scale")
         figures["feature_trajectories"] = plot_feature_trajectories(result.head_history, by_init)
-    if summary["init_scale"].nunique() > 1 and summary["n_heads"].nunique() > 1:
-        figures["tradeoff_vs_init"] = plot_tradeoff_vs_init(summary)
+    grid = summary[summary["condition"].isin(
+        _differing_only_in(result.configs, "init_scale", "n_heads"))]
+    scales_per_h = grid.groupby("n_heads")["init_scale"].nunique()
+    if len(scales_per_h) > 1 and (scales_per_h > 1).all():  # a grid, not scattered points
+        figures["tradeoff_vs_init"] = plot_tradeoff_vs_init(grid)
     noisy = {n: c for n, c in result.configs.items() if c.cue == "noisy"}
     by_cue = _differing_only_in(noisy, "cue_strength") if noisy else []
     if len(by_cue) > 1:

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.tables import save_table
+from workbench.tables import load_table, save_table
 from workbench.theory.analysis import ablation_table, evaluate, feature_use_table, seed_summary
 from workbench.theory.config import TheoryConfig
 from workbench.theory.data import make_batch
@@ -99,6 +99,23 @@ class SweepResult:
     def summary(self) -> pd.DataFrame:
         """One row per condition; see `summarise`."""
         return summarise(self.seeds, self.configs)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> SweepResult:
+        """Read a folder written by `save` (figures are not read)."""
+        folder = Path(folder)
+        if not (folder / "configs.json").is_file():
+            raise WorkbenchError(f"{str(folder)!r} has no configs.json; is it a theory results "
+                                 f"folder written by `workbench theory`?")
+        with open(folder / "configs.json") as fh:
+            configs = {k: TheoryConfig.from_dict(v) for k, v in json.load(fh).items()}
+        tables = {}
+        for name in TABLES[1:]:
+            try:
+                tables[name] = load_table(folder / f"{name}.csv")
+            except pd.errors.EmptyDataError:  # head_history of a run without records
+                tables[name] = pd.DataFrame()
+        return cls(configs=configs, **tables)
 
     def save(self, out_dir: str | Path, figures: bool = True) -> Path:
         """Write CSV tables, `configs.json` and (optionally) PNG figures to `out_dir`.
