@@ -45,6 +45,16 @@ def _gen(seed: int) -> torch.Generator:
 FAST = dict(seeds=(0, 1), steps=400, batch_size=1000, n_eval=20_000, n_probe=2000, n_records=0)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The model is tiny: on a busy 2-core machine, torch's default of one thread per core
+    makes these tests several times slower, not faster. Restored after the module."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def small_init_run():
     torch.manual_seed(0)
