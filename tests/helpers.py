@@ -134,3 +134,28 @@ def linear_model(seed: int = 0) -> HookedTransformer:
     model.word_tokenizer = tok
     model.eval()
     return model
+
+
+def tiny_encoder(seed: int = 5):
+    """A 2-layer HookedEncoder with random weights (HookedEncoder leaves them uninitialised)."""
+    from transformer_lens import HookedEncoder
+
+    cfg = HookedTransformerConfig(
+        n_layers=2,
+        d_model=32,
+        n_ctx=16,
+        d_head=8,
+        n_heads=4,
+        d_vocab=30,
+        act_fn="gelu",
+        d_mlp=64,
+        seed=seed,
+    )
+    enc = HookedEncoder(cfg)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in enc.named_parameters():
+            if name.split(".")[-1].startswith("W"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    enc.eval()
+    return enc

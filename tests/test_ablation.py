@@ -6,9 +6,9 @@ import copy
 
 import pytest
 import torch
-from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from tests.helpers import assert_close, randomize_biases
+from tests.helpers import assert_close, randomize_biases, tiny_encoder
 from workbench import HeadSet, WorkbenchError, ablated, compute_head_means
 from workbench.ablation import mask_hooks
 
@@ -81,22 +81,7 @@ def test_folded_value_bias_would_not_be_removed(gpt2_like_model):
 
 
 def test_hook_ablation_on_hooked_encoder():
-    cfg = HookedTransformerConfig(
-        n_layers=2,
-        d_model=32,
-        n_ctx=16,
-        d_head=8,
-        n_heads=4,
-        d_vocab=30,
-        act_fn="gelu",
-        d_mlp=64,
-        seed=5,
-    )
-    enc = HookedEncoder(cfg)
-    with torch.no_grad():  # HookedEncoder leaves its parameters uninitialised
-        for p in enc.parameters():
-            p.normal_(0, 0.2)
-    enc.eval()
+    enc = tiny_encoder()
     tokens = torch.randint(0, 30, (2, 6))
     heads = [(1, 2), (0, 0)]
     with ablated(enc, heads):

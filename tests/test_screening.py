@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformer_lens import HookedEncoder, HookedTransformerConfig
 
-from tests.helpers import assert_close, linear_model
+from tests.helpers import assert_close, linear_model, tiny_encoder
 from workbench import WorkbenchError, ablated, compute_head_means, evaluate, summarize
 from workbench.heads import all_heads
 from workbench.screening import (
@@ -130,28 +129,6 @@ def test_attribution_table_ranks_like_exact(gpt2_like_model, tiny_task):
     assert_close(flips, np.round(flips), atol=1e-4)  # estimated accuracy moves in whole examples
 
 
-def _encoder():
-    cfg = HookedTransformerConfig(
-        n_layers=2,
-        d_model=32,
-        n_ctx=16,
-        d_head=8,
-        n_heads=4,
-        d_vocab=30,
-        act_fn="gelu",
-        d_mlp=64,
-        seed=5,
-    )
-    enc = HookedEncoder(cfg)
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():  # HookedEncoder leaves its weights uninitialised
-        for name, p in enc.named_parameters():
-            if name.split(".")[-1].startswith("W"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    enc.eval()
-    return enc
-
-
 def _mlm_metric(model, tokens):
     """Log-prob of the token at position 2 (a masked-LM style score), per example."""
     logits = model(tokens)
@@ -159,7 +136,7 @@ def _mlm_metric(model, tokens):
 
 
 def test_custom_metric_on_hooked_encoder():
-    enc = _encoder()
+    enc = tiny_encoder()
     tokens = torch.randint(0, 30, (5, 7))
     df = screen_heads(enc, tokens, metric=_mlm_metric, n_boot=20)
     check_head_table(df)

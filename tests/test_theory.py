@@ -366,7 +366,7 @@ def test_command_writes_results_folder(tmp_path, capsys):
 
 
 def test_unknown_device_is_rejected():
-    from workbench.theory.model import resolve_device
+    from workbench.loading import resolve_device
 
     with pytest.raises(WorkbenchError, match="device"):
         resolve_device("tpu9")

@@ -48,6 +48,10 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise WorkbenchError(f"device {device!r} asked for, but CUDA is not available here")
+    if dev.type == "mps" and not (
+        getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    ):
+        raise WorkbenchError(f"device {device!r} asked for, but MPS is not available here")
     return dev
 
 

@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the sweep named by `args`; returns the exit status."""
     import pandas as pd
 
+    from workbench.loading import resolve_device
     from workbench.theory.config import TheoryConfig
-    from workbench.theory.model import resolve_device
     from workbench.theory.sweep import DEFAULT_TOL, SWEEPS, quick_config, run_sweep
 
     changes = {}

@@ -25,6 +25,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from workbench.errors import WorkbenchError
+from workbench.loading import resolve_device
 from workbench.theory.data import D_MODEL
 
 
@@ -46,28 +47,6 @@ PARAMETRISATIONS: dict[str, Parametrisation] = {
         score_matrix=lambda p: p["W"],
     ),
 }
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """`"auto"` -> cuda if available, else mps, else cpu; anything else is passed to torch."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise WorkbenchError(f"unknown device {device!r}; expected auto, cpu, cuda or mps") from err
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise WorkbenchError(f"device {device!r} requested but torch sees no CUDA device")
-    if resolved.type == "mps" and not (getattr(torch.backends, "mps", None) is not None
-                                       and torch.backends.mps.is_available()):
-        raise WorkbenchError(f"device {device!r} requested but torch sees no MPS device")
-    return resolved
 
 
 class MultiHeadAttentionModel(nn.Module):

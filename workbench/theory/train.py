@@ -19,11 +19,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.loading import resolve_device
 from workbench.theory.analysis import feature_coefficients, features_to_table
 from workbench.theory.bayes import bayes_loss, logistic_loss
 from workbench.theory.config import TheoryConfig
 from workbench.theory.data import make_batch
-from workbench.theory.model import MultiHeadAttentionModel, resolve_device
+from workbench.theory.model import MultiHeadAttentionModel
 
 
 @dataclass
