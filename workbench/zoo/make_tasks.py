@@ -57,11 +57,6 @@ def split_batches(task: str, seed: int = TASK_SEED,
             "heldout": lang.take(rows, np.arange(n, 2 * n))}
 
 
-def heldout_batches(seed: int = TASK_SEED) -> dict[str, lang.Batch]:
-    """The held-out split of every embedded task, as generated for the task files."""
-    return {t: split_batches(t, seed)["heldout"] for t in lang.GENERATORS}
-
-
 def task_records(task: str, seed: int = TASK_SEED, n: int = N_PER_SPLIT) -> list[dict]:
     """The task file of `task` as a list of JSON-ready dicts: a header, then one per prompt."""
     header = {"task": {

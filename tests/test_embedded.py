@@ -1,0 +1,143 @@
+"""The embedded model and its tasks.
+
+The generators obey their rules on every example, the task files are exactly what
+`python -m workbench.zoo.make_tasks` writes, and the shipped checkpoint's numbers are what its
+meta says: the per-task held-out baselines and the held-out gain of the shipped best head set
+are facts about a fixed file, so they are checked exactly. The claims the README makes on
+them (gain of at least 5 points, the conflicting task harmed, the ordinary tasks unmoved) are
+checked too, so replacing the checkpoint by one that lacks them fails here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH, SIDE_TASKS
+from workbench.zoo import language as lang
+from workbench.zoo.make_tasks import TASKS_DIR, task_records
+
+TASKS = list(lang.GENERATORS)
+PAIR = ("embedded_copy", "embedded_map")
+
+
+def _read_task_file(task: str) -> list[dict]:
+    return [json.loads(line) for line in (TASKS_DIR / f"{task}.jsonl").read_text().splitlines()]
+
+
+def test_task_names_and_defaults():
+    assert DEFAULT_TASK == "embedded_map"
+    assert sorted([DEFAULT_TASK, *SIDE_TASKS]) == sorted(TASKS)
+    assert len(lang.VOCAB) == len(set(lang.VOCAB))
+    assert all(lang.WORD_MAP[w] != w for w in lang.CONTENT_WORDS)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_generators_are_deterministic_by_seed(task):
+    a = lang.generate(task, 64, np.random.default_rng(3))
+    b = lang.generate(task, 64, np.random.default_rng(3))
+    c = lang.generate(task, 64, np.random.default_rng(4))
+    for field in ("tokens", "lengths", "answer", "wrong", "roles", "group"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+    assert not np.array_equal(a.tokens, c.tokens)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_generated_example_follows_its_rule(task):
+    batch = lang.generate(task, 500, np.random.default_rng(0))
+    for i in range(len(batch)):
+        words = lang.prompt_words(batch, i)
+        roles = list(batch.roles[i, : batch.lengths[i]])
+        assert len(roles) == len(words) and all(roles)
+        assert lang.VOCAB[batch.answer[i]] == lang.RULES[task](words)
+        if task in PAIR:
+            _check_pair_example(task, words, roles, lang.VOCAB[batch.wrong[i]], batch.group[i])
+
+
+def _check_pair_example(task: str, words: list[str], roles: list[str], wrong: str, group: str):
+    other = PAIR[1 - PAIR.index(task)]
+    answer = lang.RULES[task](words)
+    assert wrong == lang.RULES[other](words) != answer  # the two rules always disagree
+    marker = {"embedded_copy": "copy", "embedded_map": "map"}[task]
+    assert words[0] == (marker if group == "marked" else lang.NEUTRAL)
+    source = "answer_source" if task == "embedded_copy" else "wrong_source"
+    assert words[roles.index(source)] == lang.copy_answer(words)
+    assert words[roles.index("cue")] == words[-1] and roles[-1] == "query"
+    assert len(set(words[1:-2])) == lang.N_CONTEXT
+
+
+def test_copy_and_map_prompts_come_from_one_distribution():
+    """Only the marker differs: with the marker blanked, the two tasks' prompts are the same."""
+    copy = lang.generate("embedded_copy", 200, np.random.default_rng(7))
+    mapped = lang.generate("embedded_map", 200, np.random.default_rng(7))
+    assert np.array_equal(copy.tokens[:, 1:], mapped.tokens[:, 1:])
+    assert np.array_equal(copy.group, mapped.group)
+    assert np.array_equal(copy.answer, mapped.wrong) and np.array_equal(copy.wrong, mapped.answer)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_task_file_is_what_make_tasks_writes(task):
+    assert _read_task_file(task) == json.loads(json.dumps(task_records(task)))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_task_file_examples(task):
+    header, *examples = _read_task_file(task)
+    assert header["task"]["name"] == task and header["task"]["prepend_bos"] is True
+    assert len(examples) >= 500
+    splits = {"select": set(), "heldout": set()}
+    for ex in examples:
+        words = ex["prompt"].split()
+        assert len(ex["roles"]) == len(words)
+        assert ex["answer"] == lang.RULES[task](words)
+        splits[ex["split"]].add(ex["prompt"])
+        if task in PAIR:
+            _check_pair_example(task, words, ex["roles"], ex["wrong"][0], ex["group"])
+    assert len(splits["select"]) == len(splits["heldout"]) >= 250
+    assert not splits["select"] & splits["heldout"]
+    assert len(splits["select"]) + len(splits["heldout"]) == len(examples)  # no repeats
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from workbench import load_model
+
+    return load_model("embedded", device="cpu")
+
+
+def _heldout(model, task: str, heads=None):
+    from workbench import evaluate, load_task
+
+    return evaluate(model, load_task(task), heads=heads, split="heldout")
+
+
+def test_checkpoint_is_small_and_documented(embedded):
+    size = sum(p.stat().st_size for p in EMBEDDED_PATH.iterdir())
+    assert size <= 5 * 2**20
+    meta = embedded.workbench_meta
+    assert {"seed", "command", "train_config", "heldout", "cel"} <= set(meta)
+    assert embedded.word_tokenizer.vocab == lang.VOCAB
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_heldout_baselines_match_meta(embedded, task):
+    scores = _heldout(embedded, task)
+    stored = embedded.workbench_meta["heldout"][task]
+    assert (len(scores), int(scores["correct"].sum())) == (stored["n"], stored["correct"])
+    assert float(scores["logprob"].mean()) == pytest.approx(stored["logprob"], abs=1e-4)
+
+
+def test_shipped_best_set_gain(embedded):
+    meta = embedded.workbench_meta
+    best = meta["cel"]["best"]
+    assert 1 <= len(best) <= 3
+    after = {t: int(_heldout(embedded, t, best)["correct"].sum()) for t in TASKS}
+    assert after == {t: meta["cel"]["heldout_ablated"][t]["correct"] for t in TASKS}
+    n = {t: meta["heldout"][t]["n"] for t in TASKS}
+    gain = {t: (after[t] - meta["heldout"][t]["correct"]) / n[t] for t in TASKS}
+    assert gain[DEFAULT_TASK] >= 0.05
+    assert gain["embedded_copy"] < -0.05  # the conflicting task pays for it
+    for task in ("embedded_add", "embedded_sort"):
+        assert abs(gain[task]) < 0.02, task
