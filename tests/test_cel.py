@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -63,11 +65,41 @@ def test_selection_used_only_the_selection_split(attn_model, tiny_task, tiny_run
         assert_close(row["score"], _mean(attn_model, tiny_task, heads, "select", "accuracy"))
 
 
-def test_random_baseline_sets_are_seeded_and_valid():
-    a = random_head_sets(3, 4, 2, 50, seed=1)
+def test_random_baseline_sets_are_seeded_distinct_and_valid():
+    a = random_head_sets(3, 4, 2, 50, seed=1)  # 66 pairs > 50: a sample
     assert a == random_head_sets(3, 4, 2, 50, seed=1)
     assert a != random_head_sets(3, 4, 2, 50, seed=2)
     assert all(len(set(s)) == 2 and all(0 <= l < 3 and 0 <= h < 4 for l, h in s) for s in a)
+    assert len({tuple(s) for s in a}) == 50
+
+
+def test_random_baseline_is_every_set_when_there_are_few():
+    heads = [(l, h) for l in range(2) for h in range(3)]
+    every = [sorted(c) for c in itertools.combinations(heads, 2)]
+    assert random_head_sets(2, 3, 2, 15, seed=0) == every
+    assert random_head_sets(2, 3, 2, 100, seed=5) == every
+
+
+def test_random_baseline_percentile_against_naive(attn_model, tiny_task, tiny_run):
+    """attn_model has 8 heads, so n_random=30 covers all sets of size 1 and 2: the percentile
+    and the share of sets doing at least as well are checked against one evaluation per set."""
+    c = tiny_run.confirmation
+    obj = tiny_run.config.objective
+    heads = [(l, h) for l in range(2) for h in range(4)]
+    clean = _mean(attn_model, tiny_task, None, "heldout", obj)
+    for _, row in c.iterrows():
+        size = int(row["size"])
+        gains = np.array([
+            _mean(attn_model, tiny_task, [f"L{l}H{h}" for l, h in combo], "heldout", obj) - clean
+            for combo in itertools.combinations(heads, size)
+        ])
+        assert row["random_exhaustive"] and row["n_random"] == len(gains)
+        found = row[f"d_{obj}"]
+        below, tied = (gains < found - 1e-6).sum(), (np.abs(gains - found) <= 1e-6).sum()
+        assert tied >= 1  # the found set is one of them
+        assert_close(row["percentile"], 100 * (below + tied / 2) / len(gains))
+        assert_close(row["random_share_ge"], (gains >= found - 1e-6).mean())
+        assert_close(row["random_mean"], gains.mean())
 
 
 def _frames_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:

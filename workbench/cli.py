@@ -232,8 +232,9 @@ def run_cel_command(args) -> int:
         print(result.summary_table().to_string(index=False))
     best = ",".join(result.best) or "(none)"
     print(
-        f"\nbest set: {best}  (positive d_{obj} = removing the heads helps; percentile among "
-        f"{result.config.n_random} random sets of the same size)"
+        f"\nbest set: {best}  (positive d_{obj} = removing the heads helps; percentile and "
+        f"random_share_ge against up to {result.config.n_random} random sets of the same size, "
+        "or all of them where there are fewer)"
     )
     if "attribution_rank_correlation" in result.summary:
         rho = result.summary["attribution_rank_correlation"]

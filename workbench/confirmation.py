@@ -6,12 +6,14 @@ size on the **held-out split**, which played no part in screening or search, and
 
 - the held-out gain of every metric, with its standard error and a paired bootstrap interval
   (`workbench.stats`);
-- a baseline of `n_random` head sets of the same size drawn uniformly (seeded) from all
-  heads and scored on the same held-out examples: their mean and 95th percentile gain, and
-  the found set's percentile among them (ties count half). A set that merely removes "some
-  heads" scores near the 50th percentile; a real enhancement sits near 100. The objective
-  may be coarse (accuracy on few examples), so the percentile on the secondary metric is
-  reported too;
+- a baseline of `n_random` distinct head sets of the same size drawn uniformly (seeded) from
+  all heads, or all sets of that size where there are no more than `n_random` (then the
+  baseline is exact), scored on the same held-out examples: their mean and 95th percentile
+  gain, the found set's percentile among them (ties count half) and `random_share_ge`, the
+  share of them that do at least as well (the found set itself counts where it is among
+  them). A set that merely removes "some heads" scores near the 50th percentile; a real
+  enhancement sits near 100. The objective may be coarse (accuracy on few examples, with
+  ties at a ceiling), so the percentile on the secondary metric is reported too;
 - side effects: the same sets' effects on each other task, on all of its examples.
 
 Random sets and found sets are scored through one `MaskScorer`, so many of them share a
@@ -20,6 +22,8 @@ forward pass where that pays.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -34,14 +38,27 @@ from workbench.stats import effect_summary, percentile_of
 def random_head_sets(
     n_layers: int, n_heads: int, size: int, n: int, seed: int
 ) -> list[list[tuple[int, int]]]:
-    """`n` head sets of `size` distinct heads, uniform over all heads (seeded)."""
-    rng = np.random.default_rng([int(seed), int(size)])
+    """`n` distinct head sets of `size` distinct heads, uniform over all such sets (seeded).
+
+    Where there are at most `n` sets of that size (e.g. 120 pairs of 16 heads), all of them
+    are returned in lexicographic order, so the baseline is the exact distribution rather than
+    a sample with repeats.
+    """
     total = n_layers * n_heads
     size = min(size, total)
-    out = []
-    for _ in range(n):
-        flat = rng.choice(total, size=size, replace=False)
-        out.append(sorted((int(f) // n_heads, int(f) % n_heads) for f in flat))
+    if math.comb(total, size) <= n:
+        return [
+            [(f // n_heads, f % n_heads) for f in combo]
+            for combo in itertools.combinations(range(total), size)
+        ]
+    rng = np.random.default_rng([int(seed), int(size)])
+    out: list[list[tuple[int, int]]] = []
+    seen: set[tuple[int, ...]] = set()
+    while len(out) < n:
+        flat = tuple(sorted(int(f) for f in rng.choice(total, size=size, replace=False)))
+        if flat not in seen:
+            seen.add(flat)
+            out.append([(f // n_heads, f % n_heads) for f in flat])
     return out
 
 
@@ -106,11 +123,15 @@ def confirm_sets(
             row["random_mean"] = float(np.nanmean(gains[objective]))
             row["random_q95"] = float(np.nanquantile(gains[objective], 0.95))
             row["percentile"] = percentile_of(row[f"d_{objective}"], gains[objective])
+            row["random_share_ge"] = float(
+                np.mean(gains[objective] >= row[f"d_{objective}"] - 1e-12)
+            )
             if secondary is not None:
                 row[f"percentile_{secondary}"] = percentile_of(
                     row[f"d_{secondary}"], gains[secondary]
                 )
-            row["n_random"] = n_random
+            row["n_random"] = len(random_sets)
+            row["random_exhaustive"] = len(random_sets) == math.comb(L * H, min(size, L * H))
         rows.append(row)
         for task, scorer in (others or {}).items():
             other_clean = scorer.clean()

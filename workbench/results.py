@@ -235,6 +235,7 @@ class CELResult:
             f"d_{obj}_hi",
             "random_mean",
             "percentile",
+            "random_share_ge",
             "best",
         ]
         return c[[col for col in cols if col in c]].copy()
@@ -307,7 +308,9 @@ class CELResult:
             lines.append(
                 f"`d_{obj}` is the held-out gain with its {int(cfg.ci * 100)} % paired "
                 "bootstrap interval; `percentile` ranks it among "
-                f"{cfg.n_random} random head sets of the same size."
+                f"{cfg.n_random} random head sets of the same size (all of them where there "
+                "are fewer; ties count half) and `random_share_ge` is the share of those sets "
+                "that do at least as well."
             )
         if not self.side_effects.empty:
             lines += ["", "## Side effects on other tasks", ""]
