@@ -10,6 +10,7 @@ checked too, so replacing the checkpoint by one that lacks them fails here.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -141,3 +142,24 @@ def test_shipped_best_set_gain(embedded):
     assert gain["embedded_copy"] < -0.05  # the conflicting task pays for it
     for task in ("embedded_add", "embedded_sort"):
         assert abs(gain[task]) < 0.02, task
+
+
+def test_shipped_pair_is_top_of_all_pairs_with_the_recorded_ties(embedded):
+    """All 120 pairs scored on the held-out split: no pair beats the shipped best pair, and the
+    share of pairs at least as good is the `random_share_ge` in the meta (the README's ties)."""
+    from workbench import encode_task, load_task
+    from workbench.screening import MaskScorer, masks_of
+
+    pair = next(s for s in embedded.workbench_meta["cel"]["sets"] if len(s["heads"]) == 2)
+    assert pair["n_random"] == 120  # the baseline is every pair, not a sample
+    scorer = MaskScorer(embedded, encode_task(embedded, load_task(DEFAULT_TASK), "heldout"))
+    heads = [(layer, h) for layer in range(embedded.cfg.n_layers)
+             for h in range(embedded.cfg.n_heads)]
+    pairs = [list(c) for c in itertools.combinations(heads, 2)]
+    clean = scorer.clean()["accuracy"].float().mean()
+    gains = scorer.score(masks_of(embedded, pairs))["accuracy"].float().mean(-1) - clean
+    found = gains[pairs.index([tuple(map(int, h[1:].split("H"))) for h in pair["heads"]])]
+    assert float(found) == pytest.approx(pair["heldout_gain"], abs=1e-6)
+    assert float(found) == pytest.approx(float(gains.max()), abs=1e-9)
+    share = float((gains >= found - 1e-9).float().mean())
+    assert share == pytest.approx(pair["random_share_ge"], abs=1e-9)

@@ -183,6 +183,8 @@ def confirm_cel(model: HookedTransformer, seed: int = 0) -> dict:
             "random_q95": float(row["random_q95"]),
             "percentile": float(row["percentile"]),
             "percentile_logprob": float(row["percentile_logprob"]),
+            "random_share_ge": float(row["random_share_ge"]),
+            "n_random": int(row["n_random"]),
             "side_effects": {
                 str(r["task"]): {"d_accuracy": float(r["d_accuracy"]),
                                  "ci95": [float(r["d_accuracy_lo"]), float(r["d_accuracy_hi"])]}
