@@ -78,6 +78,34 @@ def test_copy_and_map_prompts_come_from_one_distribution():
     assert np.array_equal(copy.answer, mapped.wrong) and np.array_equal(copy.wrong, mapped.answer)
 
 
+@pytest.mark.parametrize(
+    ("stage", "copy_marked", "copy_unmarked"), [("PRETRAIN", 0.6, 0.6), ("FINETUNE", 0.5, 0.95)]
+)
+def test_training_stages_mix_the_pair_as_documented(stage, copy_marked, copy_unmarked):
+    """Counted on 300 training batches: the share of copy among marked and unmarked prompts."""
+    from workbench.zoo import train
+
+    rng = np.random.default_rng(0)
+    batches = [train.mixed_batch(128, rng, getattr(train, stage)) for _ in range(300)]
+    marker = np.concatenate([b.tokens[:, 0] for b in batches])
+    copy_id, map_id, neutral = (lang.VOCAB.index(w) for w in ("copy", "map", lang.NEUTRAL))
+    is_pair = np.isin(marker, [copy_id, map_id, neutral])
+    answers = np.concatenate([b.answer for b in batches])
+    copies = np.zeros(len(marker), dtype=bool)
+    start = 0
+    for b in batches:  # a row is a copy prompt when its answer is the copy rule's
+        for i in range(len(b)):
+            words = lang.prompt_words(b, i)
+            if b.group[i] in ("marked", "unmarked"):
+                copies[start + i] = lang.VOCAB[answers[start + i]] == lang.copy_answer(words)
+        start += len(b)
+    unmarked = marker == neutral
+    marked = is_pair & ~unmarked
+    assert copies[marked].mean() == pytest.approx(copy_marked, abs=0.02)
+    assert copies[unmarked].mean() == pytest.approx(copy_unmarked, abs=0.02)
+    assert is_pair.mean() == pytest.approx(train.PAIR_SHARE, abs=0.01)
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_task_file_is_what_make_tasks_writes(task):
     assert _read_task_file(task) == json.loads(json.dumps(task_records(task)))
@@ -144,22 +172,26 @@ def test_shipped_best_set_gain(embedded):
         assert abs(gain[task]) < 0.02, task
 
 
-def test_shipped_pair_is_top_of_all_pairs_with_the_recorded_ties(embedded):
-    """All 120 pairs scored on the held-out split: no pair beats the shipped best pair, and the
-    share of pairs at least as good is the `random_share_ge` in the meta (the README's ties)."""
+def test_shipped_best_sets_against_every_set_of_their_size(embedded):
+    """Every head set of each size (16, 120, 560) scored on the held-out split: the recorded
+    gains and exact-baseline shares reproduce, the shipped best set beats every other set of
+    its size, and it clears the 99th percentile of the recorded random baseline."""
     from workbench import encode_task, load_task
     from workbench.screening import MaskScorer, masks_of
 
-    pair = next(s for s in embedded.workbench_meta["cel"]["sets"] if len(s["heads"]) == 2)
-    assert pair["n_random"] == 120  # the baseline is every pair, not a sample
+    cel = embedded.workbench_meta["cel"]
     scorer = MaskScorer(embedded, encode_task(embedded, load_task(DEFAULT_TASK), "heldout"))
     heads = [(layer, h) for layer in range(embedded.cfg.n_layers)
              for h in range(embedded.cfg.n_heads)]
-    pairs = [list(c) for c in itertools.combinations(heads, 2)]
     clean = scorer.clean()["accuracy"].float().mean()
-    gains = scorer.score(masks_of(embedded, pairs))["accuracy"].float().mean(-1) - clean
-    found = gains[pairs.index([tuple(map(int, h[1:].split("H"))) for h in pair["heads"]])]
-    assert float(found) == pytest.approx(pair["heldout_gain"], abs=1e-6)
-    assert float(found) == pytest.approx(float(gains.max()), abs=1e-9)
-    share = float((gains >= found - 1e-9).float().mean())
-    assert share == pytest.approx(pair["random_share_ge"], abs=1e-9)
+    for entry in cel["sets"]:
+        sets = [list(c) for c in itertools.combinations(heads, len(entry["heads"]))]
+        gains = scorer.score(masks_of(embedded, sets))["accuracy"].float().mean(-1) - clean
+        found = gains[sets.index([tuple(map(int, h[1:].split("H"))) for h in entry["heads"]])]
+        assert float(found) == pytest.approx(entry["heldout_gain"], abs=1e-6)
+        share = float((gains >= found - 1e-9).float().mean())
+        if entry["n_random"] == len(sets):  # the recorded baseline was every set of the size
+            assert share == pytest.approx(entry["random_share_ge"], abs=1e-9)
+        if entry["heads"] == cel["best"]:
+            assert share == pytest.approx(1 / len(sets))  # no other set does as well
+            assert entry["percentile"] > 99 and entry["percentile_logprob"] > 99

@@ -13,14 +13,18 @@ prompt is a short sequence of words and the answer is the single word that comes
 Copy and map are a *conflicting pair*: their prompts are drawn from exactly the same
 distribution (a task marker, eight distinct content words, the separator `|`, and a query word
 that occurs in the context with a follower), and only the marker says which rule applies. The
-marker names the task on a fraction `P_MARKED` of the prompts; on the others it is the neutral
-word `do`, which carries no information. Copy is also the more frequent task in training
-(`COPY_SHARE` of the pair). On an unmarked prompt the task therefore cannot be told from the
-prompt, and the loss-minimising answer is the majority rule's: a jointly trained model leans
-towards copying, and the heads that carry the copy rule are exactly what hurts unmarked map
-prompts. This is the situation the CEL theory describes (an instruction that is often missing,
-unequal task frequencies), not a property of any one search. Marked prompts of either task, and
-the add and sort tasks, whose formats are unmistakable, have no such ambiguity.
+marker names the task on some prompts; on the others it is the neutral word `do`. How often is
+set by the two training stages of `workbench.zoo.train`: in pre-training the marker names the
+task on a fraction `P_MARKED` (half) of either task's prompts and copy is `COPY_SHARE` of the
+pair; in fine-tuning the marker is written mostly when map is wanted (copy is half of the
+marked prompts and 95 % of the unmarked ones), the way an instruction tends to be spelled out
+for the less usual request. On an unmarked prompt the task cannot be told from the prompt, and
+the loss-minimising answer is the copy rule's: the trained model copies, and the heads that
+carry the copy rule are exactly what hurts unmarked map prompts. This is the situation the CEL
+theory describes (an instruction that is often missing, unequal task frequencies), not a
+property of any one search. Marked prompts of either task, and the add and sort tasks, whose
+formats are unmistakable, have no such ambiguity. The task files hold marked and unmarked
+prompts half and half (`P_MARKED`), labelled by `group`.
 
 The vocabulary is small (99 words: 64 content words, the numbers 0..23, markers and
 punctuation) because the copy rule needs an induction circuit, and in a 2-layer model trained
@@ -48,8 +52,8 @@ N_CONTENT = 64  # content words, the items of copy/map prompts
 N_CONTEXT = 8  # context words in a copy/map prompt
 MODULUS = 24  # numbers 0..23 for add (mod 24) and sort
 N_SORT = 5  # items in a sort prompt
-P_MARKED = 0.5  # share of copy/map prompts whose marker names the task
-COPY_SHARE = 0.6  # share of copy among copy/map prompts in training
+P_MARKED = 0.5  # share of marked copy/map prompts in pre-training and in the task files
+COPY_SHARE = 0.6  # share of copy among copy/map prompts in pre-training
 
 BOS, PAD = "<bos>", "<pad>"
 NEUTRAL = "do"  # the uninformative marker of unmarked copy/map prompts

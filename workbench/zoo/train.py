@@ -1,20 +1,32 @@
 """Train the embedded model: a small multi-task `HookedTransformer` on the synthetic language.
 
 `python -m workbench.zoo.train --seed 0` trains from scratch on a fresh stream of prompts from
-`workbench.zoo.language` (copy, map, add and sort, mixed in the proportions of `TRAIN_MIX`)
-with the loss on the answer position only, and writes a workbench checkpoint (config,
+`workbench.zoo.language` (copy, map, add and sort; `PairMix.mix` gives each task's share of a
+batch) with the loss on the answer position only, and writes a workbench checkpoint (config,
 safetensors weights, vocabulary) to `workbench/zoo/embedded/`. It then reloads the written
 file, evaluates every task on the held-out split of its task file (`meta["heldout"]`), runs
 CEL on the default task with the package's own `run_cel` (`meta["cel"]`: the best set of each
 size, its held-out gain, bootstrap interval, random-set percentiles and side effects) and
 stores both in the checkpoint's meta, with the seed, command and training config.
 
-Architecture and optimiser were chosen so that the copy rule's induction circuit forms inside
-the budget: 2 layers x 8 heads, d_model 128, rotary positions (in our runs with learned
-absolute positions, copy was still at chance after 2500-4000 steps; with 16 heads of width 8
-it was still at chance after 4000), AdamW at 2e-3 with warmup and cosine decay, batch
-128. On CPU the run is deterministic for a given seed and thread count; training takes about
-6-7 minutes on one core, the evaluation and CEL about 1.5 more.
+Training has two stages that differ only in how the conflicting pair is mixed (`PRETRAIN`,
+`FINETUNE`): steps 0-2499 pre-train with the marker on half of either task's prompts and copy
+60 % of the pair; steps 2500-3999 fine-tune with the marker written mostly for map (copy is
+50 % of marked and 95 % of unmarked prompts). The learning-rate schedule runs over both. The
+copy rule needs an induction circuit, and it formed by step ~2500 with the pre-training mix
+(3 of 3 seeds) but in none of 9 runs that used a high or word-dependent copy share from the
+start (copy stayed at chance: 12.8-17.2 % in the six runs that finished), hence the stages.
+With the pre-training mix alone the model hedges on unmarked prompts by only ~0.4 nats, so
+removing any one copy head flips nearly all of them and many head sets tie at the 100 %
+ceiling; fine-tuning makes the hedge ~3 nats, so each further copy head removed flips more
+prompts.
+
+Architecture and optimiser were chosen so that the induction circuit forms inside the budget:
+2 layers x 8 heads, d_model 128, rotary positions (in our runs with learned absolute
+positions, copy was still at chance after 2500-4000 steps; with 16 heads of width 8 it was
+still at chance after 4000), AdamW at 2e-3 with warmup and cosine decay, batch 128. On CPU the
+run is deterministic for a given seed and thread count; training takes about 6 minutes on one
+core, the evaluation and CEL about 1.5 more.
 
 The training stream never contains the task files' prompts on purpose or by exclusion: the
 select/held-out split of a task file is a split for the *head search* (choose heads on one half,
@@ -43,15 +55,42 @@ from workbench.checkpoint import save_checkpoint
 from workbench.errors import WorkbenchError
 from workbench.zoo import language as lang
 
-# Share of each task in every training batch. Copy is COPY_SHARE of the copy/map pair.
-PAIR_SHARE = 0.65
-TRAIN_MIX: dict[str, float] = {
-    "embedded_copy": PAIR_SHARE * lang.COPY_SHARE,
-    "embedded_map": PAIR_SHARE * (1 - lang.COPY_SHARE),
-    "embedded_add": 0.2,
-    "embedded_sort": 0.15,
-}
+PAIR_SHARE = 0.65  # share of copy/map prompts in every training batch
+OTHER_MIX: dict[str, float] = {"embedded_add": 0.2, "embedded_sort": 0.15}
 N_CTX = 16
+
+
+@dataclass(frozen=True)
+class PairMix:
+    """How the conflicting pair occurs in a training stage.
+
+    Attributes:
+        copy_marked: share of copy among the marked copy/map prompts.
+        copy_unmarked: share of copy among the unmarked ones (the neutral marker `do`).
+        p_marked: share of marked prompts among all copy/map prompts.
+    """
+
+    copy_marked: float
+    copy_unmarked: float
+    p_marked: float = lang.P_MARKED
+
+    def mix(self) -> dict[str, float]:
+        """Share of each task in a batch, and the share of marked prompts within copy and map."""
+        copy = self.p_marked * self.copy_marked + (1 - self.p_marked) * self.copy_unmarked
+        return {
+            "embedded_copy": PAIR_SHARE * copy,
+            "embedded_map": PAIR_SHARE * (1 - copy),
+            **OTHER_MIX,
+            "p_marked_copy": self.p_marked * self.copy_marked / copy,
+            "p_marked_map": self.p_marked * (1 - self.copy_marked) / (1 - copy),
+        }
+
+
+# Stage 1 (pre-training): copy is COPY_SHARE of the pair, marked or not; the copy circuit
+# forms here. Stage 2 (fine-tuning, from `TrainConfig.finetune_from`): the marker is written
+# mostly when map is wanted, so an unmarked prompt is a copy prompt 95 % of the time.
+PRETRAIN = PairMix(copy_marked=lang.COPY_SHARE, copy_unmarked=lang.COPY_SHARE)
+FINETUNE = PairMix(copy_marked=0.5, copy_unmarked=0.95)
 
 
 @dataclass
@@ -64,6 +103,7 @@ class TrainConfig:
     lr: float = 2e-3
     weight_decay: float = 0.01
     warmup: int = 100
+    finetune_from: int = 2500  # first step of stage 2 (the FINETUNE mix)
     n_layers: int = 2
     n_heads: int = 8
     d_model: int = 128
@@ -76,6 +116,11 @@ class TrainConfig:
                 raise WorkbenchError(
                     f"TrainConfig.{name} must be positive, got {getattr(self, name)}"
                 )
+        if not 0 <= self.finetune_from <= self.steps:
+            raise WorkbenchError(
+                f"TrainConfig.finetune_from must be in [0, steps={self.steps}], "
+                f"got {self.finetune_from}"
+            )
         if self.d_model % self.n_heads:
             raise WorkbenchError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
@@ -104,10 +149,18 @@ def answer_logits(model: HookedTransformer, batch: lang.Batch, fwd_hooks=()) -> 
     return logits[torch.arange(len(batch)), last]
 
 
-def mixed_batch(batch_size: int, rng: np.random.Generator) -> lang.Batch:
-    """One training batch: every task in its `TRAIN_MIX` share, stacked."""
-    counts = {t: round(share * batch_size) for t, share in TRAIN_MIX.items()}
-    return lang.concat([lang.generate(t, n, rng) for t, n in counts.items()])
+def mixed_batch(batch_size: int, rng: np.random.Generator, pair: PairMix = PRETRAIN) -> lang.Batch:
+    """One training batch: every task in its share of `pair.mix()`, stacked."""
+    mix = pair.mix()
+    p_marked = {"embedded_copy": mix["p_marked_copy"], "embedded_map": mix["p_marked_map"]}
+    parts = []
+    for task in ("embedded_copy", "embedded_map", *OTHER_MIX):
+        n = round(mix[task] * batch_size)
+        if task in p_marked:
+            parts.append(lang.GENERATORS[task](n, rng, p_marked=p_marked[task]))
+        else:
+            parts.append(lang.generate(task, n, rng))
+    return lang.concat(parts)
 
 
 def train(cfg: TrainConfig, log_every: int = 500) -> HookedTransformer:
@@ -126,7 +179,8 @@ def train(cfg: TrainConfig, log_every: int = 500) -> HookedTransformer:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     start = time.time()
     for step in range(cfg.steps):
-        batch = mixed_batch(cfg.batch_size, rng)
+        pair = PRETRAIN if step < cfg.finetune_from else FINETUNE
+        batch = mixed_batch(cfg.batch_size, rng, pair)
         loss = F.cross_entropy(answer_logits(model, batch), torch.from_numpy(batch.answer))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -215,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument("--steps", type=int, default=TrainConfig.steps)
+    parser.add_argument("--finetune-from", type=int, default=TrainConfig.finetune_from,
+                        help="first step of stage 2, the fine-tuning mix (FINETUNE)")
     parser.add_argument("--out", type=Path, default=EMBEDDED_PATH,
                         help="checkpoint folder to write (default: the shipped embedded model)")
     parser.add_argument("--threads", type=int, default=1,
@@ -224,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
-    cfg = TrainConfig(seed=args.seed, steps=args.steps)
+    cfg = TrainConfig(seed=args.seed, steps=args.steps, finetune_from=args.finetune_from)
     start = time.time()
     model = train(cfg)
     seconds = time.time() - start
@@ -232,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
         "name": "embedded",
         "seed": cfg.seed,
         "train_config": asdict(cfg),
-        "train_mix": TRAIN_MIX,
+        "train_mix": {"pretrain": PRETRAIN.mix(), "finetune": FINETUNE.mix()},
+        "pair_mix": {"pretrain": asdict(PRETRAIN), "finetune": asdict(FINETUNE)},
         "language": {"n_content": lang.N_CONTENT, "modulus": lang.MODULUS,
                      "p_marked": lang.P_MARKED, "copy_share": lang.COPY_SHARE,
                      "language_seed": lang.LANGUAGE_SEED},
