@@ -195,3 +195,12 @@ def test_shipped_best_sets_against_every_set_of_their_size(embedded):
         if entry["heads"] == cel["best"]:
             assert share == pytest.approx(1 / len(sets))  # no other set does as well
             assert entry["percentile"] > 99 and entry["percentile_logprob"] > 99
+
+
+def test_train_config_rejects_a_stage_switch_outside_the_run():
+    from workbench import WorkbenchError
+    from workbench.zoo.train import TrainConfig
+
+    assert TrainConfig(steps=100, finetune_from=100).finetune_from == 100  # stage 2 empty: fine
+    with pytest.raises(WorkbenchError, match=r"finetune_from must be in \[0, steps=100\]"):
+        TrainConfig(steps=100, finetune_from=2500)
