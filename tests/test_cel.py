@@ -14,6 +14,7 @@ from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, evaluate, summarize
 from workbench.confirmation import random_head_sets
 from workbench.demo import HARMFUL_HEAD, REDUNDANT_PAIR
+from workbench.heads import all_heads
 from workbench.results import CELResult
 from workbench.search import run_cel
 from workbench.tasks import load_task
@@ -85,7 +86,7 @@ def test_random_baseline_percentile_against_naive(attn_model, tiny_task, tiny_ru
     and the share of sets doing at least as well are checked against one evaluation per set."""
     c = tiny_run.confirmation
     obj = tiny_run.config.objective
-    heads = [(l, h) for l in range(2) for h in range(4)]
+    heads = list(all_heads(attn_model))
     clean = _mean(attn_model, tiny_task, None, "heldout", obj)
     for _, row in c.iterrows():
         size = int(row["size"])

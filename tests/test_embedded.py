@@ -177,17 +177,17 @@ def test_shipped_best_sets_against_every_set_of_their_size(embedded):
     gains and exact-baseline shares reproduce, the shipped best set beats every other set of
     its size, and it clears the 99th percentile of the recorded random baseline."""
     from workbench import encode_task, load_task
+    from workbench.heads import all_heads, parse_head
     from workbench.screening import MaskScorer, masks_of
 
     cel = embedded.workbench_meta["cel"]
     scorer = MaskScorer(embedded, encode_task(embedded, load_task(DEFAULT_TASK), "heldout"))
-    heads = [(layer, h) for layer in range(embedded.cfg.n_layers)
-             for h in range(embedded.cfg.n_heads)]
+    heads = list(all_heads(embedded))
     clean = scorer.clean()["accuracy"].float().mean()
     for entry in cel["sets"]:
         sets = [list(c) for c in itertools.combinations(heads, len(entry["heads"]))]
         gains = scorer.score(masks_of(embedded, sets))["accuracy"].float().mean(-1) - clean
-        found = gains[sets.index([tuple(map(int, h[1:].split("H"))) for h in entry["heads"]])]
+        found = gains[sets.index([parse_head(h) for h in entry["heads"]])]
         assert float(found) == pytest.approx(entry["heldout_gain"], abs=1e-6)
         share = float((gains >= found - 1e-9).float().mean())
         if entry["n_random"] == len(sets):  # the recorded baseline was every set of the size

@@ -23,6 +23,7 @@ from workbench.stats import (
     paired_bootstrap,
     percentile_of,
     rank_correlation,
+    share_at_least,
 )
 from workbench.tables import check_head_table, table_to_matrix
 from workbench.tasks import encode_task
@@ -174,6 +175,8 @@ def test_bootstrap_matches_a_numpy_reference():
 def test_percentile_and_rank_correlation():
     assert percentile_of(3.0, [1, 2, 3, 4]) == 62.5
     assert percentile_of(10.0, [1, 2]) == 100.0
+    assert share_at_least(3.0, [1, 2, 3, 4]) == 0.5
+    assert share_at_least(3.0, [1, float("nan"), 3, 4]) == 2 / 3  # NaNs dropped, as above
     scipy_stats = pytest.importorskip("scipy.stats")  # reference only; not a dependency
     a, b = np.random.default_rng(1).normal(size=(2, 30))
     b[3] = a[7]  # a tie

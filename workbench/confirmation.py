@@ -32,7 +32,7 @@ import torch
 
 from workbench.heads import HeadSet
 from workbench.screening import MaskScorer, masks_of
-from workbench.stats import effect_summary, percentile_of
+from workbench.stats import effect_summary, percentile_of, share_at_least
 
 
 def random_head_sets(
@@ -123,9 +123,7 @@ def confirm_sets(
             row["random_mean"] = float(np.nanmean(gains[objective]))
             row["random_q95"] = float(np.nanquantile(gains[objective], 0.95))
             row["percentile"] = percentile_of(row[f"d_{objective}"], gains[objective])
-            row["random_share_ge"] = float(
-                np.mean(gains[objective] >= row[f"d_{objective}"] - 1e-12)
-            )
+            row["random_share_ge"] = share_at_least(row[f"d_{objective}"], gains[objective])
             if secondary is not None:
                 row[f"percentile_{secondary}"] = percentile_of(
                     row[f"d_{secondary}"], gains[secondary]

@@ -83,13 +83,25 @@ def effect_summary(
     return {"": mean, "_se": se, "_lo": lo, "_hi": hi}
 
 
+def _non_nan(samples) -> np.ndarray:
+    s = np.asarray(samples, dtype=float)
+    return s[~np.isnan(s)]
+
+
 def percentile_of(value: float, samples) -> float:
     """Percentile rank of `value` among `samples` in [0, 100]; ties count half."""
-    s = np.asarray(samples, dtype=float)
-    s = s[~np.isnan(s)]
+    s = _non_nan(samples)
     if len(s) == 0 or np.isnan(value):
         return float("nan")
     return float(100.0 * ((s < value).sum() + 0.5 * (s == value).sum()) / len(s))
+
+
+def share_at_least(value: float, samples) -> float:
+    """Share of `samples` at least `value`, in [0, 1]; NaNs dropped, as in `percentile_of`."""
+    s = _non_nan(samples)
+    if len(s) == 0 or np.isnan(value):
+        return float("nan")
+    return float((s >= value).mean())
 
 
 def rank_correlation(a, b) -> float:
