@@ -86,19 +86,15 @@ def test_training_stages_mix_the_pair_as_documented(stage, copy_marked, copy_unm
     from workbench.zoo import train
 
     rng = np.random.default_rng(0)
-    batches = [train.mixed_batch(128, rng, getattr(train, stage)) for _ in range(300)]
-    marker = np.concatenate([b.tokens[:, 0] for b in batches])
+    batch = lang.concat([train.mixed_batch(128, rng, getattr(train, stage)) for _ in range(300)])
+    marker = batch.tokens[:, 0]
     copy_id, map_id, neutral = (lang.VOCAB.index(w) for w in ("copy", "map", lang.NEUTRAL))
     is_pair = np.isin(marker, [copy_id, map_id, neutral])
-    answers = np.concatenate([b.answer for b in batches])
-    copies = np.zeros(len(marker), dtype=bool)
-    start = 0
-    for b in batches:  # a row is a copy prompt when its answer is the copy rule's
-        for i in range(len(b)):
-            words = lang.prompt_words(b, i)
-            if b.group[i] in ("marked", "unmarked"):
-                copies[start + i] = lang.VOCAB[answers[start + i]] == lang.copy_answer(words)
-        start += len(b)
+    # A copy/map row is a copy prompt when its answer is the copy rule's.
+    copies = np.array([
+        bool(pair) and lang.VOCAB[batch.answer[i]] == lang.copy_answer(lang.prompt_words(batch, i))
+        for i, pair in enumerate(is_pair)
+    ])
     unmarked = marker == neutral
     marked = is_pair & ~unmarked
     assert copies[marked].mean() == pytest.approx(copy_marked, abs=0.02)
