@@ -55,6 +55,9 @@ def _one_thread():
     torch.set_num_threads(previous)
 
 
+CLEAN_TOL = 0.01  # nats; see test_clean_cue_control_has_no_gain
+
+
 @pytest.fixture(scope="module")
 def small_init_run():
     torch.manual_seed(0)
@@ -287,14 +290,20 @@ def test_small_init_concentrates_conflict_and_trades_tasks(small_init_run):
 def test_clean_cue_control_has_no_gain():
     """With the task known exactly, the joint optimum is optimal for each task, so no single
     head's ablation lowers either task's loss."""
-    # 800 steps: the claim is about the optimum, and at 400 steps one seed is not there yet
+    # 800 steps: the claim is about the optimum, and at 400 steps one seed is not there yet.
+    # Tolerance CLEAN_TOL: the data stream comes from torch.randn, whose vectorised CPU kernels
+    # round differently on Intel and AMD, so the trained model and its 20k-sample evaluation
+    # differ by CPU. Measured: over data seeds 0-2 and n_eval 20k-80k (standing in for other
+    # streams) gain_best <= 4.7e-4 on Intel; 1.56e-3 on an AMD EPYC; the conflicting condition
+    # of the same size gains 0.038-0.071 (`test_small_init_concentrates_conflict_and_trades_tasks`). 0.01
+    # is 6x the largest clean value seen and under 1/3 of the smallest conflicting one.
     r = run_condition(TheoryConfig(init_scale=1e-3, cue="clean", **{**FAST, "steps": 800}),
-                      device="cpu")
+                      device="cpu", tol=CLEAN_TOL)
     s = r.seeds
     assert (s["gap"] < 0.01).all()
-    assert (s["gain_best"] < 1e-3).all()
+    assert (s["gain_best"] < CLEAN_TOL).all()
     assert not s["tradeoff_any"].any()
-    assert (r.ablations[["d_loss_A", "d_loss_B"]].to_numpy() > -1e-3).all()
+    assert (r.ablations[["d_loss_A", "d_loss_B"]].to_numpy() > -CLEAN_TOL).all()
 
 
 @pytest.mark.slow
