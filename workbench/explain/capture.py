@@ -1,0 +1,129 @@
+"""One clean forward pass, kept only at the answer position of every prompt.
+
+Every angle of `workbench.explain` reads the same few activations at the answer position (the
+last real token of each right-padded prompt): each head's attention row (`hook_pattern`) and
+its output before `W_O` (`hook_z`), the embeddings, each MLP's output, the final residual
+stream and the final layer norm's scale (`ln_final.hook_scale`). `_capture` runs the model
+once per mini-batch with `run_with_cache`, filtered to exactly these hooks, and keeps only the
+answer position of each prompt (for attention, that position's row over the keys). With causal
+attention, the right padding after the answer position cannot change anything at it.
+
+Per-example tables of the package start with `EXAMPLE_INDEX` (`id, layer, head, head_name`);
+`_attach_outcome` adds the `outcome` column of `ablation_outcomes` after them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from workbench.errors import WorkbenchError
+from workbench.metrics import _forward_kwargs
+from workbench.tasks import Task, TaskBatch, encode_task, load_task
+
+EXAMPLE_INDEX = ("id", "layer", "head", "head_name")
+
+
+def _as_batch(model, task: Task | TaskBatch | str, split: str | None) -> TaskBatch:
+    """Encode a task (a `Task`, a task name/path, or an encoded batch) and pick one split."""
+    if isinstance(task, str):
+        task = load_task(task)
+    if isinstance(task, TaskBatch):
+        if split is None:
+            return task
+        idx = [i for i, e in enumerate(task.task.examples) if e.split == split]
+        if not idx:
+            raise WorkbenchError(f"task {task.task.name!r} has no examples in split {split!r}")
+        return task.rows(idx)
+    if isinstance(task, Task):
+        return encode_task(model, task, split)
+    raise WorkbenchError(
+        f"task must be a Task, a TaskBatch or a task name; got {type(task).__name__}"
+    )
+
+
+@dataclass
+class _Capture:
+    """What one clean forward pass leaves at the answer position of every prompt."""
+
+    batch: TaskBatch
+    logits: Float[Tensor, "batch d_vocab"]
+    attn: Float[Tensor, "batch layer head_index key_pos"]  # the answer position's row
+    z: Float[Tensor, "batch layer head_index d_head"]
+    scale: Float[Tensor, " batch"]  # ln_final scale (1 without a final norm)
+    embed: Float[Tensor, "batch d_model"]
+    pos_embed: Float[Tensor, "batch d_model"] | None
+    mlp_out: Float[Tensor, "batch layer d_model"] | None
+    resid: Float[Tensor, "batch d_model"]  # the final residual stream
+
+
+def _capture(model, batch: TaskBatch, batch_size: int = 32) -> _Capture:
+    n_layers = model.cfg.n_layers
+    has_mlp = not model.cfg.attn_only
+    names = {
+        "hook_embed",
+        "hook_pos_embed",
+        "ln_final.hook_scale",
+        f"blocks.{n_layers - 1}.hook_resid_post",
+    }
+    for l in range(n_layers):
+        names |= {f"blocks.{l}.attn.hook_pattern", f"blocks.{l}.attn.hook_z"}
+        if has_mlp:
+            names.add(f"blocks.{l}.hook_mlp_out")
+    parts: dict[str, list[Tensor]] = {}
+    with torch.no_grad():
+        for start in range(0, len(batch), batch_size):
+            sub = batch.rows(slice(start, start + batch_size))
+            rows = torch.arange(len(sub), device=sub.tokens.device)
+            pos = sub.answer_pos
+            logits, cache = model.run_with_cache(
+                sub.tokens, names_filter=lambda n: n in names, **_forward_kwargs(model)
+            )
+            got = {
+                "logits": logits[rows, pos],
+                "attn": torch.stack(
+                    [cache[f"blocks.{l}.attn.hook_pattern"][rows, :, pos] for l in range(n_layers)],
+                    dim=1,
+                ),  # (B, L, H, T)
+                "z": torch.stack(
+                    [cache[f"blocks.{l}.attn.hook_z"][rows, pos] for l in range(n_layers)], dim=1
+                ),  # (B, L, H, D)
+                "embed": cache["hook_embed"][rows, pos],
+                "resid": cache[f"blocks.{n_layers - 1}.hook_resid_post"][rows, pos],
+            }
+            got["scale"] = (
+                cache["ln_final.hook_scale"][rows, pos, 0]
+                if "ln_final.hook_scale" in cache.cache_dict
+                else torch.ones(len(sub), device=logits.device)
+            )
+            if "hook_pos_embed" in cache.cache_dict:
+                got["pos_embed"] = cache["hook_pos_embed"][rows, pos]
+            if has_mlp:
+                got["mlp_out"] = torch.stack(
+                    [cache[f"blocks.{l}.hook_mlp_out"][rows, pos] for l in range(n_layers)], dim=1
+                )  # (B, L, d)
+            for key, value in got.items():
+                parts.setdefault(key, []).append(value.float())
+    cat = {key: torch.cat(v) for key, v in parts.items()}
+    return _Capture(
+        batch=batch,
+        logits=cat["logits"],
+        attn=cat["attn"],
+        z=cat["z"],
+        scale=cat["scale"],
+        embed=cat["embed"],
+        pos_embed=cat.get("pos_embed"),
+        mlp_out=cat.get("mlp_out"),
+        resid=cat["resid"],
+    )
+
+
+def _attach_outcome(df: pd.DataFrame, outcomes: pd.DataFrame | None) -> pd.DataFrame:
+    """Insert an `outcome` column after the head columns, matched on example id."""
+    if outcomes is not None:
+        df.insert(4, "outcome", df["id"].map(outcomes.set_index("id")["outcome"]))
+    return df

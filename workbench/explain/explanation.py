@@ -1,0 +1,166 @@
+"""Every angle on one head set at once: `explain_heads` and its `HeadExplanation`.
+
+`explain_heads` explains a head set (e.g. the best set of a CEL search) on one split of a
+task by running each angle of `workbench.explain` on one shared clean forward pass
+(`workbench.explain.capture`): where the heads look (`attention`), what they write to the
+logits (`attribution`), what they move (`circuits`) and whether removing them helped through
+their own output (`removal`). Only the outcomes need an extra ablated pass, and the removal
+table one pass per head. The `HeadExplanation` it returns holds every table and the
+arguments that made them, and saves them as CSV files plus a `config.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from workbench.ablation import AblationKind, HeadMeans
+from workbench.errors import WorkbenchError
+from workbench.explain.attention import (
+    RoleScheme,
+    _attention_table,
+    _roles_for,
+    summarize_attention,
+)
+from workbench.explain.attribution import (
+    _attribute,
+    _dla_table,
+    _resolve_comparison,
+    summarize_dla,
+)
+from workbench.explain.capture import _as_batch, _capture
+from workbench.explain.circuits import _ov_table, _qk_table
+from workbench.explain.removal import _default_means, _removal_table, ablation_outcomes
+from workbench.heads import HeadSet, HeadSpec
+from workbench.tables import save_table
+from workbench.tasks import Task, TaskBatch
+
+
+@dataclass
+class HeadExplanation:
+    """Every table `explain_heads` makes, for one model, task split and head set.
+
+    Attributes:
+        heads, comparison: the explained heads and their random comparison heads.
+        outcomes: per example, whether ablating the whole set fixed, broke or left it
+            (`ablation_outcomes`).
+        attention: per (example, head), attention by role (`attention_by_role`).
+        roles: per head, the mean of `attention` (`summarize_attention`).
+        roles_by_outcome: per head and outcome, the same.
+        dla: per (example, head), direct logit attribution, removed and comparison heads.
+        dla_summary: per head, its mean (`summarize_dla`).
+        ov: per (head, source token), the OV circuit's promoted/suppressed tokens.
+        qk: per (head, rank), the QK circuit's preferred source tokens.
+        removal: per (example, head), ablation effect next to direct effect.
+        config: the arguments that made the tables.
+    """
+
+    heads: HeadSet
+    comparison: HeadSet
+    outcomes: pd.DataFrame
+    attention: pd.DataFrame
+    roles: pd.DataFrame
+    roles_by_outcome: pd.DataFrame
+    dla: pd.DataFrame
+    dla_summary: pd.DataFrame
+    ov: pd.DataFrame
+    qk: pd.DataFrame
+    removal: pd.DataFrame
+    config: dict
+
+    TABLES = (
+        "outcomes",
+        "attention",
+        "roles",
+        "roles_by_outcome",
+        "dla",
+        "dla_summary",
+        "ov",
+        "qk",
+        "removal",
+    )
+
+    def save(self, folder: str | Path) -> Path:
+        """Write every table as `<name>.csv` and the config as `config.json` into `folder`."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in self.TABLES:
+            save_table(getattr(self, name), folder / f"{name}.csv")
+        (folder / "config.json").write_text(json.dumps(self.config, indent=2))
+        return folder
+
+
+def explain_heads(
+    model,
+    task: Task | TaskBatch | str,
+    heads: Iterable[HeadSpec] | HeadSet,
+    split: str | None = "heldout",
+    kind: AblationKind | str = "zero",
+    means: HeadMeans | None = None,
+    per_position: bool = False,
+    roles: RoleScheme = "auto",
+    comparison: Iterable[HeadSpec] | HeadSet | None | Literal["random"] = "random",
+    seed: int = 0,
+    n_sources: int = 3,
+    top_k: int = 5,
+    batch_size: int = 32,
+) -> HeadExplanation:
+    """Explain a head set (e.g. the best set of a CEL search) on one split of a task.
+
+    One clean forward pass with a cache feeds the attention, DLA and OV tables; the outcomes
+    need one ablated pass and `removal_vs_dla` one pass per head. Arguments are those of the
+    functions it calls (`ablation_outcomes`, `attention_by_role`, `direct_logit_attribution`,
+    `ov_circuit`, `qk_circuit`, `removal_vs_dla`).
+
+    Returns:
+        A `HeadExplanation`.
+
+    Example:
+        >>> ex = explain_heads(model, "embedded_map", result.best, split="heldout")
+        >>> ex.roles_by_outcome
+    """
+    batch = _as_batch(model, task, split)
+    kind = AblationKind.parse(kind)
+    head_set = HeadSet.of(model, heads)
+    if not len(head_set):
+        raise WorkbenchError("explain_heads needs at least one head")
+    comp = _resolve_comparison(model, head_set, comparison, seed)
+    means = _default_means(model, batch, kind, means)
+    role_lists = _roles_for(batch, roles)
+    outcomes = ablation_outcomes(model, batch, head_set, None, kind, means)
+    cap = _capture(model, batch, batch_size)
+    att = _attribute(model, cap)
+    attention = _attention_table(cap, head_set, role_lists, outcomes)
+    dla = _dla_table(model, cap, att, head_set, comp)
+    return HeadExplanation(
+        heads=head_set,
+        comparison=comp,
+        outcomes=outcomes,
+        attention=attention,
+        roles=summarize_attention(attention),
+        roles_by_outcome=summarize_attention(attention, by="outcome"),
+        dla=dla,
+        dla_summary=summarize_dla(dla),
+        ov=_ov_table(model, cap, head_set, n_sources, top_k),
+        qk=_qk_table(model, batch, head_set, role_lists, top_k),
+        removal=_removal_table(
+            model, cap, att, head_set, kind, means, per_position, outcomes, batch_size
+        ),
+        config={
+            "model": getattr(model.cfg, "model_name", None),
+            "task": batch.task.name,
+            "split": split,
+            "heads": str(head_set),
+            "comparison": str(comp),
+            "kind": kind.value,
+            "per_position": per_position,
+            "roles": roles,
+            "seed": seed,
+            "n_examples": len(batch),
+        },
+    )
