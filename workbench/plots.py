@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from workbench.tables import table_to_matrix
 
@@ -38,6 +39,10 @@ def heads_heatmap(result) -> Figure:
         cand = result.heads[result.heads["candidate"].astype(bool)]
         for layer, head in zip(cand["layer"], cand["head"], strict=True):
             ax.add_patch(_rect(head, layer))
+    # Layers and heads are indices: the default locator puts ticks at -0.5, 0.5, ... when
+    # there are few of them. min_n_ticks=1 keeps a single layer at tick 0, not 0.1 steps.
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(f"Removing one head: {result.config.task}, selection split", fontsize=9)
