@@ -9,14 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import workbench.pipeline as pipeline_module
 import workbench.search as search_module
-from tests.helpers import assert_close, micro_cel
-from workbench import WorkbenchError, evaluate, summarize
+from tests.helpers import assert_close, micro_cel, write_task
+from workbench import WorkbenchError, compute_head_means, evaluate, summarize
 from workbench.confirmation import random_head_sets
 from workbench.demo import HARMFUL_HEAD, REDUNDANT_PAIR
 from workbench.heads import all_heads
+from workbench.pipeline import run_cel
 from workbench.results import CELResult
-from workbench.search import run_cel
 from workbench.tasks import load_task
 
 FAST = dict(n_random=30, n_boot=200, progress=False)
@@ -154,10 +155,10 @@ def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
     def no_screening(*args, **kwargs):
         raise AssertionError("the finished screening stage was recomputed")
 
-    monkeypatch.setattr(search_module, "screen_heads", no_screening)
+    monkeypatch.setattr(pipeline_module, "screen_heads", no_screening)
     result = run_cel(model, task, out_dir=out, **FAST)
     assert result.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])
-    monkeypatch.setattr(search_module, "confirm_sets", no_screening)
+    monkeypatch.setattr(pipeline_module, "confirm_sets", no_screening)
     again = run_cel(model, task, out_dir=out, **FAST)  # everything loads
     _frames_equal(again.confirmation, result.confirmation)
     with pytest.raises(WorkbenchError, match="different config.*max_size"):
@@ -174,3 +175,26 @@ def test_mean_ablation_and_attribution_runs(micro, tmp_path):
     assert rho["logit_diff"] > 0.9
     assert "exact_d_logprob" in att.heads
     assert att.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])
+
+
+def test_side_effects_use_each_tasks_own_means(attn_model, tiny_task, tmp_path):
+    """Mean ablation on a side task replaces z by the mean over that task's prompts, in the
+    single-head screen and in the confirmed sets' side effects."""
+    side = load_task(write_task(tmp_path / "side.jsonl", n=24, n_words=8, seed=1))
+    result = run_cel(attn_model, tiny_task, others=[side], kind="mean", max_size=2, top_m=3,
+                     **FAST)
+    own = compute_head_means(attn_model, side)
+    main = compute_head_means(attn_model, tiny_task, split="select")
+    for _, row in result.side_effects.iterrows():
+        heads = row["heads"].split(",")
+        naive = _side_gain(attn_model, side, heads, own)
+        assert_close(row["d_logprob"], naive)
+        assert abs(naive - _side_gain(attn_model, side, heads, main)) > 1e-3  # means matter
+    for _, row in result.heads.iterrows():
+        naive = _side_gain(attn_model, side, [row["head_name"]], own)
+        assert_close(row[f"d_logprob_{side.name}"], naive)
+
+
+def _side_gain(model, task, heads, means):
+    ablated = summarize(evaluate(model, task, heads, kind="mean", means=means), by=None)
+    return ablated.loc[0, "logprob"] - _mean(model, task, None, None)

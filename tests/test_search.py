@@ -13,6 +13,7 @@ from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, ablated, evaluate, summarize
 from workbench.demo import HARMFUL_HEAD, HELPFUL_HEADS, REDUNDANT_PAIR
 from workbench.heads import HeadSet
+from workbench.pipeline import run_cel
 from workbench.screening import MaskScorer, masks_of, screen_heads
 from workbench.search import (
     STRATEGIES,
@@ -21,7 +22,6 @@ from workbench.search import (
     candidate_heads,
     get_strategy,
     lasso_cv,
-    run_cel,
     select_candidates,
 )
 from workbench.tasks import encode_task, load_task

@@ -295,8 +295,8 @@ def test_clean_cue_control_has_no_gain():
     # round differently on Intel and AMD, so the trained model and its 20k-sample evaluation
     # differ by CPU. Measured: over data seeds 0-2 and n_eval 20k-80k (standing in for other
     # streams) gain_best <= 4.7e-4 on Intel; 1.56e-3 on an AMD EPYC; the conflicting condition
-    # of the same size gains 0.038-0.071 (`test_small_init_concentrates_conflict_and_trades_tasks`). 0.01
-    # is 6x the largest clean value seen and under 1/3 of the smallest conflicting one.
+    # of the same size gains 0.038-0.071 (the small-init test above). 0.01 is 6x the largest
+    # clean value seen and under 1/3 of the smallest conflicting one.
     r = run_condition(TheoryConfig(init_scale=1e-3, cue="clean", **{**FAST, "steps": 800}),
                       device="cpu", tol=CLEAN_TOL)
     s = r.seeds

@@ -6,9 +6,9 @@ from workbench.explain import HeadExplanation, explain_heads
 from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.metrics import evaluate, summarize
+from workbench.pipeline import run_cel
 from workbench.results import CELResult
 from workbench.screening import screen_heads
-from workbench.search import run_cel
 from workbench.tables import head_table
 from workbench.tasks import Task, encode_task, load_task
 

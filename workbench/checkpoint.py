@@ -8,6 +8,9 @@ A checkpoint is a folder with three files:
 - `model.safetensors`: the `HookedTransformer` state dict;
 - `tokenizer.json`: a `WordTokenizer` description (`{"kind": "word", "vocab": [...]}`).
 
+The config also records `weights_sha256`, the hash of `model.safetensors`, so a damaged or
+partly overwritten weights file is refused on loading instead of giving garbage scores.
+
 The file name `workbench_config.json` (not `config.json`) keeps such a folder from being
 mistaken for a Hugging Face model folder.
 """
@@ -19,10 +22,12 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.errors import WorkbenchError
+from workbench.fingerprint import file_digest
 from workbench.tokenizer import WordTokenizer
 
 CONFIG_FILE = "workbench_config.json"
@@ -83,7 +88,8 @@ def save_checkpoint(
     tmp.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(tmp / WEIGHTS_FILE))
-    config = {"format": _FORMAT, "version": 1, "cfg": _cfg_to_json(model.cfg), "meta": meta or {}}
+    config = {"format": _FORMAT, "version": 1, "cfg": _cfg_to_json(model.cfg), "meta": meta or {},
+              "weights_sha256": file_digest(tmp / WEIGHTS_FILE)}
     (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=1, sort_keys=True))
     tokenizer.save(tmp / TOKENIZER_FILE)
     if path.exists():
@@ -105,27 +111,56 @@ def load_checkpoint(
     if not is_checkpoint(path):
         raise WorkbenchError(f"{str(path)!r} is not a workbench checkpoint (no {CONFIG_FILE})")
     try:
-        config = json.loads((path / CONFIG_FILE).read_text())
-    except json.JSONDecodeError as e:
+        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise WorkbenchError(f"{path / CONFIG_FILE} is not valid JSON: {e}") from None
     if config.get("format") != _FORMAT or "cfg" not in config:
         raise WorkbenchError(
             f"{path / CONFIG_FILE} has format {config.get('format')!r}; expected {_FORMAT!r} "
             "with a 'cfg' entry"
         )
+    weights = path / WEIGHTS_FILE
+    if not weights.is_file():
+        raise WorkbenchError(f"checkpoint {str(path)!r} has no {WEIGHTS_FILE}")
+    expected = config.get("weights_sha256")
+    if expected is not None and file_digest(weights) != expected:
+        raise WorkbenchError(
+            f"checkpoint {str(path)!r} is damaged: {WEIGHTS_FILE} does not match the hash "
+            f"recorded in {CONFIG_FILE} (truncated, overwritten or from another model)"
+        )
     cfg_dict = dict(config["cfg"])
     cfg_dict["device"] = str(device)
     if dtype is not None:
         cfg_dict["dtype"] = dtype
-    cfg = HookedTransformerConfig(**cfg_dict)
+    try:
+        cfg = HookedTransformerConfig(**cfg_dict)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise WorkbenchError(f"{path / CONFIG_FILE} has an invalid model config: {e}") from None
     model = HookedTransformer(cfg)
-    state = load_file(str(path / WEIGHTS_FILE))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise WorkbenchError(
+            f"checkpoint {str(path)!r}: {WEIGHTS_FILE} cannot be read ({e}); the file is damaged"
+        ) from None
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        first = str(e).strip().splitlines()[-1].strip()
+        raise WorkbenchError(
+            f"checkpoint weights do not match its config: {first}"
+        ) from None
     real_missing = [k for k in missing if not k.endswith(("IGNORE", "mask"))]
     if real_missing or unexpected:
         raise WorkbenchError(
             f"checkpoint weights do not match its config: missing {real_missing[:5]}, "
             f"unexpected {list(unexpected)[:5]}"
+        )
+    params = dict(model.named_parameters())  # buffers such as IGNORE hold -inf on purpose
+    bad = [k for k in params if k in state and not torch.isfinite(state[k]).all()]
+    if bad:
+        raise WorkbenchError(
+            f"checkpoint {str(path)!r} has non-finite weights in {bad[:3]}; the file is damaged"
         )
     model.to(device)
     if dtype is not None:

@@ -178,8 +178,8 @@ def run_cel_command(args) -> int:
     import pandas as pd
 
     from workbench.loading import load_model
-    from workbench.results import CONFIG_FILE, read_run_file
-    from workbench.search import run_cel
+    from workbench.pipeline import run_cel
+    from workbench.store import CONFIG_FILE, read_run_file
     from workbench.tasks import load_task
 
     model_name, task_name, other_names, note = _resolve_inputs(args)

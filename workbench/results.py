@@ -14,173 +14,33 @@
 
 A results folder holds `config.json` (config, seeds, timings, summary), one CSV per table,
 three plots and `report.md`. Every file is written atomically (temporary file, then rename),
-so an interrupted run leaves only complete files, and `run_cel` resumes from them.
+so an interrupted run leaves only complete files, and `run_cel` resumes from them; each table
+is recorded in `config.json` with its hash (see `workbench.store`), and loading refuses a
+recorded table that is missing or changed.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from workbench.ablation import AblationKind
+from workbench.config import CELConfig
 from workbench.errors import WorkbenchError
-from workbench.tables import load_table, save_table
+from workbench.store import (
+    CONFIG_FILE,
+    TABLES,
+    ResultStore,
+    read_run_file,
+    read_table,
+    stage_inputs,
+)
 
-RESULT_VERSION = 1
-CONFIG_FILE = "config.json"
-TABLES = ("heads", "combos", "confirmation", "side_effects")
+RESULT_VERSION = 2
 PLOTS = ("heads_heatmap.png", "gain_vs_size.png", "side_effects.png")
 REPORT_FILE = "report.md"
-
-
-@dataclass
-class CELConfig:
-    """Everything that determines a CEL run's numbers (not how fast they are computed).
-
-    Attributes:
-        model, task, others: names or paths as given; `*_fingerprint` identify their content.
-        kind: `"zero"` or `"mean"` ablation (mean over the selection split's prompts).
-        method: single-head screening, `"exact"` or `"attribution"`.
-        objective: the metric CEL maximises (the task's `metric` when None).
-        secondary: the continuous companion metric (log-prob unless that is the objective);
-            chosen from the objective when None.
-        rank_by: `"objective"`: candidates and sets are ranked by the objective's gain, ties
-            broken by the secondary's; `"secondary"`: the other way round.
-        max_size: the largest head set searched and confirmed.
-        strategies: names in `workbench.search.STRATEGIES`, run in order on one shared cache.
-        top_m: candidates for the exhaustive strategy and the smallest candidate pool.
-        beam_width: sets kept per size by the beam strategy.
-        n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
-            when None).
-        n_random: random head sets per size in the held-out baseline.
-        n_boot, ci: paired bootstrap resamples and interval coverage.
-        seed: the seed every random draw derives from.
-        check_attribution: with `method="attribution"`, also run exact screening to report
-            their rank correlation.
-    """
-
-    model: str
-    task: str
-    others: tuple[str, ...] = ()
-    kind: str = "zero"
-    method: str = "exact"
-    objective: str | None = None
-    secondary: str | None = None
-    rank_by: str = "objective"
-    max_size: int = 3
-    strategies: tuple[str, ...] = ("exhaustive",)
-    top_m: int = 8
-    beam_width: int = 4
-    n_masks: int | None = None
-    knockout_p: float | None = None
-    n_random: int = 200
-    n_boot: int = 1000
-    ci: float = 0.95
-    seed: int = 0
-    check_attribution: bool = True
-    model_fingerprint: str = ""
-    task_fingerprint: str = ""
-
-    def __post_init__(self) -> None:
-        from workbench.screening import ScreenMethod
-        from workbench.search import STRATEGIES
-
-        self.kind = AblationKind.parse(self.kind).value
-        self.method = ScreenMethod.parse(self.method).value
-        if self.method == "naive":
-            raise WorkbenchError(
-                "CEL screening method must be 'exact' or 'attribution'; "
-                "'naive' is the slow reference for tests and benchmarks"
-            )
-        if isinstance(self.strategies, str):
-            self.strategies = (self.strategies,)
-        self.strategies = tuple(self.strategies)
-        self.others = tuple(str(o) for o in self.others)
-        if self.rank_by not in ("objective", "secondary"):
-            raise WorkbenchError(
-                f"rank_by {self.rank_by!r} is unknown; expected 'objective' or 'secondary'"
-            )
-        if not self.strategies:
-            raise WorkbenchError("at least one search strategy is needed")
-        for s in self.strategies:
-            if s not in STRATEGIES:
-                raise WorkbenchError(
-                    f"search strategy {s!r} is unknown; expected one of {sorted(STRATEGIES)}"
-                )
-        for name, value, low in (
-            ("max_size", self.max_size, 1),
-            ("top_m", self.top_m, 1),
-            ("beam_width", self.beam_width, 1),
-            ("n_random", self.n_random, 0),
-            ("n_boot", self.n_boot, 1),
-        ):
-            if not isinstance(value, int) or value < low:
-                raise WorkbenchError(f"{name} must be an integer >= {low}; got {value!r}")
-        if self.n_masks is not None and self.n_masks < 2:
-            raise WorkbenchError(f"n_masks must be >= 2; got {self.n_masks}")
-        if self.knockout_p is not None and not 0.0 < self.knockout_p < 1.0:
-            raise WorkbenchError(f"knockout_p must be in (0, 1); got {self.knockout_p}")
-        if not 0.0 < self.ci < 1.0:
-            raise WorkbenchError(f"ci must be in (0, 1); got {self.ci}")
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["others"], d["strategies"] = list(self.others), list(self.strategies)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CELConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise WorkbenchError(f"CEL config has unknown keys {unknown}; expected {sorted(known)}")
-        d = dict(d)
-        d["others"] = tuple(d.get("others", ()))
-        d["strategies"] = tuple(d.get("strategies", ("exhaustive",)))
-        return cls(**d)
-
-    def differences(self, other: "CELConfig") -> list[str]:
-        """Names of the fields whose values differ."""
-        a, b = self.to_dict(), other.to_dict()
-        return [k for k in a if a[k] != b[k]]
-
-
-def write_json(path: Path, obj) -> Path:
-    """Write JSON atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)  # only after a failure or an interrupt
-    return path
-
-
-def _json_default(obj):
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
-
-
-def read_run_file(folder: str | Path) -> dict:
-    """The parsed `config.json` of a results folder."""
-    path = Path(folder) / CONFIG_FILE
-    if not path.is_file():
-        raise WorkbenchError(f"{str(folder)!r} is not a CEL results folder (no {CONFIG_FILE})")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise WorkbenchError(f"{path} is not valid JSON: {e}") from None
-    if data.get("format") != "cel-result" or "config" not in data:
-        raise WorkbenchError(f"{path} is not a CEL results config (format 'cel-result')")
-    return data
 
 
 def _empty() -> pd.DataFrame:
@@ -241,14 +101,18 @@ class CELResult:
         return c[[col for col in cols if col in c]].copy()
 
     def save(self, folder: str | Path, plots: bool = True) -> Path:
-        """Write the config JSON, the tables as CSV, the plots and `report.md` into `folder`."""
+        """Write the config JSON, the tables as CSV, the plots and `report.md` into `folder`
+        (replacing the tables of an earlier result there)."""
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(folder / CONFIG_FILE, self.run_file())
-        for name in TABLES:
-            df = getattr(self, name)
-            if not df.empty:
-                save_table(df, folder / f"{name}.csv")
+        with ResultStore(folder) as store:
+            store.clear()
+            store.save(self.run_file(), **{n: getattr(self, n) for n in TABLES
+                                           if not getattr(self, n).empty})
+            self.write_report(folder, plots)
+        return folder
+
+    def write_report(self, folder: Path, plots: bool = True) -> None:
+        """Write the plots and `report.md` (atomically) into `folder`."""
         if plots:
             from workbench.plots import save_plots
 
@@ -259,17 +123,34 @@ class CELResult:
             tmp.replace(folder / REPORT_FILE)
         finally:
             tmp.unlink(missing_ok=True)
-        return folder
+
+    @property
+    def complete(self) -> bool:
+        """True when the held-out confirmation (and side effects, if any) are present."""
+        return not self.confirmation.empty and (
+            not self.config.others or not self.side_effects.empty
+        )
 
     @classmethod
     def load(cls, folder: str | Path) -> "CELResult":
-        """Read a folder written by `save` (or by an interrupted `run_cel`)."""
+        """Read a folder written by `save` or by `run_cel` (possibly interrupted: stages not
+        reached are empty tables). Every recorded table must be there, unchanged."""
         folder = Path(folder)
         data = read_run_file(folder)
+        files = data.get("files", {})
         tables = {}
         for name in TABLES:
-            path = folder / f"{name}.csv"
-            tables[name] = load_table(path) if path.is_file() else pd.DataFrame()
+            if name in files:
+                tables[name] = read_table(
+                    folder, name, files[name], stage_inputs(name, data["config"], files)
+                )
+            elif (folder / f"{name}.csv").exists():
+                raise WorkbenchError(
+                    f"{str(folder)!r}: {name}.csv is not recorded in {CONFIG_FILE} (written by "
+                    "another run or an older version)"
+                )
+            else:
+                tables[name] = pd.DataFrame()
         return cls(
             config=CELConfig.from_dict(data["config"]),
             summary=data.get("summary", {}),

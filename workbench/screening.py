@@ -629,7 +629,7 @@ def screen_heads(
         model: a hooked model exposing `blocks.{l}.attn.hook_z`.
         task: a `Task`, `TaskBatch`, task name or path; or any data for a custom `metric`.
         kind: `"zero"` or `"mean"`; mean ablation uses `means`, by default the mean `z` over
-            the screened split of `task`.
+            the screened split of `task`; each of `others` uses the mean over its own prompts.
         method: `"exact"`, `"attribution"` or `"naive"` (see the module docstring).
         split: the examples of `task` to use (`"select"`, `"heldout"`, None for all).
         others: extra tasks (scored on all their examples), or a `{name: data}` mapping.
@@ -672,12 +672,15 @@ def screen_heads(
         items.append((other_name or default_name, other_data, other_name or default_name))
     L, H = model.cfg.n_layers, model.cfg.n_heads
     for suffix, d, label in items:
+        item_means = means
+        if suffix is not None and kind is AblationKind.MEAN and isinstance(d, TaskBatch):
+            item_means = compute_head_means(model, d.tokens, d.lengths)  # its own prompts
         clean, diffs = single_head_diffs(
             model,
             d,
             method,
             kind,
-            means,
+            item_means,
             metric,
             heads,
             max_rows,

@@ -96,6 +96,16 @@ class Task:
                 "every example"
             )
 
+        if self.answer_scope == "candidates" and self.candidates:
+            for e in self.examples:
+                missing = [a for a in e.answers if a not in self.candidates]
+                if missing:
+                    raise WorkbenchError(
+                        f"task {self.name!r}, example {e.id!r}: answer {missing[0]!r} is not "
+                        f"in the task's candidates {list(self.candidates)[:8]}; with "
+                        "answer_scope 'candidates' every answer must be one of them"
+                    )
+
     def __len__(self) -> int:
         return len(self.examples)
 
@@ -198,7 +208,14 @@ def load_task(
     if not 0.0 < heldout_fraction < 1.0:
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
     path = resolve_task_path(name_or_path)
-    lines = [(i + 1, line) for i, line in enumerate(path.read_text().splitlines()) if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise WorkbenchError(
+            f"task file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); save it "
+            "as UTF-8 JSON lines"
+        ) from None
+    lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
     if not lines:
         raise WorkbenchError(f"task file {str(path)!r} is empty; expected JSONL examples")
     header: dict = {}

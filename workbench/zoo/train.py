@@ -218,7 +218,7 @@ def confirm_cel(model: HookedTransformer, seed: int = 0) -> dict:
     Returns the best set, its held-out gain with the bootstrap interval and random-set
     percentiles, the per-task held-out numbers with that set removed, and the side effects.
     """
-    from workbench.search import run_cel
+    from workbench.pipeline import run_cel
     from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
 
     result = run_cel(model, DEFAULT_TASK, others=SIDE_TASKS, max_size=3, seed=seed,

@@ -1,0 +1,129 @@
+"""The validated settings of a CEL run: what determines its numbers, checked once.
+
+`CELConfig` is built before any model forward, so a bad setting (an unknown strategy, a
+negative seed, a set size of 0) fails at once with one clear message instead of after
+screening. It round-trips through JSON (`to_dict` / `from_dict`); a results folder stores
+it in `config.json`, and a rerun into the same folder must have an identical config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from workbench.ablation import AblationKind
+from workbench.errors import WorkbenchError
+from workbench.screening import ScreenMethod
+from workbench.search import STRATEGIES
+
+
+@dataclass
+class CELConfig:
+    """Everything that determines a CEL run's numbers (not how fast they are computed).
+
+    Attributes:
+        model, task, others: names or paths as given; `*_fingerprint` identify their content.
+        kind: `"zero"` or `"mean"` ablation (mean over the selection split's prompts).
+        method: single-head screening, `"exact"` or `"attribution"`.
+        objective: the metric CEL maximises (the task's `metric` when None).
+        secondary: the continuous companion metric (log-prob unless that is the objective);
+            chosen from the objective when None.
+        rank_by: `"objective"`: candidates and sets are ranked by the objective's gain, ties
+            broken by the secondary's; `"secondary"`: the other way round.
+        max_size: the largest head set searched and confirmed.
+        strategies: names in `workbench.search.STRATEGIES`, run in order on one shared cache.
+        top_m: candidates for the exhaustive strategy and the smallest candidate pool.
+        beam_width: sets kept per size by the beam strategy.
+        n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
+            when None).
+        n_random: random head sets per size in the held-out baseline.
+        n_boot, ci: paired bootstrap resamples and interval coverage.
+        seed: the seed every random draw derives from.
+        check_attribution: with `method="attribution"`, also run exact screening to report
+            their rank correlation.
+    """
+
+    model: str
+    task: str
+    others: tuple[str, ...] = ()
+    kind: AblationKind | str = "zero"
+    method: str = "exact"
+    objective: str | None = None
+    secondary: str | None = None
+    rank_by: str = "objective"
+    max_size: int = 3
+    strategies: tuple[str, ...] = ("exhaustive",)
+    top_m: int = 8
+    beam_width: int = 4
+    n_masks: int | None = None
+    knockout_p: float | None = None
+    n_random: int = 200
+    n_boot: int = 1000
+    ci: float = 0.95
+    seed: int = 0
+    check_attribution: bool = True
+    model_fingerprint: str = ""
+    task_fingerprint: str = ""
+    others_fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        self.kind = AblationKind.parse(self.kind)
+        self.method = ScreenMethod.parse(self.method).value
+        if self.method == "naive":
+            raise WorkbenchError(
+                "CEL screening method must be 'exact' or 'attribution'; "
+                "'naive' is the slow reference for tests and benchmarks"
+            )
+        if isinstance(self.strategies, str):
+            self.strategies = (self.strategies,)
+        self.strategies = tuple(self.strategies)
+        self.others = tuple(str(o) for o in self.others)
+        if self.rank_by not in ("objective", "secondary"):
+            raise WorkbenchError(
+                f"rank_by {self.rank_by!r} is unknown; expected 'objective' or 'secondary'"
+            )
+        if not self.strategies:
+            raise WorkbenchError("at least one search strategy is needed")
+        for s in self.strategies:
+            if s not in STRATEGIES:
+                raise WorkbenchError(
+                    f"search strategy {s!r} is unknown; expected one of {sorted(STRATEGIES)}"
+                )
+        for name, value, low in (
+            ("max_size", self.max_size, 1),
+            ("top_m", self.top_m, 1),
+            ("beam_width", self.beam_width, 1),
+            ("n_random", self.n_random, 0),
+            ("n_boot", self.n_boot, 1),
+            ("seed", self.seed, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise WorkbenchError(f"{name} must be an integer >= {low}; got {value!r}")
+        if self.n_masks is not None and (not isinstance(self.n_masks, int) or self.n_masks < 2):
+            raise WorkbenchError(f"n_masks must be >= 2; got {self.n_masks}")
+        if self.knockout_p is not None and not 0.0 < self.knockout_p < 1.0:
+            raise WorkbenchError(f"knockout_p must be in (0, 1); got {self.knockout_p}")
+        if not 0.0 < self.ci < 1.0:
+            raise WorkbenchError(f"ci must be in (0, 1); got {self.ci}")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["kind"] = self.kind.value
+        d["others"], d["strategies"] = list(self.others), list(self.strategies)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CELConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise WorkbenchError(f"CEL config has unknown keys {unknown}; expected {sorted(known)}")
+        d = dict(d)
+        d["others"] = tuple(d.get("others", ()))
+        d["strategies"] = tuple(d.get("strategies", ("exhaustive",)))
+        return cls(**d)
+
+    def differences(self, other: "CELConfig") -> list[str]:
+        """Names of the fields whose values differ."""
+        a, b = self.to_dict(), other.to_dict()
+        return [k for k in a if a[k] != b[k]]

@@ -1,0 +1,345 @@
+"""`run_cel`: the three CEL stages over one validated config, resumable from a results folder.
+
+1. screen (`screen_stage`): the effect of removing each head alone on the selection split
+   (and on every side task), and the candidate pool;
+2. search (`search_stage`): head sets scored jointly on the selection split by the config's
+   strategies;
+3. confirm (`confirm_stage`): the best set of each size re-scored on the held-out split,
+   against random sets of the same size, with side effects on the other tasks.
+
+The config (`CELConfig`) is built and validated before any forward pass. Each stage builds
+the scorers of the split it uses and drops them when it ends, so cached activations of one
+split never sit in memory beside another's. With mean ablation every task is ablated with
+the means over its own prompts (the selection split for the main task) unless `means` is
+given for the main task. Each stage's table is written to the results folder as soon as it
+is done, with a record of the inputs that made it (see `workbench.store`); a rerun reuses a
+stage only when config, model, tasks and upstream files are unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from workbench.ablation import AblationKind, HeadMeans, compute_head_means
+from workbench.config import CELConfig
+from workbench.confirmation import confirm_sets
+from workbench.errors import WorkbenchError
+from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
+from workbench.heads import HeadSet
+from workbench.results import CELResult
+from workbench.screening import (
+    CustomMetric,
+    MaskScorer,
+    resolve_task,
+    screen_heads,
+    single_head_diffs,
+)
+from workbench.search import (
+    SearchSpace,
+    best_sets,
+    candidate_heads,
+    get_strategy,
+    rank_order,
+    select_candidates,
+)
+from workbench.stats import rank_correlation
+from workbench.store import ResultStore
+from workbench.tables import head_name
+from workbench.tasks import Task, TaskBatch, encode_task
+
+
+@dataclass
+class Compute:
+    """How a run computes, not what it computes (not part of the config).
+
+    Attributes:
+        max_rows: the most rows (masks x examples) per forward.
+        masks_per_pass: masks per tiled forward; None picks per device.
+        progress: show progress bars.
+    """
+
+    max_rows: int = 1024
+    masks_per_pass: int | None = None
+    progress: bool = True
+
+
+@dataclass
+class _Run:
+    """What every stage needs: the model, the encoded data and the validated config."""
+
+    model: object
+    config: CELConfig
+    select: TaskBatch
+    heldout: TaskBatch
+    others: dict[str, Task]
+    metric: CustomMetric | None
+    means: HeadMeans | None
+    compute: Compute
+
+    @property
+    def order(self) -> tuple[str, str | None]:
+        return rank_order(self.config.objective, self.config.secondary, self.config.rank_by)
+
+    def scorer(self, data, means: HeadMeans | None = None) -> MaskScorer:
+        return MaskScorer(self.model, data, kind=self.config.kind, means=means,
+                          metric=self.metric, max_rows=self.compute.max_rows,
+                          masks_per_pass=self.compute.masks_per_pass)
+
+    def means_of(self, data: TaskBatch) -> HeadMeans | None:
+        """Mean-ablation means over `data`'s own prompts (None for other kinds)."""
+        if self.config.kind is not AblationKind.MEAN:
+            return None
+        return compute_head_means(self.model, data.tokens, data.lengths)
+
+
+def run_cel(
+    model,
+    task,
+    others: Sequence = (),
+    config: CELConfig | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    metric: CustomMetric | None = None,
+    means: HeadMeans | None = None,
+    compute: Compute | None = None,
+    plots: bool = True,
+    **settings,
+) -> CELResult:
+    """Capability Enhancement Localization: screen heads, search sets, confirm held out.
+
+    Args:
+        model: a hooked model (any with `blocks.{l}.attn.hook_z`; next-token tasks need a
+            HookedTransformer).
+        task: a `Task`, task name or path, with `select` and `heldout` splits.
+        others: tasks for side effects (scored on all their examples; names must differ).
+        config: the run's settings; or give them as keyword `settings`, any `CELConfig` field
+            (`kind`, `method`, `max_size`, `strategies` (or `strategy`), `n_random`, `seed`,
+            `objective`, `rank_by`, `top_m`, `beam_width`, `n_masks`, `knockout_p`, `n_boot`,
+            `ci`, `check_attribution`, `model` for the name recorded), validated before any
+            forward pass. `max_rows`, `masks_per_pass` and `progress` set `compute`.
+        out_dir: the results folder: stage files are written as they finish and a rerun
+            with the same config resumes from them; None keeps everything in memory.
+        metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them).
+        means: head means for mean-ablating the main task (default: over its selection
+            split's prompts); side tasks always use the means over their own prompts.
+        compute: how to compute (rows per forward, progress); defaults otherwise.
+        plots: write plots when saving.
+
+    Returns:
+        A `CELResult` (also saved to `out_dir` when given).
+
+    Example:
+        >>> result = run_cel(model, "ioi", others=["induction"], kind="mean", out_dir="cel_ioi")
+        >>> result.confirmation[["size", "heads", "d_accuracy", "percentile"]]
+    """
+    t0 = time.perf_counter()
+    compute = compute or Compute()
+    for name in ("max_rows", "masks_per_pass", "progress"):
+        if name in settings:
+            compute = dataclasses.replace(compute, **{name: settings.pop(name)})
+    if "strategy" in settings:
+        settings["strategies"] = settings.pop("strategy")
+    if "model_name" in settings:
+        settings["model"] = settings.pop("model_name")
+    config = _settings_config(config, settings, model)
+    main = resolve_task(task)
+    other_tasks = _other_tasks(others)
+    run = _Run(model, config, encode_task(model, main, "select"),
+               encode_task(model, main, "heldout"), other_tasks, metric, means, compute)
+    shared = set(run.select.task.ids) & set(run.heldout.task.ids)
+    if shared:
+        raise WorkbenchError(f"task {main.name!r}: examples {sorted(shared)[:5]} are in both the "
+                             "select and heldout splits")
+
+    with ResultStore(out_dir) as store:
+        if run.means is None:
+            run.means = run.means_of(run.select)
+        clean_select = run.scorer(run.select, run.means).clean()
+        run.config = config = _resolve_metrics(config, list(clean_select), metric, main, model,
+                                               other_tasks)
+        result = CELResult(config=config, seeds={"bootstrap": config.seed,
+                                                 "random_sets": config.seed,
+                                                 "compressed_sensing": config.seed})
+        if store.previous is not None:
+            diff = config.differences(CELConfig.from_dict(store.previous["config"]))
+            if diff:
+                raise WorkbenchError(
+                    f"{str(store.folder)!r} holds a CEL run with a different config (differs in "
+                    f"{diff}); use another --out folder or delete this one"
+                )
+            result.summary = store.previous.get("summary", {})
+            result.timings = store.previous.get("timings", {})
+        result.summary.update({
+            "objective": config.objective,
+            "secondary": config.secondary,
+            "splits": {"select": run.select.task.ids, "heldout": run.heldout.task.ids},
+        })
+        result.summary.setdefault("n_examples", {})["select"] = len(run.select)
+        result.summary.setdefault("clean", {})["select"] = _means(clean_select)
+        _add_time(result, "setup", t0)
+        store.save(result.run_file())
+        cfg = config.to_dict()
+
+        result.heads = store.load("heads", cfg)
+        if result.heads is None:
+            t = time.perf_counter()
+            result.heads = screen_stage(run, result)
+            _add_time(result, "screen", t)
+            store.save(result.run_file(), heads=result.heads)
+        _check_heads(result.heads, model, store.folder)
+
+        result.combos = store.load("combos", cfg)
+        if result.combos is None:
+            t = time.perf_counter()
+            result.combos = search_stage(run, result)
+            _add_time(result, "search", t)
+            store.save(result.run_file(), combos=result.combos)
+
+        confirmation = store.load("confirmation", cfg)
+        side_effects = store.load("side_effects", cfg) if other_tasks else pd.DataFrame()
+        if confirmation is None or side_effects is None:
+            t = time.perf_counter()
+            confirmation, side_effects = confirm_stage(run, result)
+            _add_time(result, "confirm", t)
+            tables = {"confirmation": confirmation}
+            if not side_effects.empty:
+                tables["side_effects"] = side_effects
+            result.confirmation, result.side_effects = confirmation, side_effects
+            store.save(result.run_file(), **tables)
+        result.confirmation, result.side_effects = confirmation, side_effects
+        if store.folder is not None:
+            result.write_report(store.folder, plots)
+    return result
+
+
+def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
+    """Stage 1: the single-head screening table with the candidates marked."""
+    config, c = run.config, run.compute
+    heads = screen_heads(run.model, run.select, config.kind, config.method, split=None,
+                         others=run.others, metric=run.metric, means=run.means,
+                         n_boot=config.n_boot, ci=config.ci, seed=config.seed,
+                         max_rows=c.max_rows, masks_per_pass=c.masks_per_pass,
+                         progress=c.progress)
+    if config.method == "attribution" and config.check_attribution:
+        _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
+                                     run.metric, max_rows=c.max_rows,
+                                     masks_per_pass=c.masks_per_pass, progress=c.progress,
+                                     desc="exact check")
+        rho = {}
+        for m, d in exact.items():
+            heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()
+            rho[m] = rank_correlation(heads[f"d_{m}"], heads[f"exact_d_{m}"])
+        result.summary["attribution_rank_correlation"] = rho
+    heads = select_candidates(heads, *run.order, config.top_m)
+    result.summary["candidates"] = [head_name(*h) for h in candidate_heads(heads)]
+    return heads
+
+
+def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
+    """Stage 2: every head set the strategies scored on the selection split."""
+    config = run.config
+    space = SearchSpace(run.scorer(run.select, run.means), candidate_heads(result.heads),
+                        config.objective, config.secondary, rank_by=config.rank_by,
+                        max_size=config.max_size, top_m=config.top_m,
+                        beam_width=config.beam_width, n_masks=config.n_masks,
+                        knockout_p=config.knockout_p, seed=config.seed,
+                        progress=run.compute.progress)
+    for name in config.strategies:
+        get_strategy(name)(space)
+    result.summary.update(space.notes)
+    return pd.DataFrame(space.records)
+
+
+def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stage 3: held-out confirmation of the best set of each size, and side effects."""
+    config, combos = run.config, result.combos
+    sets, best_size = best_sets(combos, *run.order, config.max_size)
+    select_gains = {size: float(combos[combos["heads"] == names].iloc[0][f"d_{config.objective}"])
+                    for size, names in sets.items()}
+    heldout = run.scorer(run.heldout, run.means)
+    others = {}
+    for name, task in run.others.items():
+        data = encode_task(run.model, task)
+        others[name] = run.scorer(data, run.means_of(data))
+    result.summary["n_examples"].update(
+        {"heldout": len(run.heldout), **{n: len(s.data) for n, s in others.items()}})
+    result.summary["clean"].update(
+        {"heldout": _means(heldout.clean()), **{n: _means(s.clean()) for n, s in others.items()}})
+    confirmation, side_effects = confirm_sets(
+        heldout, {s: HeadSet.of(run.model, n) for s, n in sets.items()}, config.objective,
+        config.secondary, others, best_size, select_gains, config.n_random, config.n_boot,
+        config.ci, config.seed, run.compute.progress)
+    result.summary["best_heads"] = sets.get(best_size, "") if best_size else ""
+    return confirmation, side_effects
+
+
+def _settings_config(config: CELConfig | None, settings: dict, model) -> CELConfig:
+    """The config from `config` and/or keyword settings, validated now."""
+    if config is not None and settings:
+        raise WorkbenchError(f"give either config= or settings {sorted(settings)}, not both")
+    if config is not None:
+        return config
+    fields = {f.name for f in dataclasses.fields(CELConfig)}
+    unknown = sorted(set(settings) - fields)
+    if unknown:
+        raise WorkbenchError(f"run_cel got unknown settings {unknown}; expected CELConfig "
+                             f"fields {sorted(fields - {'task', 'others'})}")
+    settings.setdefault("model", str(getattr(model.cfg, "model_name", "model")))
+    return CELConfig(task="", **settings)
+
+
+def _other_tasks(others) -> dict[str, Task]:
+    tasks = [resolve_task(o) for o in others]
+    names = [t.name for t in tasks]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise WorkbenchError(f"side tasks must have distinct names; {dupes} given more than once "
+                             "(rename one in its file header or drop it)")
+    return {t.name: t for t in tasks}
+
+
+def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, model,
+                     others: dict[str, Task]) -> CELConfig:
+    """Fill in the task, the objective and tie-break metric, and the fingerprints."""
+    objective = config.objective or (main.metric if metric is None else names[0])
+    if objective not in names:
+        raise WorkbenchError(
+            f"objective {objective!r} is not a metric of this run; expected one of {names}"
+        )
+    secondary = config.secondary or _default_secondary(objective, names)
+    return dataclasses.replace(
+        config, task=main.name, others=tuple(others), objective=objective, secondary=secondary,
+        model_fingerprint=model_fingerprint(model), task_fingerprint=task_fingerprint(main),
+        others_fingerprint=digest([task_fingerprint(t) for t in others.values()]),
+    )
+
+
+def _default_secondary(objective: str, names: Sequence[str]) -> str | None:
+    for candidate in ("logprob", "accuracy") if objective != "logprob" else ("accuracy",):
+        if candidate in names and candidate != objective:
+            return candidate
+    others = [n for n in names if n != objective]
+    return others[0] if others else None
+
+
+def _check_heads(heads: pd.DataFrame, model, folder: Path | None) -> None:
+    n = model.cfg.n_layers * model.cfg.n_heads
+    if len(heads) != n:
+        raise WorkbenchError(f"{str(folder)!r}: heads.csv has {len(heads)} rows; this model has "
+                             f"{n} heads")
+
+
+def _means(scores: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {m: float(torch.nanmean(v.float())) for m, v in scores.items()}
+
+
+def _add_time(result: CELResult, stage: str, start: float) -> None:
+    result.timings[stage] = result.timings.get(stage, 0.0) + time.perf_counter() - start
+
