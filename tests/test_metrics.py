@@ -50,8 +50,9 @@ def test_metrics_match_hand_computation():
         assert out["accuracy"][i].item() == float(int(np.argmax(row)) in answers[i])
         assert_close(out["logprob"][i], math.log(sum(p[a] for a in answers[i])))
         if wrongs[i]:
-            lse = lambda ids: math.log(sum(math.exp(row[k]) for k in ids))  # noqa: E731
-            assert_close(out["logit_diff"][i], lse(answers[i]) - lse(wrongs[i]))
+            lse_right = math.log(sum(math.exp(row[k]) for k in answers[i]))
+            lse_wrong = math.log(sum(math.exp(row[k]) for k in wrongs[i]))
+            assert_close(out["logit_diff"][i], lse_right - lse_wrong)
             expected = sum(p[a] for a in answers[i]) - sum(p[w] for w in wrongs[i])
             assert_close(out["prob_diff"][i], expected)
         else:
@@ -87,4 +88,6 @@ def test_normalized_logit_diff_is_ablated_over_clean_mean(gpt2_like_model, tiny_
             la = gpt2_like_model(batch.tokens)[rows, batch.lengths - 1]
     clean_ld = (lc[rows, a] - lc[rows, w]).mean()
     assert_close(norm["normalized_logit_diff"].to_numpy(), (la[rows, a] - la[rows, w]) / clean_ld)
-    assert_close(norm["normalized_logit_diff"].mean(), (la[rows, a] - la[rows, w]).mean() / clean_ld)
+    assert_close(
+        norm["normalized_logit_diff"].mean(), (la[rows, a] - la[rows, w]).mean() / clean_ld
+    )
