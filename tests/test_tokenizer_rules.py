@@ -83,3 +83,12 @@ def test_year_check_passes_where_the_year_splits_as_century_and_two_digits():
     assert hf.convert_ids_to_tokens(_ids(hf, " 1732")) == ["Ġ", "17", "32"]
     batch = encode_task(stub_model(hf), _task([(GT_PROMPT, "32")], checks=("year_split",)))
     assert hf.convert_ids_to_tokens(batch.answer_ids[0].tolist()) == ["32"]
+
+
+def test_answers_alone_still_meet_the_year_check_on_llama3():
+    # With answers encoded alone ("32" is one Llama-3 token), the structural check is what
+    # refuses the task: the start year is "173" + "2".
+    hf = byte_level_like([GT_PROMPT + "32", GT_PROMPT], LLAMA3_PATTERN)
+    task = _task([(GT_PROMPT, "32")], checks=("year_split",), answers_in_context=False)
+    with pytest.raises(WorkbenchError, match=r"example 'e0': the start year 1732 is not split"):
+        encode_task(stub_model(hf), task)

