@@ -266,7 +266,8 @@ def evaluate(
     scores, preds = _scores(model, batch, heads, kind, means, per_position, batch_size, resample)
     if clean_logit_diff is None and (heads is None or batch.task.metric == "normalized_logit_diff"):
         clean = scores if heads is None else _scores(model, batch, None, batch_size=batch_size)[0]
-        clean_logit_diff = float(np.nanmean(clean["logit_diff"]))
+        finite = clean["logit_diff"][np.isfinite(clean["logit_diff"])]
+        clean_logit_diff = float(finite.mean()) if len(finite) else None
     normalized = (
         np.full(len(batch), np.nan)
         if clean_logit_diff is None or not np.isfinite(clean_logit_diff) or clean_logit_diff == 0
