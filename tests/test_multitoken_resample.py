@@ -187,3 +187,21 @@ def test_resample_errors_are_clear(gpt2_like_model, tiny_task, cf_task):
     bad = replace(cf_task.examples[0], counterfactual="w1 w2 w3 w4 w5 w6 w7 w8")
     with pytest.raises(WorkbenchError, match="example 'r0': the counterfactual prompt is 9"):
         encode_task(gpt2_like_model, replace(cf_task, examples=[bad]))
+
+
+def test_exact_screening_over_all_answer_positions(attn_model, multi_task):
+    """MaskScorer with `multi_token_metric` equals `evaluate` with each mask's heads removed."""
+    from workbench.metrics import multi_token_metric
+    from workbench.screening import MaskScorer, masks_of
+
+    batch = encode_task(attn_model, multi_task)
+    sets = [["L0H1"], ["L0H0", "L1H2"], ["L1H3"]]
+    scorer = MaskScorer(attn_model, batch, metric=multi_token_metric)
+    got = scorer.score(masks_of(attn_model, sets))
+    clean = evaluate(attn_model, multi_task)
+    assert_close(scorer.clean()["logprob"], clean["logprob"].to_numpy())
+    for m, heads in enumerate(sets):
+        want = evaluate(attn_model, multi_task, heads=heads)
+        assert_close(got["logprob"][m], want["logprob"].to_numpy())
+        assert got["accuracy"][m].tolist() == want["correct"].astype(float).tolist()
+        assert_close(got["logit_diff"][m], want["logit_diff"].to_numpy())

@@ -226,6 +226,24 @@ def sequence_scores(
     return {"seq_logprob": seq_logprob, "seq_correct": seq_correct}
 
 
+def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+    """The scores of a multi-token task, as a custom metric for `MaskScorer` and `run_cel`.
+
+    `accuracy` and `logprob` are the sequence scores (`sequence_scores`: greedy exact match,
+    teacher-forced log-probability over every answer position); `logit_diff` and `prob_diff`
+    score the first answer token. Run under a mask's hooks, this is exact screening over all
+    answer positions (`MaskScorer(model, batch, metric=multi_token_metric)`).
+    """
+    seq = sequence_scores(model, batch)
+    first = score_logits(answer_logits(model, batch), batch)
+    return {
+        "accuracy": seq["seq_correct"],
+        "logprob": seq["seq_logprob"],
+        "logit_diff": first["logit_diff"],
+        "prob_diff": first["prob_diff"],
+    }
+
+
 def evaluate(
     model,
     task: Task | TaskBatch,
