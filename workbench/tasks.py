@@ -586,6 +586,7 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
     multi = task.answer_tokens == "multi"
     shared = list(task.candidates) if task.answer_scope == "candidates" and task.candidates else []
     prompts, answers, wrongs, cands, roles, seqs, cfs = [], [], [], [], [], [], []
+    alone: dict[str, list[int]] = {}
     for ex in task.examples:
         body = tok.encode(ex.prompt)
         ids = tok.encode(ex.prompt, prepend_bos=task.prepend_bos)
@@ -598,7 +599,10 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
         if task.answers_in_context:
             cont = _in_context(tok, ex, body, texts)
         else:
-            cont = {t: tok.encode(t) for t in dict.fromkeys(texts)}
+            for t in texts:  # alone, a text's ids do not depend on the prompt: cache them
+                if t not in alone:
+                    alone[t] = tok.encode(t)
+            cont = alone
         if multi:
             first = [cont[a][0] for a in ex.answers]
             wrong = [cont[w][0] for w in ex.wrong]
