@@ -136,8 +136,9 @@ def test_local_folder_with_tokenizer_evaluates_a_text_task(tmp_path):
     model = load_model(tmp_path / "g", device="cpu")
     assert model.tokenizer is not None
     (tmp_path / "t.jsonl").write_text(
-        '{"id": "a", "prompt": "w3 w4 w5", "answer": "w6"}\n'
-        '{"id": "b", "prompt": "w7 w8", "answer": "w9"}\n'
+        # Answers carry their leading space: they are tokenized after the prompt.
+        '{"id": "a", "prompt": "w3 w4 w5", "answer": " w6"}\n'
+        '{"id": "b", "prompt": "w7 w8", "answer": " w9"}\n'
     )
     scores = evaluate(model, load_task(tmp_path / "t.jsonl"))
     with torch.no_grad():

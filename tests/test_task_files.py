@@ -17,11 +17,26 @@ from pathlib import Path
 import pytest
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
-TASK_NAMES = ("ioi", "greater_than", "capitals", "addition", "antonyms", "induction")
+ICL_NAMES = (
+    "antonyms", "country_capital", "country_currency", "english_french", "present_past",
+    "singular_plural", "person_occupation",
+)  # fmt: skip
+TASK_NAMES = ("ioi", "greater_than", "capitals", "addition", "induction", *ICL_NAMES)
 # Greater-than answers continue a year ("17" + "32"), so they carry no leading space.
 NO_SPACE_TASKS = {"greater_than"}
-EXAMPLE_KEYS = {"id", "prompt", "answer", "wrong", "roles", "split", "group"}
-MIN_EXAMPLES = 200
+EXAMPLE_KEYS = {
+    "id",
+    "prompt",
+    "answer",
+    "wrong",
+    "roles",
+    "split",
+    "group",
+    "counterfactual",
+    "meta",
+}
+MIN_EXAMPLES = 145
+MAX_BYTES = 1_000_000  # all hub task files and their word lists together
 
 
 @functools.cache
@@ -66,15 +81,18 @@ def _match_any(templates, prompt: str) -> re.Match:
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_header(name):
+    from workbench.tasks import HEADER_KEYS, METRIC_NAMES
+
     header, _ = _load(name)
     assert set(header) == {"task"}
     task = header["task"]
     expected = {"name", "description", "metric", "answer_scope", "candidates", "source"}
-    assert set(task) == expected | {"prepend_bos"}
+    assert expected | {"prepend_bos", "split_by"} <= set(task) <= set(HEADER_KEYS)
     assert task["name"] == name
     assert isinstance(task["description"], str) and task["description"]
-    assert task["metric"] in {"accuracy", "logprob", "logit_diff"}
+    assert task["metric"] in METRIC_NAMES
     assert task["prepend_bos"] is True
+    assert task.get("answer_tokens", "single") == ("multi" if name in ICL_NAMES else "single")
     assert re.fullmatch(r"python tasks/generate_hub_tasks\.py --seed \d+", task["source"])
     if task["answer_scope"] == "candidates":
         candidates = task["candidates"]
@@ -82,6 +100,23 @@ def test_header(name):
         assert len(set(candidates)) == len(candidates)
     else:
         assert task["answer_scope"] == "vocab" and task["candidates"] is None
+
+
+def test_total_size_is_small():
+    files = [TASKS_DIR / f"{n}.jsonl" for n in TASK_NAMES] + list((TASKS_DIR / "data").glob("*"))
+    assert sum(f.stat().st_size for f in files) < MAX_BYTES
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_groups_never_cross_splits(name):
+    header, examples = _load(name)
+    if header["task"]["split_by"] != "group":
+        return
+    split_of: dict[str, str] = {}
+    for e in examples:
+        assert split_of.setdefault(e["group"], e["split"]) == e["split"], e["group"]
+    if name in ICL_NAMES:
+        assert len(split_of) >= 145, "too few independent pairs"
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -135,55 +170,87 @@ def test_capitals_rule():
     capital_of = dict(gen.CAPITALS)
     examples = _load("capitals")[1]
     for e in examples:
-        country = _match_any(gen.CAPITAL_TEMPLATES, e["prompt"])["country"]
-        assert e["answer"] == f" {capital_of[country]}", e
+        template = gen.CAPITAL_TEMPLATES[e["meta"]["template"]]
+        assert e["prompt"] == template.format(country=e["group"]), e
+        assert e["answer"] == f" {capital_of[e['group']]}", e
     units = _units_by_split(examples, lambda e: e["answer"])
     assert not units["select"] & units["heldout"], "a country is in both splits"
 
 
-def test_antonyms_rule():
+def _demos(prompt: str) -> tuple[list[tuple[str, str]], str]:
+    """The (x, y) demonstrations of a function-vector prompt and its query x."""
+    blocks = prompt.split("\n\n")
+    demos = [tuple(re.fullmatch(r"Q: (.+)\nA: (.+)", b).groups()) for b in blocks[:-1]]
+    query = re.fullmatch(r"Q: (.+)\nA:", blocks[-1])[1]
+    return demos, query
+
+
+@pytest.mark.parametrize("name", ICL_NAMES)
+def test_icl_rule_and_no_heldout_pair_in_a_select_prompt(name):
     gen = _generator()
-    opposite = {}
-    for a, b in gen.ANTONYM_PAIRS:
-        opposite[a], opposite[b] = b, a
-    assert len(opposite) == 2 * len(gen.ANTONYM_PAIRS), "a word is in two pairs"
-    examples = _load("antonyms")[1]
+    pairs = gen.read_pairs(name)
+    assert len(pairs) >= 145 and len({x for x, _ in pairs}) == len(pairs)
+    output = dict(pairs)
+    examples = _load(name)[1]
+    assert sorted(e["group"] for e in examples) == sorted(output), "each pair is one query"
+    split_of = {e["group"]: e["split"] for e in examples}
     for e in examples:
-        match = _match_any(gen.ANTONYM_TEMPLATES, e["prompt"]).groupdict()
-        assert e["answer"] == f" {opposite[match['word']]}", e
-        if "shot" in match:
-            assert match["shot_answer"] == opposite[match["shot"]], e
-            assert match["shot"] not in (match["word"], opposite[match["word"]]), e
-
-    def pair_of(e):
-        answer = e["answer"].strip()
-        return frozenset((answer, opposite[answer]))
-
-    units = _units_by_split(examples, pair_of)
-    assert not units["select"] & units["heldout"], "an antonym pair is in both splits"
+        demos, query = _demos(e["prompt"])
+        assert query == e["group"] and e["answer"] == f" {output[query]}", e["id"]
+        assert 5 <= len(demos) <= 10, e["id"]
+        for x, y in demos:
+            assert output[x] == y, e["id"]
+            assert x != query, e["id"]
+            # Demonstrations come from the example's own split: no held-out pair is ever
+            # shown while selecting heads, and no selected pair leaks into a held-out prompt.
+            assert split_of[x] == e["split"], (e["id"], x)
+    heldout_pairs = {(x, output[x]) for x, s in split_of.items() if s == "heldout"}
+    for e in examples:
+        if e["split"] == "select":
+            shown = set(_demos(e["prompt"])[0]) | {(e["group"], e["answer"].strip())}
+            assert not shown & heldout_pairs, e["id"]
 
 
 def test_ioi_rule():
-    names = set(_generator().NAMES)
+    gen = _generator()
+    names = set(gen.NAMES)
+    assert len(gen.IOI_TEMPLATES) == 15
+    seen = {(t, o): 0 for t in range(15) for o in ("ABBA", "BABA")}
     for e in _load("ioi")[1]:
         io, (s,) = e["answer"].strip(), [w.strip() for w in e["wrong"]]
         assert io in names and s in names and io != s, e
-        mentions = re.findall(r"\b[A-Z][a-z]+\b", e["prompt"])
-        assert mentions.count(io) == 1 and mentions.count(s) == 2, e
+        t, order = e["meta"]["template"], e["meta"]["order"]
+        seen[(t, order)] += 1
+        mentions = [m for m in re.findall(r"\b[A-Z][a-z]+\b", e["prompt"]) if m in names]
+        assert mentions == ([io, s, s] if order == "ABBA" else [s, io, s]), e
+        assert e["group"] == "+".join(sorted((io, s)))
+        # ABC counterfactual: the same template with three distinct other names.
+        cf = [m for m in re.findall(r"\b[A-Z][a-z]+\b", e["counterfactual"]) if m in names]
+        assert len(cf) == 3 and len(set(cf)) == 3 and not set(cf) & {io, s}, e
+        strip = lambda text, ns: functools.reduce(lambda a, n: a.replace(n, "_"), ns, text)  # noqa: E731
+        assert strip(e["prompt"], {io, s}) == strip(e["counterfactual"], set(cf)), e["id"]
         assert not e["prompt"].startswith((io, s)), "a sentence-initial name has no space"
+    assert len(set(seen.values())) == 1, "templates and orders are balanced"
 
 
 def test_greater_than_rule():
     header, examples = _load("greater_than")
-    candidates = header["task"]["candidates"]
+    task = header["task"]
+    assert task["metric"] == "prob_diff" and task["checks"] == ["year_split"]
+    candidates = task["candidates"]
     assert candidates == [f"{y:02d}" for y in range(100)]
+    per_yy: dict[int, int] = {}
     for e in examples:
         match = re.search(r"from the year (\d\d)(\d\d) to the year (\d\d)\Z", e["prompt"])
         assert match and match[1] == match[3], e["prompt"]
         start = int(match[2])
+        per_yy[start] = per_yy.get(start, 0) + 1
+        assert e["group"] == match[1] + match[2]
         assert e["answer"] and all(int(a) > start for a in e["answer"]), e["id"]
         assert all(int(w) <= start for w in e["wrong"]), e["id"]
         assert sorted(e["answer"] + e["wrong"]) == candidates, e["id"]
+        assert e["counterfactual"] == e["prompt"].replace(match[1] + match[2], match[1] + "01", 1)
+    assert sorted(per_yy) == list(range(2, 99)) and len(set(per_yy.values())) == 1
 
 
 def test_induction_rule():
@@ -194,6 +261,10 @@ def test_induction_rule():
         assert first not in (0, len(words) - 1), e["id"]
         assert e["answer"] == f" {words[first + 1]}", e["id"]
         assert words.count(last) == 2, e["id"]
+        cf = e["counterfactual"].split()
+        n = int(e["group"][3:])
+        assert len(cf) == len(words) and cf[:n] == words[:n], e["id"]
+        assert len(set(cf)) == len(cf), "nothing repeats in the counterfactual"
 
 
 def test_generator_reproduces_files(tmp_path):

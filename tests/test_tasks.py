@@ -35,12 +35,72 @@ def _write(path, lines):
             [{"id": 1, "prompt": "w1", "answer": "w2"}, {"id": 1, "prompt": "w3", "answer": "w2"}],
             "duplicate example ids",
         ),
+        (
+            [{"task": {"metirc": "accuracy"}}, {"prompt": "w1", "answer": "w2"}],
+            r"unknown task header keys \['metirc'\]; known keys: \['name', 'description', 'metric'",
+        ),
+        (
+            [{"task": {"prepend_bos": "false"}}, {"prompt": "w1", "answer": "w2"}],
+            r"'prepend_bos' must be bool; got 'false' \(str\)",
+        ),
+        (
+            [{"task": {"prepend_bos": 0}}, {"prompt": "w1", "answer": "w2"}],
+            r"'prepend_bos' must be bool; got 0 \(int\)",
+        ),
+        ([{"task": {"metric": 3}}, {"prompt": "w1", "answer": "w2"}], "'metric' must be str"),
+        (
+            [{"task": {"candidates": ["w1", 2]}}, {"prompt": "w1", "answer": "w2"}],
+            "'candidates' must be a list of strings",
+        ),
+        ([{"task": {"checks": ["nope"]}}, {"prompt": "w1", "answer": "w2"}], r"checks \['nope'\]"),
+        ([{"task": {"answer_tokens": "two"}}, {"prompt": "w1", "answer": "w2"}], "answer_tokens"),
+        ([{"task": {"metric": "prob_diff"}}, {"prompt": "w1", "answer": "w2"}], "needs 'wrong'"),
+        ([{"task": {}, "extra": 1}, {"prompt": "w1", "answer": "w2"}], "holds only 'task'"),
+        (
+            [{"prompt": "w1", "answer": "w2", "wrnog": ["w3"]}],
+            r"unknown example fields \['wrnog'\]; known fields",
+        ),
+        (
+            [
+                {"task": {"split_by": "group"}},
+                {"prompt": "w1", "answer": "w2", "group": "g", "split": "select"},
+                {"prompt": "w3", "answer": "w2", "group": "g", "split": "heldout"},
+            ],
+            "group 'g' is in both splits",
+        ),
+        (
+            [{"task": {"split_by": "group"}}, {"id": "x", "prompt": "w1", "answer": "w2"}],
+            r"examples \['x'\] have no 'group'",
+        ),
     ],
 )
 def test_malformed_task_files(tmp_path, lines, message):
     path = _write(tmp_path / "bad.jsonl", lines)
     with pytest.raises(WorkbenchError, match=message):
         load_task(path)
+
+
+def test_header_booleans_and_known_keys_are_read(tmp_path):
+    lines = [
+        {"task": {"prepend_bos": False, "meta": {"k": 1}, "answer_tokens": "multi"}},
+        {"prompt": "w1", "answer": "w2"},
+    ]
+    task = load_task(_write(tmp_path / "h.jsonl", lines))
+    assert task.prepend_bos is False and task.meta == {"k": 1} and task.answer_tokens == "multi"
+
+
+def test_group_splits_keep_each_group_together(tmp_path):
+    lines = [{"task": {"split_by": "group"}}] + [
+        {"id": f"e{i}", "prompt": "w1", "answer": "w2", "group": f"g{i % 10}"} for i in range(60)
+    ]
+    lines[1]["split"] = "heldout"  # an explicit split pulls its whole group along
+    task = load_task(_write(tmp_path / "g.jsonl", lines), seed=3)
+    by_group: dict[str, set] = {}
+    for e in task.examples:
+        by_group.setdefault(e.group, set()).add(e.split)
+    assert all(len(s) == 1 for s in by_group.values())
+    assert by_group["g0"] == {"heldout"}
+    assert sum(s == {"heldout"} for s in by_group.values()) == 5
 
 
 def test_unknown_task_name_lists_known_tasks():

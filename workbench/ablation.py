@@ -7,6 +7,12 @@ head: zero ablation sets it to 0; mean ablation sets it to the head's mean `z` o
 reference set, which keeps the average output (and so the residual-stream statistics later
 layers expect) while deleting the example-specific information.
 
+Resample ablation replaces `z_h` by the head's `z` on a counterfactual prompt of the same token
+length (e.g. IOI with the names changed, greater-than with the start year at XX01): the head
+then carries the information of another input of the same form rather than none, so the
+measured effect isolates what the head says about this example (Wang et al. 2022; Chan et al.
+2022, causal scrubbing). `compute_resample_z` runs the counterfactual prompts once.
+
 Two ways to ablate:
 
 - `ablated(model, heads, kind)`: a context manager for one head set, attached with
@@ -44,10 +50,14 @@ class AblationKind(str, Enum):
     MEAN: by the head's mean `z` over a reference set (`HeadMeans`): averaged over every real
         (non-padding) token position of every reference prompt, or, when the means were
         computed with `per_position=True` on equal-length prompts, the mean at each position.
+    RESAMPLE: by the head's `z` at the same position of the same example's counterfactual
+        prompt (`compute_resample_z`), so the batch must match the counterfactual batch row
+        for row.
     """
 
     ZERO = "zero"
     MEAN = "mean"
+    RESAMPLE = "resample"
 
     @classmethod
     def parse(cls, kind: "AblationKind | str") -> "AblationKind":
@@ -133,11 +143,55 @@ def compute_head_means(
     )
 
 
+def compute_resample_z(
+    model, tokens_or_batch, batch_size: int = 64
+) -> Float[Tensor, "batch pos layer head_index d_head"]:
+    """Every head's `hook_z` on the counterfactual prompts, for resample ablation.
+
+    Args:
+        model: a hooked model.
+        tokens_or_batch: a `TaskBatch` with counterfactual prompts (its
+            `counterfactual_tokens` are run) or a `[batch, pos]` token tensor to run as is.
+        batch_size: prompts per forward.
+    """
+    from workbench.tasks import TaskBatch
+
+    if isinstance(tokens_or_batch, TaskBatch):
+        tokens = tokens_or_batch.counterfactual().tokens
+    else:
+        tokens = tokens_or_batch
+    if tokens.ndim != 2:
+        raise WorkbenchError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
+    names = [_hook_z_name(l) for l in range(model.cfg.n_layers)]
+    parts = []
+    with torch.no_grad():
+        for start in range(0, tokens.shape[0], batch_size):
+            _, cache = model.run_with_cache(
+                tokens[start : start + batch_size], names_filter=lambda n: n in names
+            )
+            parts.append(torch.stack([cache[n] for n in names], dim=2))  # (B, T, L, H, D)
+    return torch.cat(parts)
+
+
+def _resample_fill(z: Tensor, fill: Tensor) -> Tensor:
+    """Check a resample fill `[batch, pos, head, d]` against `z` and cast it."""
+    if fill.shape[0] != z.shape[0] or fill.shape[1] != z.shape[1]:
+        raise WorkbenchError(
+            f"resample activations are [batch={fill.shape[0]}, pos={fill.shape[1]}] but the "
+            f"input is [batch={z.shape[0]}, pos={z.shape[1]}]; run compute_resample_z on the "
+            "counterfactual prompts of this very batch"
+        )
+    return fill.to(z.dtype)
+
+
 def _replace_heads_hook(
     z: Float[Tensor, "batch pos head_index d_head"], hook, heads: Tensor, fill: Tensor | None
 ):
     """Set `z[:, :, heads]` to 0 (`fill` None) or to `fill` (`[head, d]` or `[pos, head, d]`)."""
     z = z.clone()  # out of place, so gradients through other heads stay valid
+    if fill is not None and fill.ndim == 4:  # resample: [batch, pos, head, d]
+        z[:, :, heads] = _resample_fill(z, fill)
+        return z
     if fill is None:
         z[:, :, heads] = 0.0
     elif fill.ndim == 2:
@@ -153,8 +207,20 @@ def _replace_heads_hook(
 
 
 def _fill_for(
-    kind: AblationKind, means: HeadMeans | None, layer: int, heads: list[int], per_position: bool
+    kind: AblationKind,
+    means: HeadMeans | None,
+    layer: int,
+    heads: list[int],
+    per_position: bool,
+    resample: Tensor | None = None,
 ) -> Tensor | None:
+    if kind is AblationKind.RESAMPLE:
+        if resample is None:
+            raise WorkbenchError(
+                "resample ablation needs the counterfactual run: pass "
+                "resample=compute_resample_z(model, batch)"
+            )
+        return resample[:, :, layer, heads]
     if kind is AblationKind.ZERO:
         return None
     if means is None:
@@ -174,13 +240,17 @@ def ablation_hooks(
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
     per_position: bool = False,
+    resample: Tensor | None = None,
 ) -> list[tuple[str, object]]:
-    """The `(hook_name, hook_fn)` pairs that ablate `heads`: one hook per touched layer."""
+    """The `(hook_name, hook_fn)` pairs that ablate `heads`: one hook per touched layer.
+
+    `resample` (`compute_resample_z`) supplies the replacement `z` for `kind="resample"`.
+    """
     kind = AblationKind.parse(kind)
     head_set = HeadSet.of(model, heads)
     hooks = []
     for layer, layer_heads in head_set.by_layer().items():
-        fill = _fill_for(kind, means, layer, layer_heads, per_position)
+        fill = _fill_for(kind, means, layer, layer_heads, per_position, resample)
         idx = torch.tensor(layer_heads, device=model.cfg.device)
         hooks.append((_hook_z_name(layer), partial(_replace_heads_hook, heads=idx, fill=fill)))
     return hooks
@@ -193,6 +263,7 @@ def ablated(
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
     per_position: bool = False,
+    resample: Tensor | None = None,
 ) -> Iterator:
     """Run the body with `heads` ablated; the hooks are removed on exit, also on error.
 
@@ -200,7 +271,7 @@ def ablated(
         >>> with ablated(model, ["L1H2", (0, 3)]):
         ...     logits = model(tokens)
     """
-    hooks = ablation_hooks(model, heads, kind, means, per_position)
+    hooks = ablation_hooks(model, heads, kind, means, per_position, resample)
     with model.hooks(fwd_hooks=hooks):
         yield model
 
@@ -216,6 +287,9 @@ def _mask_hook(
     k = keep[:, None, None, :, None].to(z.dtype)
     if fill is None:
         return (zz * k).view_as(z)
+    if fill.ndim == 4:  # resample: [batch, pos, head, d], the same for every mask
+        f = _resample_fill(zz[0], fill)[None]
+        return (zz * k + f * (1 - k)).view_as(z)
     f = fill.to(z.dtype)
     f = f[None, None, None] if f.ndim == 2 else f[None, None, : z.shape[1]]
     return (zz * k + f * (1 - k)).view_as(z)
@@ -228,6 +302,7 @@ def mask_hooks(
     means: HeadMeans | None = None,
     per_position: bool = False,
     layers: Iterable[int] | None = None,
+    resample: Tensor | None = None,
 ) -> list[tuple[str, object]]:
     """Hooks that ablate a different head set in each of `n_masks` copies of the batch.
 
@@ -248,7 +323,7 @@ def mask_hooks(
     for layer in range(n_layers):
         if layer not in allowed or not bool(masks[:, layer].any()):
             continue
-        fill = _fill_for(kind, means, layer, list(range(n_heads)), per_position)
+        fill = _fill_for(kind, means, layer, list(range(n_heads)), per_position, resample)
         keep = 1.0 - masks[:, layer]
         hooks.append((_hook_z_name(layer), partial(_mask_hook, keep=keep, fill=fill)))
     return hooks

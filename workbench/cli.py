@@ -80,7 +80,7 @@ def _add_cel_parser(subparsers) -> None:
     p.add_argument(
         "--objective",
         default=None,
-        help="metric to improve: accuracy, logprob or logit_diff (default: the task's)",
+        help="metric to improve: accuracy, logprob, logit_diff or prob_diff (default: the task's)",
     )
     p.add_argument(
         "--n-random",

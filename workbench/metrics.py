@@ -11,7 +11,20 @@ Metrics (per example, registered in `METRICS`):
   acceptable answer, else 0.0;
 - `logprob`: log-probability of the answer set under the full softmax, in nats;
 - `logit_diff`: `logsumexp(answer logits) - logsumexp(wrong logits)`, which is
-  `logit(answer) - logit(wrong)` for one answer and one wrong answer.
+  `logit(answer) - logit(wrong)` for one answer and one wrong answer;
+- `prob_diff`: total probability of the answers minus that of the wrong answers, under the
+  full softmax: Hanna et al.'s greater-than measure `sum_{y > start} p(y) - sum_{y <= start}
+  p(y)`, generalised to any correct and incorrect set.
+
+Derived metrics (in `NORMALIZED_METRICS`) divide a registered metric by its clean mean:
+`normalized_logit_diff = logit_diff / mean(clean logit_diff)` over the same examples, so its
+mean is the ratio of means used in the IOI and activation-patching literature (1 = the clean
+model, 0 = no preference). It is a positive rescaling of `logit_diff` for a fixed example set,
+so a search that maximises one maximises the other.
+
+Multi-token answers (`answer_tokens: "multi"`) are scored twice: the metrics above on each
+answer's first token, and `sequence_scores`: the teacher-forced log-probability of the whole
+answer and whether greedy decoding reproduces it (the accuracy of a multi-token task).
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.ablation import AblationKind, HeadMeans, ablation_hooks
+from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
 from workbench.errors import WorkbenchError
 from workbench.tasks import Task, TaskBatch, encode_task
 
@@ -64,13 +77,51 @@ def logit_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Floa
     return torch.where(torch.isinf(wrong), torch.full_like(right, float("nan")), right - wrong)
 
 
+def prob_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
+    """`sum p(answers) - sum p(wrong)` (full softmax); NaN where there is no wrong answer."""
+    if batch.wrong_ids.shape[1] == 0:
+        return torch.full(
+            (logits.shape[0],), float("nan"), device=logits.device, dtype=logits.dtype
+        )
+    probs = logits.softmax(-1)
+    right = probs.gather(1, batch.answer_ids.clamp(min=0)).masked_fill(batch.answer_ids < 0, 0.0)
+    wrong = probs.gather(1, batch.wrong_ids.clamp(min=0)).masked_fill(batch.wrong_ids < 0, 0.0)
+    has_wrong = (batch.wrong_ids >= 0).any(-1)
+    diff = right.sum(-1) - wrong.sum(-1)
+    return torch.where(has_wrong, diff, torch.full_like(diff, float("nan")))
+
+
 Metric = Callable[[Tensor, TaskBatch], Tensor]
-METRICS: dict[str, Metric] = {"accuracy": accuracy, "logprob": logprob, "logit_diff": logit_diff}
+METRICS: dict[str, Metric] = {
+    "accuracy": accuracy,
+    "logprob": logprob,
+    "logit_diff": logit_diff,
+    "prob_diff": prob_diff,
+}
+
+
+def normalize_by_clean(
+    values: Float[Tensor, "..."], clean: Float[Tensor, " batch"]
+) -> Float[Tensor, "..."]:
+    """`values / nanmean(clean)`: a metric as a fraction of the clean model's mean."""
+    scale = torch.nanmean(clean.float())
+    if not torch.isfinite(scale) or scale == 0:
+        raise WorkbenchError(
+            f"cannot normalize by the clean mean {float(scale)}; it must be finite and non-zero"
+        )
+    return values / scale
+
+
+# Derived metric -> the registered metric it divides by its clean mean.
+NORMALIZED_METRICS: dict[str, str] = {"normalized_logit_diff": "logit_diff"}
 
 
 def get_metric(name: str) -> Metric:
+    """A per-example metric by name (a normalized metric returns its base metric)."""
+    name = NORMALIZED_METRICS.get(name, name)
     if name not in METRICS:
-        raise WorkbenchError(f"metric {name!r} is unknown; expected one of {sorted(METRICS)}")
+        known = sorted(METRICS) + sorted(NORMALIZED_METRICS)
+        raise WorkbenchError(f"metric {name!r} is unknown; expected one of {known}")
     return METRICS[name]
 
 
@@ -121,6 +172,78 @@ def answer_logits(
     return unembed_at(model, final, batch.answer_pos)
 
 
+def sequence_scores(
+    model, batch: TaskBatch, fwd_hooks: Sequence = (), batch_size: int = 64
+) -> dict[str, Float[Tensor, " batch"]]:
+    """Teacher-forced scores of whole answers, for multi-token tasks.
+
+    Every acceptable answer is appended to its prompt and run once; the answer's log-probability
+    is the sum of its tokens' log-probabilities given the prompt and the answer's earlier tokens.
+
+    Returns:
+        `seq_logprob`: `logsumexp` over acceptable answers of their log-probability (nats);
+        `seq_correct`: 1.0 when greedy decoding from the prompt reproduces an acceptable answer
+        (every answer token is the argmax given the tokens before it), else 0.0.
+    """
+    if batch.answer_seqs is None:
+        raise WorkbenchError(
+            f"task {batch.task.name!r} is not a multi-token task (answer_tokens='multi')"
+        )
+    device = batch.tokens.device
+    rows, owner, starts, targets = [], [], [], []
+    for i, answers in enumerate(batch.answer_seqs):
+        n = int(batch.lengths[i])
+        prompt = batch.tokens[i, :n].tolist()
+        for seq in answers:
+            rows.append(prompt + list(seq))
+            owner.append(i)
+            starts.append(n - 1)  # position predicting the answer's first token
+            targets.append(list(seq))
+    logp_rows, ok_rows = [], []
+    from workbench.tokenizer import get_tokenizer
+
+    pad = get_tokenizer(model).pad_id  # after each row's end, so causal attention ignores it
+    with model.hooks(fwd_hooks=list(fwd_hooks)):
+        for s in range(0, len(rows), batch_size):
+            chunk = rows[s : s + batch_size]
+            width = max(len(r) for r in chunk)
+            tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
+            for j, r in enumerate(chunk):
+                tokens[j, : len(r)] = torch.tensor(r)
+            logits = model(tokens.to(device), **_forward_kwargs(model)).float()
+            for j in range(len(chunk)):
+                k = s + j
+                tgt = torch.tensor(targets[k], device=device)
+                pos = torch.arange(len(tgt), device=device) + starts[k]
+                at = logits[j, pos]  # (answer_len, d_vocab)
+                logp_rows.append(at.log_softmax(-1).gather(1, tgt[:, None]).sum())
+                ok_rows.append((at.argmax(-1) == tgt).all().float())
+    logp, ok = torch.stack(logp_rows), torch.stack(ok_rows)
+    owner_t = torch.tensor(owner, device=device)
+    n_ex = len(batch)
+    seq_logprob = torch.stack([logp[owner_t == i].logsumexp(0) for i in range(n_ex)])
+    seq_correct = torch.stack([ok[owner_t == i].amax() for i in range(n_ex)])
+    return {"seq_logprob": seq_logprob, "seq_correct": seq_correct}
+
+
+def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+    """The scores of a multi-token task, as a custom metric for `MaskScorer` and `run_cel`.
+
+    `accuracy` and `logprob` are the sequence scores (`sequence_scores`: greedy exact match,
+    teacher-forced log-probability over every answer position); `logit_diff` and `prob_diff`
+    score the first answer token. Run under a mask's hooks, this is exact screening over all
+    answer positions (`MaskScorer(model, batch, metric=multi_token_metric)`).
+    """
+    seq = sequence_scores(model, batch)
+    first = score_logits(answer_logits(model, batch), batch)
+    return {
+        "accuracy": seq["seq_correct"],
+        "logprob": seq["seq_logprob"],
+        "logit_diff": first["logit_diff"],
+        "prob_diff": first["prob_diff"],
+    }
+
+
 def evaluate(
     model,
     task: Task | TaskBatch,
@@ -130,6 +253,8 @@ def evaluate(
     split: str | None = None,
     batch_size: int = 128,
     per_position: bool = False,
+    clean_logit_diff: float | None = None,
+    resample: Tensor | None = None,
 ) -> pd.DataFrame:
     """Score every example of a task, optionally with heads ablated.
 
@@ -137,43 +262,109 @@ def evaluate(
         model: a HookedTransformer.
         task: a `Task` (encoded here) or an already encoded `TaskBatch`.
         heads: head specs to ablate (see `HeadSet`), or None for the clean model.
-        kind: `"zero"` or `"mean"` (then `means` is required).
+        kind: `"zero"`, `"mean"` (then `means` is required) or `"resample"` (then the batch
+            needs counterfactual prompts, or `resample` their `hook_z`).
         split: `"select"`, `"heldout"` or None for all examples.
+        clean_logit_diff: the clean model's mean `logit_diff` over these examples, the scale of
+            `normalized_logit_diff`. None: the clean mean is computed here when `heads` is None
+            or the task's metric is `normalized_logit_diff` (one extra clean pass), else the
+            column is NaN.
 
     Returns:
-        One row per example: `id, split, group, correct, logprob, logit_diff, prediction`
-        (`correct` is 0/1; `logprob` in nats; `prediction` is the argmax token as text).
+        One row per example: `id, split, group, correct, logprob, logit_diff, prediction,
+        prob_diff, normalized_logit_diff` (`correct` is 0/1; `logprob` in nats; `prediction`
+        is the argmax token as text). For a multi-token task `correct` and `logprob` are the
+        sequence scores of `sequence_scores`, and `first_correct`, `first_logprob` the
+        first-token ones.
     """
     batch = task if isinstance(task, TaskBatch) else encode_task(model, task, split)
     if isinstance(task, TaskBatch) and split is not None:
         idx = [i for i, e in enumerate(batch.task.examples) if e.split == split]
         batch = batch.rows(idx)
-    hooks = ablation_hooks(model, heads, kind, means, per_position)
+    scores, preds = _scores(model, batch, heads, kind, means, per_position, batch_size, resample)
+    if clean_logit_diff is None and (heads is None or batch.task.metric == "normalized_logit_diff"):
+        clean = scores if heads is None else _scores(model, batch, None, batch_size=batch_size)[0]
+        finite = clean["logit_diff"][np.isfinite(clean["logit_diff"])]
+        clean_logit_diff = float(finite.mean()) if len(finite) else None
+    normalized = (
+        np.full(len(batch), np.nan)
+        if clean_logit_diff is None or not np.isfinite(clean_logit_diff) or clean_logit_diff == 0
+        else scores["logit_diff"] / clean_logit_diff
+    )
+    from workbench.tokenizer import get_tokenizer
+
+    tok = get_tokenizer(model)
+    examples = batch.task.examples
+    columns = {
+        "id": [e.id for e in examples],
+        "split": [e.split for e in examples],
+        "group": [e.group for e in examples],
+        "correct": scores["accuracy"].astype(int),
+        "logprob": scores["logprob"],
+        "logit_diff": scores["logit_diff"],
+        "prediction": tok.str_tokens(preds.tolist()),
+        "prob_diff": scores["prob_diff"],
+        "normalized_logit_diff": normalized,
+    }
+    if batch.answer_seqs is not None:
+        hooks = _hooks(model, batch, heads, kind, means, per_position, resample)
+        with torch.no_grad():
+            seq = sequence_scores(model, batch, hooks)
+        columns["first_correct"] = columns["correct"]
+        columns["first_logprob"] = columns["logprob"]
+        columns["correct"] = seq["seq_correct"].cpu().numpy().astype(int)
+        columns["logprob"] = seq["seq_logprob"].cpu().numpy()
+    return pd.DataFrame(columns)
+
+
+def _hooks(model, batch, heads, kind, means, per_position, resample) -> list:
+    if heads is None:
+        return []
+    if AblationKind.parse(kind) is AblationKind.RESAMPLE and resample is None:
+        resample = compute_resample_z(model, batch)
+    return ablation_hooks(model, heads, kind, means, per_position, resample=resample)
+
+
+def _scores(
+    model,
+    batch: TaskBatch,
+    heads,
+    kind: AblationKind | str = "zero",
+    means: HeadMeans | None = None,
+    per_position: bool = False,
+    batch_size: int = 128,
+    resample: Tensor | None = None,
+) -> tuple[dict[str, np.ndarray], Tensor]:
+    """Every registered metric per example, and the argmax token ids, batch by batch."""
+    resample_full = None
+    if heads is not None and AblationKind.parse(kind) is AblationKind.RESAMPLE:
+        resample_full = compute_resample_z(model, batch) if resample is None else resample
     parts: dict[str, list[Tensor]] = {name: [] for name in METRICS}
     preds = []
     with torch.no_grad():
         for start in range(0, len(batch), batch_size):
-            sub = batch.rows(slice(start, start + batch_size))
+            rows = slice(start, start + batch_size)
+            sub = batch.rows(rows)
+            hooks = (
+                []
+                if heads is None
+                else ablation_hooks(
+                    model,
+                    heads,
+                    kind,
+                    means,
+                    per_position,
+                    resample=None if resample_full is None else resample_full[rows],
+                )
+            )
             logits = answer_logits(model, sub, hooks)
             for name, values in score_logits(logits, sub).items():
                 parts[name].append(values)
             preds.append(logits.argmax(-1))
-    from workbench.tokenizer import get_tokenizer
+    return {name: torch.cat(v).cpu().numpy() for name, v in parts.items()}, torch.cat(preds)
 
-    tok = get_tokenizer(model)
-    scores = {name: torch.cat(v).cpu().numpy() for name, v in parts.items()}
-    examples = batch.task.examples
-    return pd.DataFrame(
-        {
-            "id": [e.id for e in examples],
-            "split": [e.split for e in examples],
-            "group": [e.group for e in examples],
-            "correct": scores["accuracy"].astype(int),
-            "logprob": scores["logprob"],
-            "logit_diff": scores["logit_diff"],
-            "prediction": tok.str_tokens(torch.cat(preds).tolist()),
-        }
-    )
+
+_EXTRA_SUMMARY = ("prob_diff", "normalized_logit_diff", "first_correct", "first_logprob")
 
 
 def summarize(scores: pd.DataFrame, by: str | None = "group") -> pd.DataFrame:
@@ -181,16 +372,15 @@ def summarize(scores: pd.DataFrame, by: str | None = "group") -> pd.DataFrame:
 
     Returns:
         One row per subset (`subset="all"` first): `n, accuracy, accuracy_se, logprob,
-        logprob_se, logit_diff, logit_diff_se`.
+        logprob_se, logit_diff, logit_diff_se`, then the same pair for each of
+        `prob_diff, normalized_logit_diff, first_correct, first_logprob` present in `scores`.
     """
 
     def row(df: pd.DataFrame, name: str) -> dict:
         out = {"subset": name, "n": len(df)}
-        for col, label in (
-            ("correct", "accuracy"),
-            ("logprob", "logprob"),
-            ("logit_diff", "logit_diff"),
-        ):
+        pairs = [("correct", "accuracy"), ("logprob", "logprob"), ("logit_diff", "logit_diff")]
+        pairs += [(c, c) for c in _EXTRA_SUMMARY if c in df]
+        for col, label in pairs:
             v = df[col].to_numpy(dtype=float)
             v = v[~np.isnan(v)]
             out[label] = float(v.mean()) if len(v) else float("nan")

