@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ from workbench.demo import HARMFUL_HEAD, REDUNDANT_PAIR
 from workbench.heads import all_heads
 from workbench.pipeline import run_cel
 from workbench.results import CELResult
-from workbench.tasks import load_task
+from workbench.tasks import Example, Task, load_task
 
 FAST = dict(n_random=30, n_boot=200, progress=False)
 
@@ -198,3 +199,35 @@ def test_side_effects_use_each_tasks_own_means(attn_model, tiny_task, tmp_path):
 def _side_gain(model, task, heads, means):
     ablated = summarize(evaluate(model, task, heads, kind="mean", means=means), by=None)
     return ablated.loc[0, "logprob"] - _mean(model, task, None, None)
+
+
+def test_multi_token_task_is_scored_over_every_answer_position(attn_model):
+    """A task with multi-token answers: the confirmed gains are those of the teacher-forced
+    sequence log-prob (what `evaluate` reports for such tasks), not of the first token."""
+    words = [f"w{i}" for i in range(15)]  # w15 is the wrong answer
+    rng = np.random.default_rng(3)
+    examples = [
+        Example(id=f"m{i}", prompt=" ".join(rng.choice(words, 4)),
+                answers=(" ".join(rng.choice(words, 2)),), wrong=("w15",),
+                split="select" if i % 2 else "heldout")
+        for i in range(24)
+    ]
+    task = Task(name="multi", examples=examples, answer_tokens="multi", metric="logprob")
+    result = run_cel(attn_model, task, max_size=2, top_m=3, **FAST)
+    for _, row in result.confirmation.iterrows():
+        heads = row["heads"].split(",")
+        naive = _mean(attn_model, task, heads, "heldout") - _mean(attn_model, task, None,
+                                                                  "heldout")
+        first = summarize(evaluate(attn_model, task, heads, split="heldout"), by=None)
+        first = first.loc[0, "first_logprob"] - summarize(
+            evaluate(attn_model, task, None, split="heldout"), by=None).loc[0, "first_logprob"]
+        assert_close(row["d_logprob"], naive)
+        assert abs(naive - first) > 1e-3  # the first token alone would give another number
+
+
+def test_normalized_logit_diff_task_ranks_by_logit_diff(micro):
+    model, task, _ = micro
+    base = run_cel(model, replace(task, metric="logit_diff"), **FAST)
+    normalized = run_cel(model, replace(task, metric="normalized_logit_diff"), **FAST)
+    assert normalized.config.objective == base.config.objective == "logit_diff"
+    _frames_equal(normalized.confirmation, base.confirmation)

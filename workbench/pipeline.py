@@ -33,6 +33,7 @@ from workbench.confirmation import confirm_sets
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.heads import HeadSet
+from workbench.metrics import NORMALIZED_METRICS, multi_token_metric
 from workbench.results import CELResult
 from workbench.screening import (
     CustomMetric,
@@ -126,7 +127,8 @@ def run_cel(
             forward pass. `max_rows`, `masks_per_pass` and `progress` set `compute`.
         out_dir: the results folder: stage files are written as they finish and a rerun
             with the same config resumes from them; None keeps everything in memory.
-        metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them).
+        metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them);
+            for a task with `answer_tokens: multi`, `multi_token_metric` by default.
         means: head means for mean-ablating the main task (default: over its selection
             split's prompts); side tasks always use the means over their own prompts.
         compute: how to compute (rows per forward, progress); defaults otherwise.
@@ -151,6 +153,8 @@ def run_cel(
     config = _settings_config(config, settings, model)
     main = resolve_task(task)
     other_tasks = _other_tasks(others)
+    if metric is None and main.answer_tokens == "multi":
+        metric = multi_token_metric  # exact scores over every answer position
     run = _Run(model, config, encode_task(model, main, "select"),
                encode_task(model, main, "heldout"), other_tasks, metric, means, compute)
     shared = set(run.select.task.ids) & set(run.heldout.task.ids)
@@ -308,7 +312,12 @@ def _other_tasks(others) -> dict[str, Task]:
 def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, model,
                      others: dict[str, Task]) -> CELConfig:
     """Fill in the task, the objective and tie-break metric, and the fingerprints."""
-    objective = config.objective or (main.metric if metric is None else names[0])
+    # a normalized metric ranks sets exactly as its base metric does (a positive rescaling)
+    default = NORMALIZED_METRICS.get(main.metric, main.metric)
+    if metric is not None and metric is not multi_token_metric:
+        default = names[0]  # a user metric: its first score
+    objective = config.objective or default
+    objective = NORMALIZED_METRICS.get(objective, objective)
     if objective not in names:
         raise WorkbenchError(
             f"objective {objective!r} is not a metric of this run; expected one of {names}"
