@@ -89,11 +89,17 @@ def _forward_kwargs(model) -> dict:
 def unembed_at(
     model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
 ) -> Float[Tensor, "batch d_vocab"]:
-    """Final layer norm and unembedding of the residual stream at one position per row."""
-    x = resid[torch.arange(resid.shape[0], device=resid.device), pos][:, None]  # (B, 1, d)
+    """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
+    when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
+    the logits the model's own forward returns there."""
+    x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
     if model.cfg.normalization_type is not None:
         x = model.ln_final(x)
-    return model.unembed(x)[:, 0]
+    logits = model.unembed(x)[:, 0]  # (B, d_vocab)
+    cap = getattr(model.cfg, "output_logits_soft_cap", None)
+    if cap is not None and cap > 0:
+        logits = cap * torch.tanh(logits / cap)
+    return logits
 
 
 def answer_logits(
