@@ -55,9 +55,20 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     return dev
 
 
-def _resolve_dtype(dtype) -> torch.dtype | None:
+def auto_dtype(device: torch.device) -> torch.dtype:
+    """What `dtype="auto"` picks: bfloat16 on a CUDA GPU that supports it (half the memory of
+    float32 and float32's range), float16 on older CUDA GPUs, float32 elsewhere (CPUs and MPS
+    run bfloat16 slowly or not at all)."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def _resolve_dtype(dtype, device: torch.device | None = None) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
+    if str(dtype) == "auto":
+        return auto_dtype(device if device is not None else resolve_device("auto"))
     table = {
         "float32": torch.float32,
         "fp32": torch.float32,
@@ -68,7 +79,9 @@ def _resolve_dtype(dtype) -> torch.dtype | None:
         "float64": torch.float64,
     }
     if str(dtype) not in table:
-        raise WorkbenchError(f"dtype {dtype!r} is unknown; expected one of {sorted(table)}")
+        raise WorkbenchError(
+            f"dtype {dtype!r} is unknown; expected 'auto' or one of {sorted(table)}"
+        )
     return table[str(dtype)]
 
 
@@ -84,7 +97,10 @@ def load_model(
         name_or_path: `"embedded"`, a workbench checkpoint folder, a local Hugging Face folder,
             or a TransformerLens official model name.
         device: `"auto"` (cuda, then mps, then cpu) or any torch device.
-        dtype: e.g. `torch.float32` or `"bf16"`; the source's default when None.
+        dtype: `"auto"` (bfloat16 on CUDA GPUs that support it, float16 on older ones,
+            float32 on CPU and MPS), `"float32"`, `"bfloat16"`, `"float16"` (or their short
+            names), a `torch.dtype`, or None for the source's default (float32 for hub names
+            and Hugging Face folders).
         **kwargs: passed on to `HookedTransformer.from_pretrained` for hub names.
 
     Returns:
@@ -92,7 +108,7 @@ def load_model(
         zeroing a head's `hook_z` removes the head's whole output.
     """
     dev = resolve_device(device)
-    dt = _resolve_dtype(dtype)
+    dt = _resolve_dtype(dtype, dev)
     name = str(name_or_path)
     if name == EMBEDDED_NAME:
         from workbench.zoo import EMBEDDED_PATH

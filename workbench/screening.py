@@ -66,7 +66,14 @@ from workbench.ablation import (
 )
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, all_heads
-from workbench.metrics import METRICS, _forward_kwargs, _masked_gather, score_logits, unembed_at
+from workbench.metrics import (
+    METRICS,
+    _forward_kwargs,
+    _masked_gather,
+    score_logits,
+    shortformer_kwargs,
+    unembed_at,
+)
 from workbench.stats import effect_summary
 from workbench.tables import head_table
 from workbench.tasks import Task, TaskBatch, encode_task, load_task
@@ -161,18 +168,6 @@ def _save_hook(x: Tensor, hook, store: dict) -> None:
 
 def _gather_hook(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tensor) -> Tensor:
     return resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
-
-
-def shortformer_kwargs(model, tokens: Tensor) -> dict:
-    """`shortformer_pos_embed` for a forward that starts at a later layer.
-
-    A shortformer model adds its positional embedding to every attention layer's queries and
-    keys instead of to the residual stream; `model(resid, start_at_layer=l)` drops that term
-    unless it is passed back in. Right-padded prompts use positions `0..pos-1`.
-    """
-    if getattr(model.cfg, "positional_embedding_type", None) != "shortformer":
-        return {}
-    return {"shortformer_pos_embed": model.pos_embed(tokens)}
 
 
 def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
