@@ -38,8 +38,15 @@ def task(tmp_path_factory):
 
 def _exact_vs_loop(model, batch, kind="zero", means=None, per_position=False, **kw):
     exact = screen_heads(
-        model, batch, kind, "exact", split=None, means=means, n_boot=10,
-        per_position=per_position, **kw,
+        model,
+        batch,
+        kind,
+        "exact",
+        split=None,
+        means=means,
+        n_boot=10,
+        per_position=per_position,
+        **kw,
     )
     loop = loop_head_effects(model, batch, kind, means, per_position)
     return {m: table_to_matrix(exact, f"d_{m}") for m in METRICS}, loop
@@ -299,6 +306,17 @@ def test_cli_passes_dtype_to_load_model(monkeypatch, tmp_path):
     monkeypatch.setattr(workbench.loading, "load_model", fake_load_model)
     task = write_task(tmp_path / "t.jsonl")
     with pytest.raises(_Stop):
-        main(["cel", "--model", "some/folder", "--task", str(task), "--dtype", "bf16",
-              "--out", str(tmp_path / "out")])
+        main(
+            [
+                "cel",
+                "--model",
+                "some/folder",
+                "--task",
+                str(task),
+                "--dtype",
+                "bf16",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     assert seen == {"name": "some/folder", "dtype": "bf16"}

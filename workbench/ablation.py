@@ -122,7 +122,7 @@ def compute_head_means(
             _, cache = model.run_with_cache(tok, names_filter=lambda n: n in names)
             # fp32 sums: fp16 overflows to inf by ~32k tokens and bf16 drifts by ~1 %.
             z = torch.stack([cache[n].float() for n in names], dim=2)  # (B, T, L, H, D)
-            real = (torch.arange(z.shape[1], device=z.device)[None] < lens[:, None].to(z.device))
+            real = torch.arange(z.shape[1], device=z.device)[None] < lens[:, None].to(z.device)
             batch_sum = (z * real[:, :, None, None, None].to(z.dtype)).sum(dim=(0, 1))
             sums = batch_sum if sums is None else sums + batch_sum.to(sums.device)
             count += int(real.sum().item())

@@ -67,7 +67,6 @@ from workbench.ablation import (
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, all_heads
 from workbench.metrics import (
-    METRICS,
     _forward_kwargs,
     _masked_gather,
     score_logits,
@@ -632,9 +631,7 @@ def attribution_effects(
         )
     # Custom data is one chunk; task rows are bucketed by length under the token budget.
     chunks = (
-        [(None, 0)]
-        if metric is not None
-        else length_buckets(data.lengths, token_budget, max_rows)
+        [(None, 0)] if metric is not None else length_buckets(data.lengths, token_budget, max_rows)
     )
     clean_parts: dict[str, list[Tensor]] = {}
     diff_parts: dict[str, list[Tensor]] = {}
