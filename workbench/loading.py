@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -172,6 +173,34 @@ def _neutral_config_dir(hf_config, workdir: Path) -> Path:
     return target
 
 
+def _rope_field(name: str):
+    def read(self):
+        value = (self.__dict__.get("rope_parameters") or {}).get(name)
+        if value is None:
+            raise AttributeError(name)
+        return value
+
+    return property(read)
+
+
+@contextmanager
+def _rope_fields_on(config_class):
+    """transformers 5 moved `partial_rotary_factor` into `config.rope_parameters`, where
+    TransformerLens 3.9 does not look (its Phi branch reads `config.partial_rotary_factor`).
+    For the duration of the conversion only, the config class answers that name from
+    `rope_parameters`; nothing is changed once the block exits."""
+    added = []
+    for name in ("partial_rotary_factor",):
+        if name not in vars(config_class):
+            setattr(config_class, name, _rope_field(name))
+            added.append(name)
+    try:
+        yield
+    finally:
+        for name in added:
+            delattr(config_class, name)
+
+
 def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> HookedTransformer:
     from transformer_lens.loading_from_pretrained import (
         get_pretrained_model_config,
@@ -197,10 +226,11 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
     with tempfile.TemporaryDirectory(prefix="wb") as tmp:
         neutral = _neutral_config_dir(hf_model.config, Path(tmp))
         try:
-            cfg = get_pretrained_model_config(
-                str(neutral), fold_ln=True, device=str(device), dtype=load_dtype
-            )
-        except (KeyError, NotImplementedError, ValueError) as e:
+            with _rope_fields_on(type(hf_model.config)):
+                cfg = get_pretrained_model_config(
+                    str(neutral), fold_ln=True, device=str(device), dtype=load_dtype
+                )
+        except (KeyError, NotImplementedError, ValueError, AttributeError) as e:
             arch = (hf_model.config.architectures or ["?"])[0]
             raise WorkbenchError(
                 f"TransformerLens cannot convert architecture {arch!r} from {str(path)!r}: {e}"

@@ -341,7 +341,6 @@ class MaskScorer:
         """The clean scores; with prefix reuse also fills the residual cache up to its budget."""
         model, batch, L = self.model, self.data, self.n_layers
         n = len(batch)
-        device = batch.tokens.device
         out: dict[str, Tensor] = {}
         used = 0
         for c, chunk in enumerate(self._chunks()):
