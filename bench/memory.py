@@ -153,8 +153,8 @@ def main() -> None:
         f"layer(s) screened + 4 pair masks; peak {unit}; N = {args.examples}"
     )
     print(
-        f"| setting | peak N (MiB) | peak 2N (MiB) | 2N / N | added N (MiB) | added 2N (MiB) "
-        f"| cache 2N (MiB) |"
+        "| setting | peak N (MiB) | peak 2N (MiB) | 2N / N | added N (MiB) | added 2N (MiB) "
+        "| cache 2N (MiB) |"
     )
     print("|---|---|---|---|---|---|---|")
     for setting, a, b in rows:

@@ -29,7 +29,7 @@ import pytest
 import torch
 import transformers as tf
 
-from tests.helpers import assert_close, loop_head_effects
+from tests.helpers import loop_head_effects
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
 from workbench.screening import screen_heads
 from workbench.tables import table_to_matrix
