@@ -36,7 +36,7 @@ from workbench.tables import table_to_matrix
 from workbench.tasks import Example, Task, TaskBatch
 
 VOCAB, D_MODEL, N_HEADS, N_LAYERS = 64, 32, 4, 2
-# fp32 through 2 layers: measured max |TL - HF| log-softmax 1.9e-6 over the families below;
+# fp32 through 2 layers: measured max |TL - HF| log-softmax 3.8e-6 over the families below;
 # 1e-4 is the bound and still 100x below the effects checked (> 1e-2).
 TOL = 1e-4
 
@@ -116,6 +116,12 @@ FAMILIES = {
     "phi": Family(
         tf.PhiConfig, tf.PhiForCausalLM, {**_ATTN, **_CTX}, "model.layers.{l}.self_attn.dense"
     ),
+    "gemma": Family(
+        tf.GemmaConfig,
+        tf.GemmaForCausalLM,
+        {**_ATTN, **_CTX, "num_key_value_heads": 1, "head_dim": 8},
+        "model.layers.{l}.self_attn.o_proj",
+    ),
     "phi3": Family(
         tf.Phi3Config,
         tf.Phi3ForCausalLM,
@@ -123,9 +129,10 @@ FAMILIES = {
         "model.layers.{l}.self_attn.o_proj",
     ),
 }
-# TransformerLens 3.9 knows these only by official hub names (fixed shapes) or not at all.
+# TransformerLens 3.9 knows Gemma-2 only by official hub names (fixed shapes; a converter from
+# the config, like the one for Gemma, was 0.08 nats off HF and is not shipped) and StableLM
+# not at all.
 UNSUPPORTED = {
-    "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM, "GemmaForCausalLM"),
     "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM, "Gemma2ForCausalLM"),
     "stablelm": (tf.StableLmConfig, tf.StableLmForCausalLM, "StableLmForCausalLM"),
 }

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformer_lens import HookedTransformer
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.checkpoint import is_checkpoint, load_checkpoint
 from workbench.errors import WorkbenchError
@@ -201,6 +201,46 @@ def _rope_fields_on(config_class):
             delattr(config_class, name)
 
 
+def _rope_theta(hf_config) -> float:
+    params = getattr(hf_config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+def _gemma_config(hf_config, device: torch.device, dtype) -> HookedTransformerConfig:
+    """Gemma (1) from its Hugging Face config. TransformerLens 3.9 has Gemma only as
+    fixed-shape entries for the official sizes (picked by name); these are the same fields,
+    read from the config instead."""
+    h = hf_config
+    return HookedTransformerConfig(
+        d_model=h.hidden_size,
+        d_head=h.head_dim,
+        n_heads=h.num_attention_heads,
+        d_mlp=h.intermediate_size,
+        n_layers=h.num_hidden_layers,
+        n_ctx=h.max_position_embeddings,
+        eps=h.rms_norm_eps,
+        d_vocab=h.vocab_size,
+        act_fn=getattr(h, "hidden_activation", None) or h.hidden_act,
+        normalization_type="RMSPre",  # folded, as get_pretrained_model_config does
+        rotary_base=_rope_theta(h),
+        rotary_dim=h.head_dim,
+        positional_embedding_type="rotary",
+        use_attn_scale=True,
+        n_key_value_heads=h.num_key_value_heads,
+        gated_mlp=True,
+        final_rms=True,
+        original_architecture="GemmaForCausalLM",
+        default_prepend_bos=True,
+        device=str(device),
+        dtype=dtype,
+    )
+
+
+# Architectures TransformerLens converts only from official names: our config builder and an
+# official name of the family (its weight converter is chosen by that name's architecture).
+_LOCAL_CONFIGS = {"GemmaForCausalLM": (_gemma_config, "google/gemma-2b")}
+
+
 def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> HookedTransformer:
     from transformer_lens.loading_from_pretrained import (
         get_pretrained_model_config,
@@ -223,6 +263,13 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
         for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
     ):
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    arch = (hf_model.config.architectures or ["?"])[0]
+    if arch in _LOCAL_CONFIGS:
+        build_config, official = _LOCAL_CONFIGS[arch]
+        cfg = build_config(hf_model.config, device, load_dtype)
+        cfg.model_name = path.name
+        state_dict = get_pretrained_state_dict(official, cfg, hf_model=hf_model, dtype=load_dtype)
+        return _process(cfg, state_dict, tokenizer, device)
     with tempfile.TemporaryDirectory(prefix="wb") as tmp:
         neutral = _neutral_config_dir(hf_model.config, Path(tmp))
         try:
@@ -231,7 +278,6 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
                     str(neutral), fold_ln=True, device=str(device), dtype=load_dtype
                 )
         except (KeyError, NotImplementedError, ValueError, AttributeError) as e:
-            arch = (hf_model.config.architectures or ["?"])[0]
             raise WorkbenchError(
                 f"TransformerLens cannot convert architecture {arch!r} from {str(path)!r}: {e}"
             ) from None
@@ -240,6 +286,10 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
         state_dict = get_pretrained_state_dict(
             str(neutral), cfg, hf_model=hf_model, dtype=load_dtype
         )
+    return _process(cfg, state_dict, tokenizer, device)
+
+
+def _process(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransformer:
     model = HookedTransformer(
         cfg,
         tokenizer=tokenizer,
@@ -256,5 +306,4 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
     )
     model.to(device)
     model.eval()
-    del hf_model
     return model
