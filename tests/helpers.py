@@ -159,3 +159,28 @@ def tiny_encoder(seed: int = 5):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
     enc.eval()
     return enc
+
+
+def loop_head_effects(model, batch, kind="zero", means=None, per_position=False):
+    """The slowest obvious reference for screening: for each head, the full model's own
+    logits (`model(tokens)`, every position, no prefix reuse, no chunking) with that head
+    ablated; mean over examples of ablated - clean, `{metric: [n_layers, n_heads]}` float64."""
+    from workbench.ablation import ablated
+    from workbench.metrics import score_logits
+
+    def scores():
+        with torch.no_grad():
+            logits = model(batch.tokens)
+        at = logits[torch.arange(len(batch)), batch.answer_pos]
+        return score_logits(at, batch)
+
+    clean = scores()
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out = {m: np.zeros((L, H)) for m in clean}
+    for layer in range(L):
+        for head in range(H):
+            with ablated(model, [(layer, head)], kind, means, per_position):
+                ablated_scores = scores()
+            for m, v in ablated_scores.items():
+                out[m][layer, head] = float((v.double() - clean[m].double()).nanmean())
+    return out

@@ -106,7 +106,8 @@ def compute_head_means(
         batch_size: prompts per forward.
 
     Returns:
-        `HeadMeans`; `per_position` is set only when every prompt has the same length.
+        `HeadMeans` in float32 whatever the model's dtype (the hooks cast to `z`'s dtype);
+        `per_position` is set only when every prompt has the same length.
     """
     from workbench.tasks import Task, encode_task
 
@@ -129,14 +130,15 @@ def compute_head_means(
         for start in range(0, tokens.shape[0], batch_size):
             tok, lens = tokens[start : start + batch_size], lengths[start : start + batch_size]
             _, cache = model.run_with_cache(tok, names_filter=lambda n: n in names)
-            z = torch.stack([cache[n] for n in names], dim=2)  # (B, T, L, H, D)
-            real = (torch.arange(z.shape[1], device=z.device)[None] < lens[:, None]).to(z.dtype)
-            batch_sum = (z * real[:, :, None, None, None]).sum(dim=(0, 1))
-            sums = batch_sum if sums is None else sums + batch_sum
+            # fp32 sums: fp16 overflows to inf by ~32k tokens and bf16 drifts by ~1 %.
+            z = torch.stack([cache[n].float() for n in names], dim=2)  # (B, T, L, H, D)
+            real = torch.arange(z.shape[1], device=z.device)[None] < lens[:, None].to(z.device)
+            batch_sum = (z * real[:, :, None, None, None].to(z.dtype)).sum(dim=(0, 1))
+            sums = batch_sum if sums is None else sums + batch_sum.to(sums.device)
             count += int(real.sum().item())
             if equal:
                 pos_sum = z[:, : int(lengths[0])].sum(0)
-                pos_sums = pos_sum if pos_sums is None else pos_sums + pos_sum
+                pos_sums = pos_sum if pos_sums is None else pos_sums + pos_sum.to(pos_sums.device)
     n = tokens.shape[0]
     return HeadMeans(
         averaged=sums / count, per_position=pos_sums / n if equal else None, n_prompts=n
@@ -189,20 +191,24 @@ def _replace_heads_hook(
 ):
     """Set `z[:, :, heads]` to 0 (`fill` None) or to `fill` (`[head, d]` or `[pos, head, d]`)."""
     z = z.clone()  # out of place, so gradients through other heads stay valid
+    # With n_devices > 1 each layer lives on its own device: follow z, not cfg.device.
+    heads = heads.to(z.device)
+    if fill is not None:
+        fill = fill.to(device=z.device, dtype=z.dtype)
     if fill is not None and fill.ndim == 4:  # resample: [batch, pos, head, d]
         z[:, :, heads] = _resample_fill(z, fill)
         return z
     if fill is None:
         z[:, :, heads] = 0.0
     elif fill.ndim == 2:
-        z[:, :, heads] = fill.to(z.dtype)
+        z[:, :, heads] = fill
     else:
         if fill.shape[0] < z.shape[1]:
             raise WorkbenchError(
                 f"per-position means cover {fill.shape[0]} positions but the input has "
                 f"{z.shape[1]}; compute the means on prompts of this length or use averaged means"
             )
-        z[:, :, heads] = fill[: z.shape[1]].to(z.dtype)
+        z[:, :, heads] = fill[: z.shape[1]]
     return z
 
 
@@ -251,7 +257,7 @@ def ablation_hooks(
     hooks = []
     for layer, layer_heads in head_set.by_layer().items():
         fill = _fill_for(kind, means, layer, layer_heads, per_position, resample)
-        idx = torch.tensor(layer_heads, device=model.cfg.device)
+        idx = torch.tensor(layer_heads)  # moved to z.device inside the hook
         hooks.append((_hook_z_name(layer), partial(_replace_heads_hook, heads=idx, fill=fill)))
     return hooks
 
@@ -284,13 +290,13 @@ def _mask_hook(
 ):
     n_masks = keep.shape[0]
     zz = z.view(n_masks, -1, *z.shape[1:])  # (M, B, T, H, D)
-    k = keep[:, None, None, :, None].to(z.dtype)
+    k = keep[:, None, None, :, None].to(device=z.device, dtype=z.dtype)
     if fill is None:
         return (zz * k).view_as(z)
     if fill.ndim == 4:  # resample: [batch, pos, head, d], the same for every mask
-        f = _resample_fill(zz[0], fill)[None]
+        f = _resample_fill(zz[0], fill.to(device=z.device))[None]
         return (zz * k + f * (1 - k)).view_as(z)
-    f = fill.to(z.dtype)
+    f = fill.to(device=z.device, dtype=z.dtype)
     f = f[None, None, None] if f.ndim == 2 else f[None, None, : z.shape[1]]
     return (zz * k + f * (1 - k)).view_as(z)
 

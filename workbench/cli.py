@@ -100,7 +100,12 @@ def _add_cel_parser(subparsers) -> None:
         "--overwrite", action="store_true", help="delete an existing results folder in --out first"
     )
     p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
-    p.add_argument("--dtype", default=None, help="e.g. float32, bf16 (default: the model's)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="auto (bfloat16 on CUDA GPUs, float32 on CPU/MPS), float32, bfloat16, float16 "
+        "(default: float32 for hub and Hugging Face models; bf16 halves GPU memory)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_cel_command)
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformer_lens import HookedTransformer
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.checkpoint import is_checkpoint, load_checkpoint
 from workbench.errors import WorkbenchError
@@ -55,9 +56,20 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     return dev
 
 
-def _resolve_dtype(dtype) -> torch.dtype | None:
+def auto_dtype(device: torch.device) -> torch.dtype:
+    """What `dtype="auto"` picks: bfloat16 on a CUDA GPU that supports it (half the memory of
+    float32 and float32's range), float16 on older CUDA GPUs, float32 elsewhere (CPUs and MPS
+    run bfloat16 slowly or not at all)."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def _resolve_dtype(dtype, device: torch.device | None = None) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
+    if str(dtype) == "auto":
+        return auto_dtype(device if device is not None else resolve_device("auto"))
     table = {
         "float32": torch.float32,
         "fp32": torch.float32,
@@ -68,7 +80,9 @@ def _resolve_dtype(dtype) -> torch.dtype | None:
         "float64": torch.float64,
     }
     if str(dtype) not in table:
-        raise WorkbenchError(f"dtype {dtype!r} is unknown; expected one of {sorted(table)}")
+        raise WorkbenchError(
+            f"dtype {dtype!r} is unknown; expected 'auto' or one of {sorted(table)}"
+        )
     return table[str(dtype)]
 
 
@@ -84,7 +98,10 @@ def load_model(
         name_or_path: `"embedded"`, a workbench checkpoint folder, a local Hugging Face folder,
             or a TransformerLens official model name.
         device: `"auto"` (cuda, then mps, then cpu) or any torch device.
-        dtype: e.g. `torch.float32` or `"bf16"`; the source's default when None.
+        dtype: `"auto"` (bfloat16 on CUDA GPUs that support it, float16 on older ones,
+            float32 on CPU and MPS), `"float32"`, `"bfloat16"`, `"float16"` (or their short
+            names), a `torch.dtype`, or None for the source's default (float32 for hub names
+            and Hugging Face folders).
         **kwargs: passed on to `HookedTransformer.from_pretrained` for hub names.
 
     Returns:
@@ -92,7 +109,7 @@ def load_model(
         zeroing a head's `hook_z` removes the head's whole output.
     """
     dev = resolve_device(device)
-    dt = _resolve_dtype(dtype)
+    dt = _resolve_dtype(dtype, dev)
     name = str(name_or_path)
     if name == EMBEDDED_NAME:
         from workbench.zoo import EMBEDDED_PATH
@@ -156,6 +173,74 @@ def _neutral_config_dir(hf_config, workdir: Path) -> Path:
     return target
 
 
+def _rope_field(name: str):
+    def read(self):
+        value = (self.__dict__.get("rope_parameters") or {}).get(name)
+        if value is None:
+            raise AttributeError(name)
+        return value
+
+    return property(read)
+
+
+@contextmanager
+def _rope_fields_on(config_class):
+    """transformers 5 moved `partial_rotary_factor` into `config.rope_parameters`, where
+    TransformerLens 3.9 does not look (its Phi branch reads `config.partial_rotary_factor`).
+    For the duration of the conversion only, the config class answers that name from
+    `rope_parameters`; nothing is changed once the block exits."""
+    added = []
+    for name in ("partial_rotary_factor",):
+        if name not in vars(config_class):
+            setattr(config_class, name, _rope_field(name))
+            added.append(name)
+    try:
+        yield
+    finally:
+        for name in added:
+            delattr(config_class, name)
+
+
+def _rope_theta(hf_config) -> float:
+    params = getattr(hf_config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+def _gemma_config(hf_config, device: torch.device, dtype) -> HookedTransformerConfig:
+    """Gemma (1) from its Hugging Face config. TransformerLens 3.9 has Gemma only as
+    fixed-shape entries for the official sizes (picked by name); these are the same fields,
+    read from the config instead."""
+    h = hf_config
+    return HookedTransformerConfig(
+        d_model=h.hidden_size,
+        d_head=h.head_dim,
+        n_heads=h.num_attention_heads,
+        d_mlp=h.intermediate_size,
+        n_layers=h.num_hidden_layers,
+        n_ctx=h.max_position_embeddings,
+        eps=h.rms_norm_eps,
+        d_vocab=h.vocab_size,
+        act_fn=getattr(h, "hidden_activation", None) or h.hidden_act,
+        normalization_type="RMSPre",  # folded, as get_pretrained_model_config does
+        rotary_base=_rope_theta(h),
+        rotary_dim=h.head_dim,
+        positional_embedding_type="rotary",
+        use_attn_scale=True,
+        n_key_value_heads=h.num_key_value_heads,
+        gated_mlp=True,
+        final_rms=True,
+        original_architecture="GemmaForCausalLM",
+        default_prepend_bos=True,
+        device=str(device),
+        dtype=dtype,
+    )
+
+
+# Architectures TransformerLens converts only from official names: our config builder and an
+# official name of the family (its weight converter is chosen by that name's architecture).
+_LOCAL_CONFIGS = {"GemmaForCausalLM": (_gemma_config, "google/gemma-2b")}
+
+
 def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> HookedTransformer:
     from transformer_lens.loading_from_pretrained import (
         get_pretrained_model_config,
@@ -178,14 +263,21 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
         for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
     ):
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    arch = (hf_model.config.architectures or ["?"])[0]
+    if arch in _LOCAL_CONFIGS:
+        build_config, official = _LOCAL_CONFIGS[arch]
+        cfg = build_config(hf_model.config, device, load_dtype)
+        cfg.model_name = path.name
+        state_dict = get_pretrained_state_dict(official, cfg, hf_model=hf_model, dtype=load_dtype)
+        return _process(cfg, state_dict, tokenizer, device)
     with tempfile.TemporaryDirectory(prefix="wb") as tmp:
         neutral = _neutral_config_dir(hf_model.config, Path(tmp))
         try:
-            cfg = get_pretrained_model_config(
-                str(neutral), fold_ln=True, device=str(device), dtype=load_dtype
-            )
-        except (KeyError, NotImplementedError, ValueError) as e:
-            arch = (hf_model.config.architectures or ["?"])[0]
+            with _rope_fields_on(type(hf_model.config)):
+                cfg = get_pretrained_model_config(
+                    str(neutral), fold_ln=True, device=str(device), dtype=load_dtype
+                )
+        except (KeyError, NotImplementedError, ValueError, AttributeError) as e:
             raise WorkbenchError(
                 f"TransformerLens cannot convert architecture {arch!r} from {str(path)!r}: {e}"
             ) from None
@@ -194,6 +286,10 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
         state_dict = get_pretrained_state_dict(
             str(neutral), cfg, hf_model=hf_model, dtype=load_dtype
         )
+    return _process(cfg, state_dict, tokenizer, device)
+
+
+def _process(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransformer:
     model = HookedTransformer(
         cfg,
         tokenizer=tokenizer,
@@ -210,5 +306,4 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
     )
     model.to(device)
     model.eval()
-    del hf_model
     return model

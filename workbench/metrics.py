@@ -137,14 +137,32 @@ def _forward_kwargs(model) -> dict:
     return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
 
 
+def shortformer_kwargs(model, tokens: Tensor) -> dict:
+    """`shortformer_pos_embed` for a forward that starts at a later layer.
+
+    A shortformer model adds its positional embedding to every attention layer's queries and
+    keys instead of to the residual stream; `model(resid, start_at_layer=l)` drops that term
+    unless it is passed back in. Right-padded prompts use positions `0..pos-1`.
+    """
+    if getattr(model.cfg, "positional_embedding_type", None) != "shortformer":
+        return {}
+    return {"shortformer_pos_embed": model.pos_embed(tokens)}
+
+
 def unembed_at(
     model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
 ) -> Float[Tensor, "batch d_vocab"]:
-    """Final layer norm and unembedding of the residual stream at one position per row."""
-    x = resid[torch.arange(resid.shape[0], device=resid.device), pos][:, None]  # (B, 1, d)
+    """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
+    when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
+    the logits the model's own forward returns there."""
+    x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
     if model.cfg.normalization_type is not None:
         x = model.ln_final(x)
-    return model.unembed(x)[:, 0]
+    logits = model.unembed(x)[:, 0]  # (B, d_vocab)
+    cap = getattr(model.cfg, "output_logits_soft_cap", None)
+    if cap is not None and cap > 0:
+        logits = cap * torch.tanh(logits / cap)
+    return logits
 
 
 def answer_logits(
@@ -168,7 +186,12 @@ def answer_logits(
         if resid is None:
             final = model(batch.tokens, stop_at_layer=n_layers, **_forward_kwargs(model))
         else:
-            final = model(resid, start_at_layer=start_at_layer, stop_at_layer=n_layers)
+            final = model(
+                resid,
+                start_at_layer=start_at_layer,
+                stop_at_layer=n_layers,
+                **shortformer_kwargs(model, batch.tokens),
+            )
     return unembed_at(model, final, batch.answer_pos)
 
 

@@ -66,7 +66,13 @@ from workbench.ablation import (
 )
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, all_heads
-from workbench.metrics import METRICS, _forward_kwargs, _masked_gather, score_logits, unembed_at
+from workbench.metrics import (
+    _forward_kwargs,
+    _masked_gather,
+    score_logits,
+    shortformer_kwargs,
+    unembed_at,
+)
 from workbench.stats import effect_summary
 from workbench.tables import head_table
 from workbench.tasks import Task, TaskBatch, encode_task, load_task
@@ -142,18 +148,17 @@ def _as_score_dict(out, where: str) -> dict[str, Tensor]:
     return scores
 
 
-MAX_TOKENS_PER_PASS = 65536
+DEFAULT_TOKEN_BUDGET = 16384
+DEFAULT_CACHE_BYTES = 1 << 30
 
 
-def _default_masks_per_pass(model, n_examples: int, n_tokens: int, max_rows: int) -> int:
+def _default_masks_per_pass(model, n_examples: int, n_tokens: int, token_budget: int) -> int:
     # Measured on a 2-core CPU (GPT-2-small shape, 64 x 20 tokens, 6 layers): one mask per pass
     # 3.06 s, four tiled masks 3.22 s per mask. A GPU is underused by one small batch; the
     # token budget bounds activation and attention-pattern memory for long prompts.
     if torch.device(model.cfg.device).type == "cpu":
         return 1
-    by_rows = max_rows // max(1, n_examples)
-    by_tokens = MAX_TOKENS_PER_PASS // max(1, n_examples * n_tokens)
-    return max(1, min(by_rows, by_tokens))
+    return max(1, token_budget // max(1, n_examples * n_tokens))
 
 
 def _save_hook(x: Tensor, hook, store: dict) -> None:
@@ -161,7 +166,7 @@ def _save_hook(x: Tensor, hook, store: dict) -> None:
 
 
 def _gather_hook(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tensor) -> Tensor:
-    return resid[torch.arange(resid.shape[0], device=resid.device), pos][:, None]
+    return resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
 
 
 def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
@@ -185,8 +190,50 @@ def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
     return [(name, partial(_gather_hook, pos=pos))], torch.zeros_like(pos)
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """Rows of a `TaskBatch` scored in one forward, trimmed to their longest prompt."""
+
+    rows: Tensor  # (b,) row indices, on the model's device
+    width: int  # padded length of this chunk
+
+    def tokens(self, batch: TaskBatch) -> Tensor:
+        # Right padding and causal attention: the trailing pads change no earlier position.
+        return batch.tokens[self.rows, : self.width]
+
+
+def length_buckets(
+    lengths: Tensor, token_budget: int, max_rows: int
+) -> list[tuple[list[int], int]]:
+    """Rows grouped by length so that rows x padded length <= `token_budget` per group.
+
+    Rows are sorted by length (stable), then cut greedily; a prompt longer than the budget
+    gets a group of its own. Returns `[(row indices, padded length), ...]`.
+    """
+    lens = [int(x) for x in lengths.tolist()]
+    order = sorted(range(len(lens)), key=lambda i: lens[i])
+    groups: list[tuple[list[int], int]] = []
+    rows: list[int] = []
+    for i in order:
+        width = max(1, lens[i])  # the longest so far: rows are sorted by length
+        if rows and ((len(rows) + 1) * width > token_budget or len(rows) >= max_rows):
+            groups.append((rows, max(1, lens[rows[-1]])))
+            rows = []
+        rows.append(i)
+    if rows:
+        groups.append((rows, max(1, lens[rows[-1]])))
+    return groups
+
+
 class MaskScorer:
-    """Scores one task under many head masks; the clean run is done once and cached.
+    """Scores one task under many head masks; the clean run is done once.
+
+    Memory is bounded by budgets, not by the split: each forward holds at most `token_budget`
+    tokens (rows x padded length; prompts are bucketed by length so little of it is padding),
+    and the per-layer residuals that exact scoring restarts from are kept between calls only
+    up to `cache_bytes` (on the model's device, or in CPU memory with `offload=True`); chunks
+    beyond that are recomputed, up to the last layer a call needs, on each `score` call.
+    `release()` frees the cache when a stage ends (it is rebuilt on the next `score`).
 
     Args:
         model: a hooked model with `blocks.{l}.attn.hook_z`.
@@ -197,13 +244,19 @@ class MaskScorer:
             the answer-position logits.
         reuse_prefix: restart each masked run at its first ablated layer (default); False runs
             the whole model with full logits per mask (the naive reference).
-        masks_per_pass: masks evaluated in one tiled forward; None picks per device.
+        masks_per_pass: masks evaluated in one tiled forward; None picks per device. Always
+            capped by `token_budget` and `max_rows`.
         max_rows: the most rows (masks x examples) in one forward.
+        per_position: mean ablation with the means at each position (`HeadMeans.per_position`).
+        token_budget: the most tokens (rows x padded length) in one forward.
+        cache_bytes: the most bytes of cached residuals kept between `score` calls.
+        offload: keep the cached residuals in CPU memory and move each to the device when used.
 
     Example:
         >>> scorer = MaskScorer(model, encode_task(model, task, "select"))
         >>> scores = scorer.score(masks_of(model, [["L0H1"], ["L0H1", "L1H2"]]))
         >>> scores["accuracy"].shape  # (n_masks, n_examples)
+        >>> scorer.release()  # the stage is over: free the cached residuals
     """
 
     def __init__(
@@ -217,6 +270,9 @@ class MaskScorer:
         masks_per_pass: int | None = None,
         max_rows: int = 1024,
         per_position: bool = False,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        offload: bool = False,
     ) -> None:
         self.model, self.data, self.metric = model, data, metric
         self.kind = AblationKind.parse(kind)
@@ -227,22 +283,44 @@ class MaskScorer:
                 f"without a custom metric the data must be an encoded TaskBatch; got "
                 f"{type(data).__name__}"
             )
-        if max_rows < 1:
-            raise WorkbenchError(f"max_rows must be >= 1; got {max_rows}")
+        for label, value in (("max_rows", max_rows), ("token_budget", token_budget)):
+            if not isinstance(value, int) or value < 1:
+                raise WorkbenchError(f"{label} must be an integer >= 1; got {value!r}")
+        if not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise WorkbenchError(f"cache_bytes must be an integer >= 0; got {cache_bytes!r}")
         self.means, self.per_position = means, per_position
         self.reuse_prefix, self.max_rows = reuse_prefix, max_rows
+        self.token_budget, self.cache_bytes, self.offload = token_budget, cache_bytes, offload
         self._masks_per_pass = masks_per_pass
         self._clean: dict[str, Tensor] | None = None
-        self._resid: list[Tensor] | None = None  # per example chunk: (L, b, T, d)
+        self._cache: dict[int, Tensor] = {}  # chunk index -> (L, b, T, d) residuals
+        self._cache_built = False
+        self._chunk_list: list[_Chunk] | None = None
 
     @property
     def n_layers(self) -> int:
         return self.model.cfg.n_layers
 
-    def _chunks(self) -> list[slice]:
-        n = len(self.data)
-        step = max(1, self.max_rows)
-        return [slice(s, min(n, s + step)) for s in range(0, n, step)]
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of residuals this scorer holds now."""
+        return sum(t.numel() * t.element_size() for t in self._cache.values())
+
+    def release(self) -> None:
+        """Free the cached residuals (clean scores are kept); the next `score` rebuilds them."""
+        self._cache = {}
+        self._cache_built = False
+
+    def _chunks(self) -> list[_Chunk]:
+        if self._chunk_list is None:
+            device = self.data.tokens.device
+            self._chunk_list = [
+                _Chunk(torch.tensor(rows, device=device, dtype=torch.long), width)
+                for rows, width in length_buckets(
+                    self.data.lengths, self.token_budget, self.max_rows
+                )
+            ]
+        return self._chunk_list
 
     def clean(self) -> dict[str, Tensor]:
         """Per-example scores of the unablated model, `{metric: [batch]}`."""
@@ -251,34 +329,90 @@ class MaskScorer:
                 if self.metric is not None:
                     self._clean = _as_score_dict(self.metric(self.model, self.data), "clean run")
                 else:
-                    self._clean = self._clean_with_cache()
+                    self._clean = self._clean_pass()
         return self._clean
 
-    def _clean_with_cache(self) -> dict[str, Tensor]:
+    def _resid_bytes(self, chunk: _Chunk) -> int:
+        cfg = self.model.cfg
+        elem = torch.empty((), dtype=cfg.dtype).element_size()
+        return self.n_layers * len(chunk.rows) * chunk.width * cfg.d_model * elem
+
+    def _clean_pass(self) -> dict[str, Tensor]:
+        """The clean scores; with prefix reuse also fills the residual cache up to its budget."""
         model, batch, L = self.model, self.data, self.n_layers
-        parts: dict[str, list[Tensor]] = {m: [] for m in METRICS}
-        self._resid = []
-        for rows in self._chunks():
+        n = len(batch)
+        out: dict[str, Tensor] = {}
+        used = 0
+        for c, chunk in enumerate(self._chunks()):
+            tokens = chunk.tokens(batch)
+            pos = batch.answer_pos[chunk.rows]
             if self.reuse_prefix:
+                keep = used + self._resid_bytes(chunk) <= self.cache_bytes
                 store: dict[str, Tensor] = {}
-                hooks = [
-                    (f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
-                    for l in range(L)
-                ]
-                answer_hooks, pos = answer_only_hooks(model, batch.answer_pos[rows])
-                with model.hooks(fwd_hooks=hooks + answer_hooks):
-                    final = model(batch.tokens[rows], stop_at_layer=L, **_forward_kwargs(model))
-                self._resid.append(
-                    torch.stack([store[f"blocks.{l}.hook_resid_pre"] for l in range(L)])
+                hooks = (
+                    [
+                        (f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
+                        for l in range(L)
+                    ]
+                    if keep
+                    else []
                 )
-                logits = unembed_at(model, final, pos)
+                answer_hooks, pos_after = answer_only_hooks(model, pos)
+                with model.hooks(fwd_hooks=hooks + answer_hooks):
+                    final = model(tokens, stop_at_layer=L, **_forward_kwargs(model))
+                if keep:
+                    self._store(c, [store[f"blocks.{l}.hook_resid_pre"] for l in range(L)])
+                    used += self._resid_bytes(chunk)
+                logits = unembed_at(model, final, pos_after)
             else:  # the naive reference: full logits
-                logits = model(batch.tokens[rows], **_forward_kwargs(model))
-                pos = batch.answer_pos[rows]
+                logits = model(tokens, **_forward_kwargs(model))
                 logits = logits[torch.arange(logits.shape[0], device=logits.device), pos]
-            for name, v in score_logits(logits, _Targets.of(batch, rows=rows)).items():
-                parts[name].append(v)
-        return {name: torch.cat(v) for name, v in parts.items()}
+            for name, v in score_logits(logits, _Targets.of(batch, rows=chunk.rows)).items():
+                if name not in out:
+                    out[name] = torch.empty(n, device=v.device, dtype=v.dtype)
+                out[name][chunk.rows.to(v.device)] = v
+        self._cache_built = self.reuse_prefix
+        return out
+
+    def _store(self, c: int, resid: list[Tensor]) -> None:
+        stacked = torch.stack([r.to(resid[0].device) for r in resid])  # (L, b, T, d)
+        self._cache[c] = stacked.to("cpu") if self.offload else stacked
+
+    def _fill_cache(self) -> None:
+        """Rebuild the cache after `release()` (clean scores are already known)."""
+        used = 0
+        for c, chunk in enumerate(self._chunks()):
+            if used + self._resid_bytes(chunk) > self.cache_bytes:
+                break
+            found = self._compute_prefix(chunk, list(range(self.n_layers)))
+            self._store(c, [found[l] for l in range(self.n_layers)])
+            used += self._resid_bytes(chunk)
+        self._cache_built = True
+
+    def _compute_prefix(self, chunk: _Chunk, layers: list[int]) -> dict[int, Tensor]:
+        """A clean forward up to the highest of `layers`, keeping `hook_resid_pre` there."""
+        model, top = self.model, max(layers)
+        store: dict[str, Tensor] = {}
+        hooks = [
+            (f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
+            for l in layers
+            if l < top
+        ]
+        with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+            resid_top = model(
+                chunk.tokens(self.data), stop_at_layer=top, **_forward_kwargs(model)
+            )  # (b, T, d): the residual entering block `top`
+        found = {l: store[f"blocks.{l}.hook_resid_pre"] for l in layers if l < top}
+        found[top] = resid_top
+        return found
+
+    def _prefix(self, c: int, layers: list[int]) -> dict[int, Tensor]:
+        """`blocks.{l}.hook_resid_pre` of chunk `c` for each of `layers`, on the device; from
+        the cache when it holds the chunk, else recomputed up to the highest layer needed."""
+        if c in self._cache:
+            device = self.data.tokens.device
+            return {l: self._cache[c][l].to(device, non_blocking=True) for l in layers}
+        return self._compute_prefix(self._chunks()[c], layers)
 
     def score(
         self,
@@ -327,14 +461,15 @@ class MaskScorer:
         with torch.no_grad():
             for i, head_list in enumerate(heads):
                 hooks = ablation_hooks(model, head_list, self.kind, self.means, self.per_position)
-                for rows in self._chunks():
+                for chunk in self._chunks():
                     logits = model.run_with_hooks(
-                        batch.tokens[rows], fwd_hooks=hooks, **_forward_kwargs(model)
+                        chunk.tokens(batch), fwd_hooks=hooks, **_forward_kwargs(model)
                     )
-                    pos = batch.answer_pos[rows]
+                    pos = batch.answer_pos[chunk.rows]
                     at_answer = logits[torch.arange(logits.shape[0], device=logits.device), pos]
-                    for name, v in score_logits(at_answer, _Targets.of(batch, rows=rows)).items():
-                        out[name][i, rows] = v
+                    targets = _Targets.of(batch, rows=chunk.rows)
+                    for name, v in score_logits(at_answer, targets).items():
+                        out[name][i, chunk.rows.to(v.device)] = v
                 bar.update(1)
 
     def _score_prefix(self, masks, out, bar) -> None:
@@ -347,42 +482,60 @@ class MaskScorer:
             torch.full_like(any_layer[:, 0], L, dtype=torch.long),
         ).cpu()
         clean = self.clean()
-        for layer in sorted(set(first.tolist())):
-            idx = (first == layer).nonzero().flatten()
-            if layer == L:
-                for name, v in clean.items():
-                    out[name][idx.to(v.device)] = v
-                bar.update(len(idx))
-                continue
-            for c, rows in enumerate(self._chunks()):
-                resid = self._resid[c][layer]  # (b, T, d)
-                b = resid.shape[0]
+        if L in set(first.tolist()):
+            idx = (first == L).nonzero().flatten()
+            for name, v in clean.items():
+                out[name][idx.to(v.device)] = v
+            bar.update(len(idx))
+        layers = sorted(set(first.tolist()) - {L})
+        if not layers:
+            return
+        if not self._cache_built:
+            self._fill_cache()
+        chunks = self._chunks()
+        for c, chunk in enumerate(chunks):
+            prefix = self._prefix(c, layers)
+            b, width = len(chunk.rows), chunk.width
+            sub_tokens = chunk.tokens(batch)
+            for layer in layers:
+                idx = (first == layer).nonzero().flatten()
                 per_pass = self._masks_per_pass or _default_masks_per_pass(
-                    model, b, resid.shape[1], self.max_rows
+                    model, b, width, self.token_budget
+                )
+                per_pass = max(
+                    1, min(per_pass, self.token_budget // (b * width), self.max_rows // b)
                 )
                 for s in range(0, len(idx), per_pass):
-                    chunk = idx[s : s + per_pass].to(masks.device)
-                    k = len(chunk)
+                    chunk_masks = idx[s : s + per_pass].to(masks.device)
+                    k = len(chunk_masks)
                     hooks = mask_hooks(
                         model,
-                        masks[chunk],
+                        masks[chunk_masks],
                         self.kind,
                         self.means,
                         self.per_position,
                         layers=range(layer, L),
                     )
-                    answer_hooks, pos = answer_only_hooks(model, batch.answer_pos[rows].repeat(k))
+                    answer_hooks, pos = answer_only_hooks(
+                        model, batch.answer_pos[chunk.rows].repeat(k)
+                    )
+                    extra = shortformer_kwargs(model, sub_tokens.repeat(k, 1))
                     with torch.no_grad(), model.hooks(fwd_hooks=hooks + answer_hooks):
                         final = model(
-                            resid.repeat(k, 1, 1), start_at_layer=layer, stop_at_layer=L
+                            prefix[layer].repeat(k, 1, 1),
+                            start_at_layer=layer,
+                            stop_at_layer=L,
+                            **extra,
                         )  # (k * b, T or 1, d)
                         logits = unembed_at(model, final, pos)
-                    for name, v in score_logits(logits, _Targets.of(batch, k, rows)).items():
-                        out[name][
-                            chunk[:, None], torch.arange(rows.start, rows.stop, device=v.device)
-                        ] = v.view(k, b)
-                    if c == len(self._chunks()) - 1:
+                    targets = _Targets.of(batch, k, chunk.rows)
+                    for name, v in score_logits(logits, targets).items():
+                        out[name][chunk_masks[:, None], chunk.rows.to(v.device)[None]] = v.view(
+                            k, b
+                        )
+                    if c == len(chunks) - 1:
                         bar.update(k)
+            del prefix
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,12 +560,26 @@ def _margin(logits: Float[Tensor, "batch d_vocab"], batch) -> Float[Tensor, " ba
     return answer - competitor
 
 
-def _z_fill(kind: AblationKind, means: HeadMeans | None, layer: int, z: Tensor) -> Tensor:
+def _z_fill(
+    kind: AblationKind, means: HeadMeans | None, layer: int, z: Tensor, per_position: bool = False
+) -> Tensor:
     if kind is AblationKind.ZERO:
         return torch.zeros_like(z)
     if means is None:
         raise WorkbenchError("mean ablation needs means: pass means=compute_head_means(...)")
-    return means.averaged[layer].to(z.dtype).expand_as(z)
+    if per_position:
+        if means.per_position is None:
+            raise WorkbenchError(
+                "per-position means need equal-length reference prompts; these differed"
+            )
+        if means.per_position.shape[0] < z.shape[1]:
+            raise WorkbenchError(
+                f"per-position means cover {means.per_position.shape[0]} positions but the "
+                f"input has {z.shape[1]}; compute the means on prompts of this length"
+            )
+        fill = means.per_position[: z.shape[1], layer]  # (T, H, D)
+        return fill.to(device=z.device, dtype=z.dtype)[None].expand_as(z)
+    return means.averaged[layer].to(device=z.device, dtype=z.dtype).expand_as(z)
 
 
 def _keep_z(z: Tensor, hook, store: dict) -> Tensor:
@@ -443,6 +610,8 @@ def attribution_effects(
     means: HeadMeans | None = None,
     metric: CustomMetric | None = None,
     max_rows: int = 1024,
+    per_position: bool = False,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
 ) -> tuple[dict[str, Tensor], dict[str, Float[Tensor, "n_heads batch"]]]:
     """First-order estimates of every head's per-example effect.
 
@@ -459,14 +628,13 @@ def attribution_effects(
             f"without a custom metric the data must be an encoded TaskBatch; got "
             f"{type(data).__name__}"
         )
+    # Custom data is one chunk; task rows are bucketed by length under the token budget.
     chunks = (
-        [slice(None)]
-        if metric is not None
-        else [slice(s, min(len(data), s + max_rows)) for s in range(0, len(data), max_rows)]
+        [(None, 0)] if metric is not None else length_buckets(data.lengths, token_budget, max_rows)
     )
     clean_parts: dict[str, list[Tensor]] = {}
     diff_parts: dict[str, list[Tensor]] = {}
-    for rows in chunks:
+    for rows, width in chunks:
         store: dict[str, Tensor] = {}
         hooks = [(n, partial(_keep_z, store=store)) for n in names]
         with torch.enable_grad(), _frozen(model), model.hooks(fwd_hooks=hooks):
@@ -474,10 +642,10 @@ def attribution_effects(
                 scores = _as_score_dict(metric(model, data), "attribution run")
                 differentiable = dict(scores)
             else:
-                sub = data.rows(rows) if rows != slice(None) else data
+                sub = data.rows(rows)
                 answer_hooks, pos = answer_only_hooks(model, sub.answer_pos)
                 with model.hooks(fwd_hooks=answer_hooks):
-                    final = model(sub.tokens, stop_at_layer=L, **_forward_kwargs(model))
+                    final = model(sub.tokens[:, :width], stop_at_layer=L, **_forward_kwargs(model))
                 logits = unembed_at(model, final, pos).float()
                 scores = score_logits(logits, sub)
                 # Accuracy is `margin > 0`; its estimate linearises the margin. Every other
@@ -499,7 +667,7 @@ def attribution_effects(
                     if g is None:
                         per_head.append(torch.zeros(z.shape[0], H, device=z.device))
                         continue
-                    delta = _z_fill(kind, means, layer, z.detach()) - z.detach()
+                    delta = _z_fill(kind, means, layer, z.detach(), per_position) - z.detach()
                     per_head.append(torch.einsum("bthd,bthd->bh", g, delta))
                 est = torch.stack(per_head, 1).flatten(1).T.float()  # (L * H, batch)
                 est = est.masked_fill(~finite[None], float("nan"))
@@ -511,6 +679,12 @@ def attribution_effects(
         del store, zs
     clean = {k: torch.cat(v) for k, v in clean_parts.items()}
     diffs = {k: torch.cat(v, dim=-1) for k, v in diff_parts.items()}
+    if metric is None:  # back from length order to the data's row order
+        order = torch.tensor([i for rows, _ in chunks for i in rows], dtype=torch.long)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(len(order))
+        clean = {k: v[inverse.to(v.device)] for k, v in clean.items()}
+        diffs = {k: v[:, inverse.to(v.device)] for k, v in diffs.items()}
     return clean, diffs
 
 
@@ -574,12 +748,19 @@ def single_head_diffs(
     masks_per_pass: int | None = None,
     progress: bool = False,
     desc: str = "screening",
+    per_position: bool = False,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    offload: bool = False,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Clean scores `{metric: [batch]}` and per-example single-head effects
-    `{metric: [n_layers * n_heads, batch]}` (NaN rows for heads not in `heads`)."""
+    `{metric: [n_layers * n_heads, batch]}` (NaN rows for heads not in `heads`). The
+    scorer's residual cache is freed before returning."""
     method = ScreenMethod.parse(method)
     if method is ScreenMethod.ATTRIBUTION:
-        return attribution_effects(model, data, kind, means, metric, max_rows)
+        return attribution_effects(
+            model, data, kind, means, metric, max_rows, per_position, token_budget
+        )
     L, H = model.cfg.n_layers, model.cfg.n_heads
     chosen = all_heads(model) if heads is None else HeadSet.of(model, heads)
     scorer = MaskScorer(
@@ -591,9 +772,14 @@ def single_head_diffs(
         reuse_prefix=method is ScreenMethod.EXACT,
         masks_per_pass=masks_per_pass,
         max_rows=max_rows,
+        per_position=per_position,
+        token_budget=token_budget,
+        cache_bytes=cache_bytes,
+        offload=offload,
     )
     clean = scorer.clean()
     ablated = scorer.score(masks_of(model, [[h] for h in chosen]), progress, desc)
+    scorer.release()
     rows = torch.tensor([l * H + h for l, h in chosen], device=model.cfg.device, dtype=torch.long)
     diffs = {}
     for name, v in ablated.items():
@@ -619,6 +805,10 @@ def screen_heads(
     max_rows: int = 1024,
     masks_per_pass: int | None = None,
     progress: bool = False,
+    per_position: bool = False,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    offload: bool = False,
 ) -> pd.DataFrame:
     """The effect of removing each head alone, on a task and on extra tasks.
 
@@ -637,6 +827,9 @@ def screen_heads(
         max_rows: the most rows (masks x examples) per forward.
         masks_per_pass: masks per tiled forward in exact screening; None picks per device.
         progress: show a progress bar.
+        per_position: mean ablation with the mean `z` at each position (needs equal-length
+            prompts: `HeadMeans.per_position`) instead of the mean over all positions.
+        token_budget, cache_bytes, offload: memory bounds of exact screening (`MaskScorer`).
 
     Returns:
         A per-head table (see the module docstring). `df.attrs` holds `clean` (the clean mean
@@ -662,6 +855,7 @@ def screen_heads(
         "method": method.value,
         "kind": kind.value,
         "task": name,
+        "per_position": per_position,
     }
     items = [(None, data, name)]
     for other_name, other in _other_items(others):
@@ -684,6 +878,10 @@ def screen_heads(
             masks_per_pass,
             progress,
             desc=f"screening {label}",
+            per_position=per_position,
+            token_budget=token_budget,
+            cache_bytes=cache_bytes,
+            offload=offload,
         )
         attrs["clean"][label] = {m: float(torch.nanmean(v.float())) for m, v in clean.items()}
         attrs["n_examples"][label] = int(next(iter(clean.values())).shape[0])
@@ -701,9 +899,12 @@ def naive_effects(
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
     heads=None,
+    per_position: bool = False,
 ) -> dict[str, np.ndarray]:
     """The reference: mean effect of each head from one full `run_with_hooks` per head,
     `{metric: [n_layers, n_heads]}` (NaN for heads not in `heads`)."""
-    _, diffs = single_head_diffs(model, data, ScreenMethod.NAIVE, kind, means, heads=heads)
+    _, diffs = single_head_diffs(
+        model, data, ScreenMethod.NAIVE, kind, means, heads=heads, per_position=per_position
+    )
     L, H = model.cfg.n_layers, model.cfg.n_heads
     return {m: torch.nanmean(d, dim=-1).view(L, H).cpu().numpy() for m, d in diffs.items()}

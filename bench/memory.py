@@ -1,0 +1,177 @@
+"""Benchmark: peak memory of exact screening grows with the budgets, not with the split.
+
+A GPT-2-small-shaped model (12 layers x 12 heads, d_model 768, vocab 50257, random weights,
+built locally), random prompts, exact screening (`screen_heads`) of the heads of the last
+`--layers` layers plus a few multi-head masks scored through the same `MaskScorer` (as the
+search stage does), once with N examples and once with 2N. Each run is a fresh child process
+so peaks do not leak between runs. Peak memory is
+
+- on CUDA: `torch.cuda.max_memory_allocated()` after a reset (weights included);
+- on a CPU: the process's resident set size, sampled every 2 ms by a thread from just before
+  the screening starts to its end; "peak" is the whole process (weights, torch itself) and
+  "peak - base" is what screening added on top of the loaded model.
+
+Two settings: `bounded` (forwards of at most `--token-budget` tokens, a residual cache
+capped by `--cache-mib`) and `unbounded` (everything in one forward of up to 1024 rows and
+the whole split's residuals cached: the behaviour before the token budget). Memory in the
+bounded setting is weights + O(token budget) + min(split's residuals, cache cap), so the
+claim is about splits larger than the budgets: the defaults are scaled down (512 tokens;
+64 MiB, which holds three 512-token chunks of 12-layer residuals; the library defaults are
+16384 tokens and 1 GiB) so that N = 128 prompts already exceed them and a CPU run takes
+minutes. The table shows each setting's peak at N and 2N and the ratio; the target is
+bounded 2N / N <= 1.10.
+
+    .venv/bin/python bench/memory.py                 # N = 128 x 16 tokens, last layer
+    .venv/bin/python bench/memory.py --device cuda --examples 4096 --token-budget 16384 \
+        --cache-mib 1024                             # the library defaults on a GPU
+    .venv/bin/python bench/memory.py --small         # a 4-layer model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # bench/screen.py, and this checkout's workbench
+from screen import gpt2_small_shape, random_batch  # noqa: E402
+
+from workbench.screening import MaskScorer, masks_of, screen_heads  # noqa: E402
+
+SETTINGS = {
+    "bounded": {},
+    "unbounded": {"token_budget": 10**12, "cache_bytes": 2**62},
+}
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _RssPeak:
+    """The largest RSS seen by a sampling thread while the context is open."""
+
+    def __enter__(self):
+        self.peak, self._stop = _rss(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss())
+
+
+def child(args) -> dict:
+    torch.set_num_threads(args.threads)
+    model = gpt2_small_shape(args.small, args.device)
+    batch = random_batch(model, args.examples, args.tokens)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    heads = [(l, h) for l in range(L - args.layers, L) for h in range(H)]
+    kw = dict(SETTINGS[args.setting])
+    if args.setting == "bounded":
+        kw.update(token_budget=args.token_budget, cache_bytes=args.cache_mib << 20)
+    pairs = masks_of(model, [[heads[i], heads[(i + 1) % len(heads)]] for i in range(4)])
+    cuda = torch.device(args.device).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = _rss()
+    with _RssPeak() as rss:
+        screen_heads(model, batch, heads=heads, split=None, n_boot=200, **kw)
+        scorer = MaskScorer(model, batch, **kw)
+        scorer.score(pairs)
+        cached = scorer.cached_bytes
+        scorer.release()
+    peak = torch.cuda.max_memory_allocated() if cuda else rss.peak
+    return {"base": base, "peak": peak, "cached": cached}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--examples", type=int, default=128, help="N; the second run uses 2N")
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--layers", type=int, default=1, help="screen the heads of the last K layers")
+    p.add_argument("--token-budget", type=int, default=512, help="tokens per forward, 'bounded'")
+    p.add_argument("--cache-mib", type=int, default=64, help="residual cache of 'bounded'")
+    p.add_argument("--small", action="store_true", help="a 4-layer model for a smoke run")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--setting", default="bounded", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    base_cmd = [
+        sys.executable,
+        __file__,
+        "--tokens",
+        str(args.tokens),
+        "--layers",
+        str(args.layers),
+        "--token-budget",
+        str(args.token_budget),
+        "--cache-mib",
+        str(args.cache_mib),
+        "--device",
+        args.device,
+        "--threads",
+        str(args.threads),
+    ] + (["--small"] if args.small else [])
+    rows = []
+    for setting in args.settings:
+        peaks = {}
+        for n in (args.examples, 2 * args.examples):
+            cmd = base_cmd + ["--examples", str(n), "--setting", setting, "--child", "1"]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            peaks[n] = json.loads(out.strip().splitlines()[-1])
+        a, b = peaks[args.examples], peaks[2 * args.examples]
+        rows.append((setting, a, b))
+    mib = 1 << 20
+    unit = "CUDA allocated" if torch.device(args.device).type == "cuda" else "process RSS"
+    print(
+        f"model: {'4-layer small' if args.small else 'GPT-2-small shape (12 x 12, d_model 768)'}"
+        f", random weights; {args.tokens} tokens per prompt; heads of the last {args.layers} "
+        f"layer(s) screened + 4 pair masks; peak {unit}; N = {args.examples}"
+    )
+    print(
+        "| setting | peak N (MiB) | peak 2N (MiB) | 2N / N | added N (MiB) | added 2N (MiB) "
+        "| cache 2N (MiB) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for setting, a, b in rows:
+        print(
+            f"| {setting} | {a['peak'] / mib:.0f} | {b['peak'] / mib:.0f} | "
+            f"{b['peak'] / a['peak']:.3f} | {(a['peak'] - a['base']) / mib:.0f} | "
+            f"{(b['peak'] - b['base']) / mib:.0f} | {b['cached'] / mib:.0f} |"
+        )
+    bounded = [r for r in rows if r[0] == "bounded"]
+    if bounded:
+        ratio = bounded[0][2]["peak"] / bounded[0][1]["peak"]
+        print(
+            f"bounded: doubling the examples raises peak memory by {100 * (ratio - 1):.1f} % "
+            f"(target <= 10 %)"
+        )
+
+
+if __name__ == "__main__":
+    main()
