@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import workbench.pipeline as pipeline_module
 import workbench.search as search_module
@@ -231,3 +232,37 @@ def test_normalized_logit_diff_task_ranks_by_logit_diff(micro):
     normalized = run_cel(model, replace(task, metric="normalized_logit_diff"), **FAST)
     assert normalized.config.objective == base.config.objective == "logit_diff"
     _frames_equal(normalized.confirmation, base.confirmation)
+
+
+def _counterfactual_task(n: int = 24) -> Task:
+    g = torch.Generator().manual_seed(3)
+    examples = []
+    for i in range(n):
+        length = 3 + i % 4
+        words = [f"w{int(j)}" for j in torch.randint(0, 20, (length,), generator=g)]
+        cf = [f"w{int(j)}" for j in torch.randint(0, 20, (length,), generator=g)]
+        wrong = "w19" if words[0] != "w19" else "w18"
+        examples.append(Example(id=f"r{i}", prompt=" ".join(words), answers=(words[0],),
+                                wrong=(wrong,), split="select" if i % 2 else "heldout",
+                                counterfactual=" ".join(cf)))
+    return Task(name="cf", examples=examples, metric="logprob")
+
+
+def test_resample_ablation_through_run_cel(gpt2_like_model):
+    """Resample ablation end to end: every screened head and every confirmed set equals
+    `evaluate(kind="resample")` (which patches z from the counterfactual run)."""
+    task = _counterfactual_task()
+    result = run_cel(gpt2_like_model, task, kind="resample", max_size=2, top_m=3, **FAST)
+    assert result.config.kind == "resample"
+
+    def gain(heads, split):
+        ablated = summarize(evaluate(gpt2_like_model, task, heads, kind="resample",
+                                     split=split), by=None).loc[0, "logprob"]
+        return ablated - _mean(gpt2_like_model, task, None, split)
+
+    for _, row in result.heads.iterrows():
+        assert_close(row["d_logprob"], gain([row["head_name"]], "select"))
+    for _, row in result.confirmation.iterrows():
+        assert_close(row["d_logprob"], gain(row["heads"].split(","), "heldout"))
+    with pytest.raises(WorkbenchError, match="attribution screening supports zero and mean"):
+        run_cel(gpt2_like_model, task, kind="resample", method="attribution", **FAST)

@@ -58,9 +58,22 @@ def _add_cel_parser(subparsers) -> None:
     )
     p.add_argument(
         "--ablation",
-        choices=["zero", "mean"],
+        choices=["zero", "mean", "resample"],
         default="zero",
-        help="replace a removed head's z by 0 or by its mean over the selection split",
+        help="replace a removed head's z by 0, by its mean over each task's prompts, or by its "
+        "z on the example's counterfactual prompt (tasks with 'counterfactual' fields)",
+    )
+    p.add_argument(
+        "--per-position",
+        action="store_true",
+        help="mean ablation with the mean at each position (prompts of equal length)",
+    )
+    p.add_argument(
+        "--token-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the most tokens (rows x padded length) in one forward; bounds memory",
     )
     p.add_argument(
         "--method",
@@ -225,7 +238,9 @@ def run_cel_command(args) -> int:
         top_m=args.top_m,
         n_boot=args.n_boot,
         model_name=model_name,
+        per_position=args.per_position,
         progress=not args.quiet,
+        **({"token_budget": args.token_budget} if args.token_budget else {}),
     )
     obj = result.config.objective
     clean = result.summary.get("clean", {})

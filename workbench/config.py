@@ -23,7 +23,9 @@ class CELConfig:
 
     Attributes:
         model, task, others: names or paths as given; `*_fingerprint` identify their content.
-        kind: `"zero"` or `"mean"` ablation (mean over the selection split's prompts).
+        kind: `"zero"`, `"mean"` (each task's mean over its own prompts; the main task's
+            selection split) or `"resample"` (z from each example's counterfactual prompt).
+        per_position: mean ablation with the mean at each position (equal-length prompts).
         method: single-head screening, `"exact"` or `"attribution"`.
         objective: the metric CEL maximises (the task's `metric` when None).
         secondary: the continuous companion metric (log-prob unless that is the objective);
@@ -47,6 +49,7 @@ class CELConfig:
     task: str
     others: tuple[str, ...] = ()
     kind: AblationKind | str = "zero"
+    per_position: bool = False
     method: str = "exact"
     objective: str | None = None
     secondary: str | None = None
@@ -74,6 +77,11 @@ class CELConfig:
                 "CEL screening method must be 'exact' or 'attribution'; "
                 "'naive' is the slow reference for tests and benchmarks"
             )
+        if not isinstance(self.per_position, bool):
+            raise WorkbenchError(f"per_position must be true or false; got {self.per_position!r}")
+        if self.per_position and self.kind is not AblationKind.MEAN:
+            raise WorkbenchError("per_position applies to mean ablation only; got kind "
+                                 f"{self.kind.value!r}")
         if isinstance(self.strategies, str):
             self.strategies = (self.strategies,)
         self.strategies = tuple(self.strategies)

@@ -36,6 +36,8 @@ from workbench.heads import HeadSet
 from workbench.metrics import NORMALIZED_METRICS, multi_token_metric
 from workbench.results import CELResult
 from workbench.screening import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_TOKEN_BUDGET,
     CustomMetric,
     MaskScorer,
     resolve_task,
@@ -63,12 +65,24 @@ class Compute:
     Attributes:
         max_rows: the most rows (masks x examples) per forward.
         masks_per_pass: masks per tiled forward; None picks per device.
+        token_budget: the most tokens (rows x padded length) per forward.
+        cache_bytes: the most bytes of cached residuals a scorer keeps between calls.
+        offload: keep those caches in CPU memory.
         progress: show progress bars.
     """
 
     max_rows: int = 1024
     masks_per_pass: int | None = None
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    offload: bool = False
     progress: bool = True
+
+    def scorer_options(self) -> dict:
+        """The options `MaskScorer`, `screen_heads` and `single_head_diffs` share."""
+        return dict(max_rows=self.max_rows, masks_per_pass=self.masks_per_pass,
+                    token_budget=self.token_budget, cache_bytes=self.cache_bytes,
+                    offload=self.offload)
 
 
 @dataclass
@@ -90,8 +104,8 @@ class _Run:
 
     def scorer(self, data, means: HeadMeans | None = None) -> MaskScorer:
         return MaskScorer(self.model, data, kind=self.config.kind, means=means,
-                          metric=self.metric, max_rows=self.compute.max_rows,
-                          masks_per_pass=self.compute.masks_per_pass)
+                          metric=self.metric, per_position=self.config.per_position,
+                          **self.compute.scorer_options())
 
     def means_of(self, data: TaskBatch) -> HeadMeans | None:
         """Mean-ablation means over `data`'s own prompts (None for other kinds)."""
@@ -124,7 +138,8 @@ def run_cel(
             (`kind`, `method`, `max_size`, `strategies` (or `strategy`), `n_random`, `seed`,
             `objective`, `rank_by`, `top_m`, `beam_width`, `n_masks`, `knockout_p`, `n_boot`,
             `ci`, `check_attribution`, `model` for the name recorded), validated before any
-            forward pass. `max_rows`, `masks_per_pass` and `progress` set `compute`.
+            forward pass. Any `Compute` field (`max_rows`, `token_budget`, `progress`, ...)
+            given here sets `compute`.
         out_dir: the results folder: stage files are written as they finish and a rerun
             with the same config resumes from them; None keeps everything in memory.
         metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them);
@@ -143,7 +158,7 @@ def run_cel(
     """
     t0 = time.perf_counter()
     compute = compute or Compute()
-    for name in ("max_rows", "masks_per_pass", "progress"):
+    for name in (f.name for f in dataclasses.fields(Compute)):
         if name in settings:
             compute = dataclasses.replace(compute, **{name: settings.pop(name)})
     if "strategy" in settings:
@@ -165,7 +180,9 @@ def run_cel(
     with ResultStore(out_dir) as store:
         if run.means is None:
             run.means = run.means_of(run.select)
-        clean_select = run.scorer(run.select, run.means).clean()
+        setup = run.scorer(run.select, run.means)
+        clean_select = setup.clean()
+        setup.release()
         run.config = config = _resolve_metrics(config, list(clean_select), metric, main, model,
                                                other_tasks)
         result = CELResult(config=config, seeds={"bootstrap": config.seed,
@@ -229,13 +246,12 @@ def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
     heads = screen_heads(run.model, run.select, config.kind, config.method, split=None,
                          others=run.others, metric=run.metric, means=run.means,
                          n_boot=config.n_boot, ci=config.ci, seed=config.seed,
-                         max_rows=c.max_rows, masks_per_pass=c.masks_per_pass,
-                         progress=c.progress)
+                         progress=c.progress, per_position=config.per_position,
+                         **c.scorer_options())
     if config.method == "attribution" and config.check_attribution:
         _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
-                                     run.metric, max_rows=c.max_rows,
-                                     masks_per_pass=c.masks_per_pass, progress=c.progress,
-                                     desc="exact check")
+                                     run.metric, progress=c.progress, desc="exact check",
+                                     per_position=config.per_position, **c.scorer_options())
         rho = {}
         for m, d in exact.items():
             heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()
@@ -257,6 +273,7 @@ def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                         progress=run.compute.progress)
     for name in config.strategies:
         get_strategy(name)(space)
+    space.scorer.release()
     result.summary.update(space.notes)
     return pd.DataFrame(space.records)
 
@@ -280,6 +297,8 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
         heldout, {s: HeadSet.of(run.model, n) for s, n in sets.items()}, config.objective,
         config.secondary, others, best_size, select_gains, config.n_random, config.n_boot,
         config.ci, config.seed, run.compute.progress)
+    for scorer in (heldout, *others.values()):
+        scorer.release()
     result.summary["best_heads"] = sets.get(best_size, "") if best_size else ""
     return confirmation, side_effects
 

@@ -62,6 +62,7 @@ from workbench.ablation import (
     HeadMeans,
     ablation_hooks,
     compute_head_means,
+    compute_resample_z,
     mask_hooks,
 )
 from workbench.errors import WorkbenchError
@@ -296,6 +297,19 @@ class MaskScorer:
         self._cache: dict[int, Tensor] = {}  # chunk index -> (L, b, T, d) residuals
         self._cache_built = False
         self._chunk_list: list[_Chunk] | None = None
+        self._resample_z: Tensor | None = None  # (batch, pos, layer, head, d), resample only
+        if self.kind is AblationKind.RESAMPLE:
+            if not isinstance(data, TaskBatch):
+                raise WorkbenchError("resample ablation needs an encoded TaskBatch with "
+                                     "counterfactual prompts")
+            self._resample_z = compute_resample_z(model, data)
+
+    def _resample(self, chunk: "_Chunk | None" = None) -> Tensor | None:
+        """The counterfactual `z` of `chunk`'s rows, trimmed to its width (None unless
+        resample ablation)."""
+        if self._resample_z is None or chunk is None:
+            return self._resample_z
+        return self._resample_z[chunk.rows.to(self._resample_z.device), : chunk.width]
 
     @property
     def n_layers(self) -> int:
@@ -446,7 +460,8 @@ class MaskScorer:
         with torch.no_grad():
             for i in range(masks.shape[0]):
                 hooks = mask_hooks(
-                    self.model, masks[i : i + 1], self.kind, self.means, self.per_position
+                    self.model, masks[i : i + 1], self.kind, self.means, self.per_position,
+                    resample=self._resample(),
                 )
                 with self.model.hooks(fwd_hooks=hooks):
                     scores = _as_score_dict(self.metric(self.model, self.data), "ablated run")
@@ -460,8 +475,9 @@ class MaskScorer:
         heads = [[(int(l), int(h)) for l, h in m.nonzero().tolist()] for m in masks.cpu()]
         with torch.no_grad():
             for i, head_list in enumerate(heads):
-                hooks = ablation_hooks(model, head_list, self.kind, self.means, self.per_position)
                 for chunk in self._chunks():
+                    hooks = ablation_hooks(model, head_list, self.kind, self.means,
+                                           self.per_position, resample=self._resample(chunk))
                     logits = model.run_with_hooks(
                         chunk.tokens(batch), fwd_hooks=hooks, **_forward_kwargs(model)
                     )
@@ -497,6 +513,7 @@ class MaskScorer:
             prefix = self._prefix(c, layers)
             b, width = len(chunk.rows), chunk.width
             sub_tokens = chunk.tokens(batch)
+            resample = self._resample(chunk)
             for layer in layers:
                 idx = (first == layer).nonzero().flatten()
                 per_pass = self._masks_per_pass or _default_masks_per_pass(
@@ -515,6 +532,7 @@ class MaskScorer:
                         self.means,
                         self.per_position,
                         layers=range(layer, L),
+                        resample=resample,
                     )
                     answer_hooks, pos = answer_only_hooks(
                         model, batch.answer_pos[chunk.rows].repeat(k)
@@ -621,6 +639,11 @@ def attribution_effects(
         `layer * n_heads + head`).
     """
     kind = AblationKind.parse(kind)
+    if kind is AblationKind.RESAMPLE:
+        raise WorkbenchError(
+            "attribution screening supports zero and mean ablation; use method 'exact' for "
+            "resample ablation"
+        )
     L, H = model.cfg.n_layers, model.cfg.n_heads
     names = [f"blocks.{l}.attn.hook_z" for l in range(L)]
     if metric is None and not isinstance(data, TaskBatch):
