@@ -23,6 +23,7 @@ forwards is the forward-equivalents column.
 
     .venv/bin/python bench/recall.py --quick     # 144 heads, 3 plants (about a minute)
     .venv/bin/python bench/recall.py             # 144, 384, 1024 heads, 10 plants each
+    .venv/bin/python bench/recall.py --variants  # the interaction search's choices, one by one
 """
 
 from __future__ import annotations
@@ -49,11 +50,18 @@ from workbench.tasks import encode_task
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}
 FIRST, SECOND = "logit_diff", "logprob"
 ROWS = {
-    "pipeline default (exhaustive, top_m 8)": "exhaustive",
-    "greedy": "greedy",
-    "beam": "beam",
-    "compressed_sensing": "compressed_sensing",
-    "interaction": "interaction",
+    "pipeline default (exhaustive, top_m 8)": ("exhaustive", {}),
+    "greedy": ("greedy", {}),
+    "beam": ("beam", {}),
+    "compressed_sensing": ("compressed_sensing", {}),
+    "interaction": ("interaction", {}),
+}
+# The interaction search's design choices, each changed alone (`--variants`).
+VARIANTS = {
+    "interaction, knockout_p 0.1": ("interaction", {"knockout_p": 0.1}),
+    "interaction, knockout_p 0.5": ("interaction", {"knockout_p": 0.5}),
+    "interaction, p 5/n (compressed_sensing's)": ("interaction", {"knockout_p": "5/n"}),
+    "interaction, all heads (no pool)": ("interaction", {"pool": None}),
 }
 
 
@@ -82,9 +90,11 @@ def check_forward(pm, n_masks: int = 8, seed: int = 0) -> float:
     return float((real["logit_diff"] - fast["logit_diff"]).abs().max())
 
 
-def run_plant(n_heads: int, seed: int, rows: dict[str, str], max_size: int = 3) -> list[dict]:
+def run_plant(
+    n_heads: int, seed: int, rows: dict[str, tuple], max_size: int = 3, noise_sd: float = 0.1
+) -> list[dict]:
     L, H = SHAPES[n_heads]
-    pm = planted_model(PlantSpec(n_layers=L, n_heads=H, seed=seed))
+    pm = planted_model(PlantSpec(n_layers=L, n_heads=H, seed=seed, noise_sd=noise_sd))
     screen = CountingScorer(pm.scorer("select"))
     t0 = time.process_time()
     heads = screen_scorer(screen, n_boot=200, seed=seed)
@@ -92,11 +102,14 @@ def run_plant(n_heads: int, seed: int, rows: dict[str, str], max_size: int = 3) 
     heads = select_candidates(heads, FIRST, SECOND, 8)
     pool = search_pool(heads, FIRST)
     out = []
-    for label, name in rows.items():
+    for label, (name, kw) in rows.items():
         scorer = CountingScorer(pm.scorer("select"))
         scorer.clean()
+        kw = {"pool": pool, **kw}
+        if kw.get("knockout_p") == "5/n":
+            kw["knockout_p"] = min(0.25, 5.0 / n_heads)
         space = SearchSpace(
-            scorer, candidate_heads(heads), FIRST, SECOND, max_size=max_size, seed=seed, pool=pool
+            scorer, candidate_heads(heads), FIRST, SECOND, max_size=max_size, seed=seed, **kw
         )
         t0 = time.process_time()
         STRATEGIES[name](space)
@@ -141,13 +154,16 @@ def main() -> None:
     p.add_argument("--heads", type=int, nargs="*", default=None, choices=sorted(SHAPES))
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--strategies", nargs="*", default=None, help="row strategy names")
+    p.add_argument("--variants", action="store_true", help="only the interaction variants")
+    p.add_argument("--noise-sd", type=float, default=0.1, help="noise heads' largest sd")
     p.add_argument("--check", action="store_true", help="check analytic scores by forwards")
     p.add_argument("--csv", default=None, help="also write the per-plant rows here")
     args = p.parse_args()
     torch.set_num_threads(1)
     sizes = args.heads or ([144] if args.quick else sorted(SHAPES))
     n_seeds = args.seeds or (3 if args.quick else 10)
-    rows = {k: v for k, v in ROWS.items() if args.strategies is None or v in args.strategies}
+    rows = VARIANTS if args.variants else ROWS
+    rows = {k: v for k, v in rows.items() if args.strategies is None or v[0] in args.strategies}
     if args.check:
         for n in sizes:
             L, H = SHAPES[n]
@@ -156,7 +172,7 @@ def main() -> None:
     records = []
     for n in sizes:
         for seed in range(n_seeds):
-            records += run_plant(n, seed, rows)
+            records += run_plant(n, seed, rows, noise_sd=args.noise_sd)
             print(f"done {n} heads, plant {seed}", flush=True)
     df = pd.DataFrame(records)
     if args.csv:

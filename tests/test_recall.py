@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_close
+from workbench import WorkbenchError
 from workbench.confirmation import confirm_sets, example_groups, pool_random_head_sets
 from workbench.heads import HeadSet
 from workbench.planted import PlantSpec, planted_model, screen_scorer
@@ -302,6 +303,14 @@ def test_helpful_agreement_on_a_hand_made_example():
     assert helpful_agreement(att, exact, "accuracy", k=6)["topk_overlap"] == 1.0
     none = helpful_agreement(att, exact.assign(d_accuracy=-1.0), "accuracy")
     assert np.isnan(none["recall"]) and none["precision"] == 0.0
+
+
+def test_too_few_clusters_is_a_clear_error(micro):
+    heldout = micro.scorer("heldout")
+    sets = {1: HeadSet.of(micro.model, micro.best[1])}
+    labels = ["a", "b"] * (len(heldout.data) // 2)  # a stratum, not clusters
+    with pytest.raises(WorkbenchError, match="at least 8 groups.*got 2"):
+        confirm_sets(heldout, sets, FIRST, n_random=0, groups=labels)
 
 
 def test_pool_random_sets_come_from_the_pool_only():

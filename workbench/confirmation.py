@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
 from workbench.screening import MaskScorer, masks_of
 from workbench.stats import (
@@ -111,6 +112,22 @@ def _effect_row(
     return row
 
 
+MIN_CLUSTERS = 8  # with G clusters the smallest one-sided sign-flip p is 2^-G: 0.0039 at 8
+
+
+def _check_clusters(groups, where: str) -> None:
+    if groups is None:
+        return
+    labels = groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
+    n = len({("alone", i) if g is None else g for i, g in enumerate(labels)})
+    if n < MIN_CLUSTERS:
+        raise WorkbenchError(
+            f"{where}: clustered inference needs at least {MIN_CLUSTERS} groups (the smallest "
+            f"p-value with G groups is 2^-G); got {n}. Cluster only by a label that marks "
+            "examples sharing their noise (a template), not by a stratum"
+        )
+
+
 def example_groups(data) -> list | None:
     """The `group` label of every example of an encoded task, or None when none has one."""
     task = getattr(data, "task", None)
@@ -159,6 +176,9 @@ def confirm_sets(
     """
     model = heldout.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
+    _check_clusters(groups, "held-out split")
+    for task, og in (other_groups or {}).items():
+        _check_clusters(og, f"side-effect task {task!r}")
     clean = heldout.clean()
     rows, side_rows = [], []
     for size, head_set in sorted(sets.items()):
