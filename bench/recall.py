@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 
 from workbench.planted import PlantSpec, planted_model, screen_scorer
-from workbench.screening import MaskScorer, masks_of
+from workbench.screening import MaskScorer
 from workbench.search import (
     STRATEGIES,
     SearchSpace,
@@ -138,9 +138,7 @@ def table(df: pd.DataFrame, max_size: int = 3) -> str:
         "|---|---|" + "---|" * max_size + "---|---|---|",
     ]
     for (n, label), g in df.groupby(["heads", "strategy"], sort=False):
-        hits = " | ".join(
-            f"{int(g[f'hit_{s}'].sum())}/{len(g)}" for s in range(1, max_size + 1)
-        )
+        hits = " | ".join(f"{int(g[f'hit_{s}'].sum())}/{len(g)}" for s in range(1, max_size + 1))
         lines.append(
             f"| {n} | {label} | {hits} | {g['forward_eq'].mean():.0f} ({g['forward_eq'].max()}) "
             f"| {6 * n + 1000} | {g['cpu_s'].mean():.1f} |"
@@ -172,8 +170,15 @@ def main() -> None:
     records = []
     for n in sizes:
         for seed in range(n_seeds):
-            records += run_plant(n, seed, rows, noise_sd=args.noise_sd)
-            print(f"done {n} heads, plant {seed}", flush=True)
+            rows_done = run_plant(n, seed, rows, noise_sd=args.noise_sd)
+            records += rows_done
+            for r in rows_done:  # per plant, so a long run that is cut short still reports
+                hits = "".join("x" if r[f"hit_{s}"] else "." for s in (1, 2, 3))
+                print(
+                    f"{n} heads, plant {seed}, {r['strategy']}: sizes 1-3 found {hits}, "
+                    f"fwd-eq {r['forward_eq']}, CPU {r['cpu_s']:.1f} s",
+                    flush=True,
+                )
     df = pd.DataFrame(records)
     if args.csv:
         df.to_csv(args.csv, index=False)

@@ -95,9 +95,10 @@ def test_or_members_alone_do_exactly_nothing(micro):
     batch = encode_task(micro.model, micro.task, "select")
     real = MaskScorer(micro.model, batch)
     members = [m for g in micro.groups for m in g[0]]
-    d = real.score(masks_of(micro.model, [[m] for m in members]))["logit_diff"] - real.clean()[
-        "logit_diff"
-    ]
+    d = (
+        real.score(masks_of(micro.model, [[m] for m in members]))["logit_diff"]
+        - real.clean()["logit_diff"]
+    )
     assert float(d.abs().max()) < 1e-5  # the forward pass agrees: exactly zero up to float
     assert scorer.clean()["logit_diff"].shape == (len(batch),)
 

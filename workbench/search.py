@@ -230,9 +230,7 @@ def search_pool(heads: pd.DataFrame, first: str, atol: float = 1e-5) -> list[Hea
     hi = heads[f"d_{first}_hi"].to_numpy(dtype=float)
     keep = ~np.isnan(hi) & (hi >= -atol)
     return [
-        (int(l), int(h))
-        for l, h, k in zip(heads["layer"], heads["head"], keep, strict=True)
-        if k
+        (int(l), int(h)) for l, h, k in zip(heads["layer"], heads["head"], keep, strict=True) if k
     ]
 
 
@@ -276,7 +274,9 @@ def interaction(space: SearchSpace) -> None:
     model = space.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
     n_heads = L * H
-    pool = list(space.pool) if space.pool is not None else [(l, h) for l in range(L) for h in range(H)]
+    pool = (
+        list(space.pool) if space.pool is not None else [(l, h) for l in range(L) for h in range(H)]
+    )
     budget = space.budget if space.budget is not None else default_budget(n_heads)
     if not pool:
         space.notes["interaction"] = {"pool": 0}
