@@ -16,6 +16,21 @@ size on the **held-out split**, which played no part in screening or search, and
   ties at a ceiling), so the percentile on the secondary metric is reported too;
 - side effects: the same sets' effects on each other task, on all of its examples.
 
+Honest-null additions (issue 11), each optional so older callers keep their columns:
+
+- `pool`: a second random baseline drawn only from heads whose single removal does not
+  clearly hurt on the selection split (`workbench.search.search_pool`). Most random heads
+  hurt, so against all heads a set that does nothing (gain exactly 0) sits near the 100th
+  percentile; against the pool it sits near the 50th. Columns `pool_random_mean`,
+  `pool_percentile`, `pool_share_ge`, `n_pool_random`; the all-heads columns stay.
+- `groups`: per-example cluster labels of the held-out split (e.g. the template an example
+  was made from). Intervals then resample clusters (`clustered_bootstrap`) and the p-value
+  flips cluster totals, since examples of one cluster share their noise.
+- `p_value`: one-sided sign-flip p-value of "the held-out gain on the objective is > 0"
+  (`workbench.stats.sign_flip_pvalue`: exact for few clusters, no normality), and `p_holm`,
+  Holm-adjusted across the sizes: the headline is a size with `p_holm < alpha`. Side-effect
+  rows get a two-sided `p_value` (is there any effect?) and `p_holm` across all of them.
+
 Random sets and found sets are scored through one `MaskScorer`, so many of them share a
 forward pass where that pays.
 """
@@ -30,9 +45,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.ablation import AblationKind, compute_head_means
+from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
 from workbench.screening import MaskScorer, masks_of
-from workbench.stats import effect_summary, percentile_of, share_at_least
+from workbench.stats import (
+    clustered_bootstrap,
+    effect_summary,
+    holm,
+    mean_se,
+    percentile_of,
+    share_at_least,
+    sign_flip_pvalue,
+)
 
 
 def random_head_sets(
@@ -62,12 +87,80 @@ def random_head_sets(
     return out
 
 
-def _effect_row(diffs: dict[str, torch.Tensor], n_boot: int, seed: int, ci: float) -> dict:
+def pool_random_head_sets(pool, size: int, n: int, seed: int) -> list[list[tuple[int, int]]]:
+    """`n` distinct sets of `size` heads drawn uniformly from `pool` (all of them, in
+    lexicographic order, when there are at most `n`), seeded like `random_head_sets`."""
+    pool = sorted((int(l), int(h)) for l, h in pool)
+    if size > len(pool) or size < 1:
+        return []
+    flat = random_head_sets(1, len(pool), size, n, seed)
+    return [[pool[j] for _, j in s] for s in flat]
+
+
+def _effect_row(
+    diffs: dict[str, torch.Tensor], n_boot: int, seed: int, ci: float, groups=None
+) -> dict:
     row = {}
     for m, d in diffs.items():
-        for stat, v in effect_summary(d[None], n_boot, seed, ci).items():
+        if groups is None:
+            stats = effect_summary(d[None], n_boot, seed, ci)
+        else:
+            mean, se = mean_se(d[None])
+            lo, hi = clustered_bootstrap(d[None], groups, n_boot, seed, ci)
+            stats = {"": mean, "_se": se, "_lo": lo, "_hi": hi}
+        for stat, v in stats.items():
             row[f"d_{m}{stat}"] = float(v[0])
     return row
+
+
+def side_effect_scorers(
+    model,
+    batches: Mapping[str, object],
+    kind: AblationKind | str = AblationKind.ZERO,
+    **scorer_kw,
+) -> dict[str, MaskScorer]:
+    """One scorer per side-effect task; under mean ablation each uses **its own** means (the
+    mean `z` over that task's prompts), since a head's mean on the main task is not what
+    "this head carries nothing in particular" means on another task.
+
+    Args:
+        batches: task name -> its encoded `TaskBatch`.
+        kind: the ablation kind.
+        scorer_kw: passed to `MaskScorer` (`metric`, `max_rows`, `masks_per_pass`).
+    """
+    kind = AblationKind.parse(kind)
+    out = {}
+    for name, batch in batches.items():
+        means = (
+            compute_head_means(model, batch.tokens, batch.lengths)
+            if kind is AblationKind.MEAN
+            else None
+        )
+        out[name] = MaskScorer(model, batch, kind=kind, means=means, **scorer_kw)
+    return out
+
+
+MIN_CLUSTERS = 8  # with G clusters the smallest one-sided sign-flip p is 2^-G: 0.0039 at 8
+
+
+def _check_clusters(groups, where: str) -> None:
+    if groups is None:
+        return
+    labels = groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
+    n = len({("alone", i) if g is None else g for i, g in enumerate(labels)})
+    if n < MIN_CLUSTERS:
+        raise WorkbenchError(
+            f"{where}: clustered inference needs at least {MIN_CLUSTERS} groups (the smallest "
+            f"p-value with G groups is 2^-G); got {n}. Cluster only by a label that marks "
+            "examples sharing their noise (a template), not by a stratum"
+        )
+
+
+def example_groups(data) -> list | None:
+    """The `group` label of every example of an encoded task, or None when none has one."""
+    task = getattr(data, "task", None)
+    labels = [e.group for e in task.examples] if task is not None else []
+    return labels if any(g is not None for g in labels) else None
 
 
 def confirm_sets(
@@ -83,6 +176,11 @@ def confirm_sets(
     ci: float = 0.95,
     seed: int = 0,
     progress: bool = False,
+    *,
+    pool=None,
+    groups=None,
+    other_groups: Mapping[str, list] | None = None,
+    n_flips: int = 10000,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
 
@@ -95,12 +193,20 @@ def confirm_sets(
         select_gains: size -> the set's objective gain on the selection split (reported
             next to the held-out gain).
         n_random: random sets per size; 0 skips the baseline.
+        pool: heads the second random baseline draws from (None: no pool baseline).
+        groups: per-example cluster labels of the held-out split (`example_groups`), or None
+            for independent examples.
+        other_groups: the same for each side-effect task.
+        n_flips: sign patterns for the p-values when there are more than that.
 
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
     """
     model = heldout.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
+    _check_clusters(groups, "held-out split")
+    for task, og in (other_groups or {}).items():
+        _check_clusters(og, f"side-effect task {task!r}")
     clean = heldout.clean()
     rows, side_rows = [], []
     for size, head_set in sorted(sets.items()):
@@ -111,7 +217,8 @@ def confirm_sets(
         if select_gains is not None and size in select_gains:
             row[f"select_d_{objective}"] = float(select_gains[size])
         row[f"clean_{objective}"] = float(torch.nanmean(clean[objective].float()))
-        row.update(_effect_row(diffs, n_boot, seed, ci))
+        row.update(_effect_row(diffs, n_boot, seed, ci, groups))
+        row["p_value"] = sign_flip_pvalue(diffs[objective], groups, n_flips, seed)
         if n_random > 0:
             random_sets = random_head_sets(L, H, size, n_random, seed)
             r = heldout.score(masks_of(model, random_sets), progress, f"random sets, size {size}")
@@ -130,17 +237,31 @@ def confirm_sets(
                 )
             row["n_random"] = len(random_sets)
             row["random_exhaustive"] = len(random_sets) == math.comb(L * H, min(size, L * H))
+            pool_sets = pool_random_head_sets(pool, size, n_random, seed) if pool else []
+            if pool_sets:
+                r = heldout.score(masks_of(model, pool_sets), progress, f"pool sets, size {size}")
+                g = torch.nanmean(r[objective] - clean[objective][None], dim=-1).cpu().numpy()
+                row["pool_random_mean"] = float(np.nanmean(g))
+                row["pool_percentile"] = percentile_of(row[f"d_{objective}"], g)
+                row["pool_share_ge"] = share_at_least(row[f"d_{objective}"], g)
+                row["n_pool_random"] = len(pool_sets)
         rows.append(row)
         for task, scorer in (others or {}).items():
             other_clean = scorer.clean()
             other_scores = scorer.score(masks)
             side = {"size": size, "heads": str(head_set), "task": task}
-            side.update(
-                _effect_row(
-                    {m: other_scores[m][0] - other_clean[m] for m in other_scores}, n_boot, seed, ci
-                )
+            og = (other_groups or {}).get(task)
+            side_diffs = {m: other_scores[m][0] - other_clean[m] for m in other_scores}
+            side.update(_effect_row(side_diffs, n_boot, seed, ci, og))
+            side["p_value"] = sign_flip_pvalue(
+                side_diffs[objective], og, n_flips, seed, alternative="two-sided"
             )
             for m, v in other_clean.items():
                 side[f"clean_{m}"] = float(torch.nanmean(v.float()))
             side_rows.append(side)
-    return pd.DataFrame(rows), pd.DataFrame(side_rows)
+    confirmation, side_effects = pd.DataFrame(rows), pd.DataFrame(side_rows)
+    if not confirmation.empty:
+        confirmation["p_holm"] = holm(confirmation["p_value"])
+    if not side_effects.empty:
+        side_effects["p_holm"] = holm(side_effects["p_value"])
+    return confirmation, side_effects

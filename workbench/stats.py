@@ -111,3 +111,180 @@ def rank_correlation(a, b) -> float:
     if keep.sum() < 3:
         return float("nan")
     return float(sa[keep].rank().corr(sb[keep].rank()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Clusters, tests and multiple comparisons
+
+
+def group_index(groups) -> Tensor:
+    """Integer cluster ids `[batch]` from per-example group labels; a None label is a cluster
+    of its own (an example with no group shares nothing with the others)."""
+    ids: dict = {}
+    out = []
+    for i, g in enumerate(groups):
+        key = ("__alone__", i) if g is None else ("group", g)
+        out.append(ids.setdefault(key, len(ids)))
+    return torch.tensor(out, dtype=torch.long)
+
+
+def cluster_bootstrap_weights(
+    groups: Tensor, n_boot: int, seed: int, device=None
+) -> Float[Tensor, "n_boot batch"]:
+    """Bootstrap weights that resample whole clusters: each resample draws `G` clusters with
+    replacement and every example weighs as often as its cluster was drawn.
+
+    Args:
+        groups: `[batch]` cluster ids `0..G-1` (see `group_index`).
+    """
+    if n_boot < 1:
+        raise WorkbenchError(f"n_boot must be >= 1; got {n_boot}")
+    groups = torch.as_tensor(groups, dtype=torch.long).cpu()
+    n_groups = int(groups.max()) + 1 if len(groups) else 0
+    if n_groups < 1:
+        raise WorkbenchError("a bootstrap needs at least one example")
+    g = torch.Generator().manual_seed(int(seed))
+    idx = torch.randint(0, n_groups, (n_boot, n_groups), generator=g)  # (n_boot, G)
+    counts = torch.zeros(n_boot, n_groups).scatter_add_(1, idx, torch.ones(n_boot, n_groups))
+    return counts[:, groups].to(device)  # (n_boot, batch)
+
+
+def clustered_bootstrap(
+    diffs: Float[Tensor, "n_rows batch"],
+    groups,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> tuple[Tensor, Tensor]:
+    """Percentile interval of each row's mean paired difference, resampling clusters (e.g. the
+    examples that share a template) rather than examples. Examples of one cluster are not
+    independent, so resampling them one by one understates the spread.
+
+    Args:
+        diffs: per-example differences, one row per head set.
+        groups: per-example labels or `[batch]` ids (None labels: clusters of one).
+
+    Returns:
+        `(lo, hi)`, each `[n_rows]`.
+    """
+    if not 0.0 < ci < 1.0:
+        raise WorkbenchError(f"ci must be in (0, 1); got {ci}")
+    ids = groups if isinstance(groups, Tensor) else group_index(groups)
+    if len(ids) != diffs.shape[-1]:
+        raise WorkbenchError(
+            f"groups has {len(ids)} labels for {diffs.shape[-1]} examples; expected one each"
+        )
+    w = cluster_bootstrap_weights(ids, n_boot, seed, diffs.device).to(diffs.dtype)
+    valid = (~torch.isnan(diffs)).to(diffs.dtype)
+    x = torch.nan_to_num(diffs, nan=0.0)
+    means = (x @ w.T) / (valid @ w.T)  # (n_rows, n_boot)
+    alpha = (1.0 - ci) / 2.0
+    q = torch.tensor([alpha, 1.0 - alpha], dtype=diffs.dtype, device=diffs.device)
+    lo_hi = torch.nanquantile(means, q, dim=-1)
+    return lo_hi[0], lo_hi[1]
+
+
+def sign_flip_pvalue(
+    diffs, groups=None, n_flips: int = 10000, seed: int = 0, alternative: str = "greater"
+) -> float:
+    """p-value of "the mean paired difference is > 0" (or `"two-sided"`: `!= 0`) by flipping
+    the sign of each cluster's total (each example is its own cluster when `groups` is None).
+
+    Under the null the differences of a cluster are symmetric about 0, so every sign pattern
+    of the cluster totals is equally likely: with `G` clusters the test is exact, needs no
+    normality and stays valid with few clusters, where a t-test or a bootstrap p-value is
+    anti-conservative. All `2^G` patterns are enumerated when there are at most `n_flips`,
+    otherwise `n_flips` random ones are drawn (p = (1 + hits) / (1 + n_flips)). A set whose
+    held-out differences are all 0 gets p = 1. NaN differences are dropped.
+    """
+    if alternative not in ("greater", "two-sided"):
+        raise WorkbenchError(f"alternative must be 'greater' or 'two-sided'; got {alternative!r}")
+    d = np.asarray(diffs.cpu() if isinstance(diffs, Tensor) else diffs, dtype=float)
+    ids = (
+        np.arange(len(d))
+        if groups is None
+        else np.asarray(groups.cpu() if isinstance(groups, Tensor) else group_index(groups))
+    )
+    if len(ids) != len(d):
+        raise WorkbenchError(f"groups has {len(ids)} labels for {len(d)} differences")
+    keep = ~np.isnan(d)
+    d, ids = d[keep], ids[keep]
+    if len(d) == 0:
+        return float("nan")
+    _, ids = np.unique(ids, return_inverse=True)
+    totals = np.bincount(ids, weights=d)  # (G,)
+    n_groups = len(totals)
+    stat = (lambda s: s) if alternative == "greater" else np.abs
+    observed = stat(totals.sum())
+    # Float sums of the same numbers in another order differ by rounding; count those as ties.
+    tol = 1e-9 * max(1.0, float(np.abs(totals).sum()))
+    if 2**n_groups <= n_flips:
+        bits = (np.arange(2**n_groups)[:, None] >> np.arange(n_groups)[None]) & 1
+        flipped = stat((1 - 2 * bits) @ totals)
+        return float((flipped >= observed - tol).mean())
+    rng = np.random.default_rng([int(seed), 17])
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(n_flips, n_groups))
+    hits = int((stat(signs @ totals) >= observed - tol).sum())
+    return float((1 + hits) / (1 + n_flips))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm step-down adjusted p-values: sort ascending, multiply the `k`-th smallest by
+    `m - k + 1`, take running maxima, cap at 1. Rejecting where the adjusted p < alpha keeps
+    the family-wise error rate at alpha for any dependence between the tests. NaN p-values
+    are left out of the family and stay NaN."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    m = len(ok)
+    if m == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out[order] = adjusted
+    return out
+
+
+def helpful_agreement(
+    estimate: pd.DataFrame,
+    exact: pd.DataFrame,
+    metric: str,
+    k: int | None = None,
+    threshold: float = 0.0,
+) -> dict[str, float]:
+    """How well an estimated per-head table (e.g. attribution) finds the heads whose removal
+    helps according to an exact one: precision and recall of the set of heads with
+    `d_<metric> > threshold`, and the overlap of the top `k` heads of each table.
+
+    Args:
+        estimate, exact: per-head tables (`layer`, `head`, `d_<metric>`).
+        k: for the top-k overlap; default the number of exactly helpful heads (at least 1).
+
+    Returns:
+        `precision` (share of estimated-helpful heads that are exactly helpful; NaN when none is
+        estimated), `recall` (share of exactly helpful heads estimated helpful; NaN when none
+        is), `n_estimated`, `n_exact`, `k` and `topk_overlap` (shared heads / k).
+    """
+    col = f"d_{metric}"
+    for name, df in (("estimate", estimate), ("exact", exact)):
+        if col not in df:
+            raise WorkbenchError(f"{name} table has no column {col!r}; got {list(df.columns)}")
+    a = estimate.set_index(["layer", "head"])[col].astype(float)
+    b = exact.set_index(["layer", "head"])[col].astype(float)
+    if set(a.index) != set(b.index):
+        raise WorkbenchError("estimate and exact tables must list the same (layer, head) rows")
+    b = b.loc[a.index]
+    est = set(a.index[a.to_numpy() > threshold])
+    true = set(b.index[b.to_numpy() > threshold])
+    both = len(est & true)
+    k = k if k is not None else max(1, len(true))
+    top_a = set(a.sort_values(ascending=False, kind="stable").index[:k])
+    top_b = set(b.sort_values(ascending=False, kind="stable").index[:k])
+    return {
+        "precision": both / len(est) if est else float("nan"),
+        "recall": both / len(true) if true else float("nan"),
+        "n_estimated": float(len(est)),
+        "n_exact": float(len(true)),
+        "k": float(k),
+        "topk_overlap": len(top_a & top_b) / k,
+    }
