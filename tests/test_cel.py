@@ -147,7 +147,7 @@ def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
     def interrupt(space):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(search_module.STRATEGIES, "exhaustive", interrupt)
+    monkeypatch.setitem(search_module.STRATEGIES, "interaction", interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_cel(model, task, out_dir=out, **FAST)
     names = {p.name for p in out.iterdir()}

@@ -327,20 +327,6 @@ def test_too_few_clusters_is_a_clear_error(micro):
         confirm_sets(heldout, sets, FIRST, n_random=0, groups=labels)
 
 
-def test_side_effects_use_each_tasks_own_means(attn_model, tiny_task):
-    from workbench.ablation import compute_head_means
-    from workbench.confirmation import side_effect_scorers
-
-    batches = {s: encode_task(attn_model, tiny_task, s) for s in ("select", "heldout")}
-    scorers = side_effect_scorers(attn_model, batches, "mean")
-    for name, b in batches.items():
-        own = compute_head_means(attn_model, b.tokens, b.lengths).averaged
-        assert_close(scorers[name].means.averaged, own)
-    other = scorers["heldout"].means.averaged - scorers["select"].means.averaged
-    assert float(other.abs().max()) > 1e-3  # the two tasks' means really differ here
-    assert side_effect_scorers(attn_model, batches, "zero")["select"].means is None
-
-
 def test_pool_random_sets_come_from_the_pool_only():
     pool = [(0, 1), (2, 3), (1, 0), (3, 3), (2, 2), (0, 0)]
     sets = pool_random_head_sets(pool, 2, 10, seed=1)

@@ -85,9 +85,17 @@ def _add_cel_parser(subparsers) -> None:
     p.add_argument(
         "--strategy",
         nargs="+",
-        default=["exhaustive"],
+        default=["interaction"],
         choices=sorted(STRATEGIES),
-        help="search strategies, run in order on a shared cache",
+        help="search strategies, run in order on a shared cache (default interaction: "
+        "knockouts over the heads that do not clearly hurt, then exact scoring of finalists)",
+    )
+    p.add_argument(
+        "--cluster",
+        choices=["auto", "group", "none"],
+        default="auto",
+        help="held-out intervals and p-values resample the tasks' groups (auto: when a split "
+        "has at least 8) or single examples",
     )
     p.add_argument("--top-m", type=int, default=8, help="candidates for the exhaustive search")
     p.add_argument(
@@ -239,6 +247,7 @@ def run_cel_command(args) -> int:
         n_boot=args.n_boot,
         model_name=model_name,
         per_position=args.per_position,
+        cluster=args.cluster,
         progress=not args.quiet,
         **({"token_budget": args.token_budget} if args.token_budget else {}),
     )
@@ -250,6 +259,13 @@ def run_cel_command(args) -> int:
         "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
     ):
         print(result.summary_table().to_string(index=False))
+    significant = result.summary.get("significant_sizes", [])
+    alpha = result.summary.get("alpha", 0.05)
+    print(
+        f"\nheld-out enhancement (one-sided sign-flip p, Holm-corrected across sizes, alpha "
+        f"{alpha:.2g}): "
+        + (f"significant at size(s) {significant}" if significant else "none significant")
+    )
     best = ",".join(result.best) or "(none)"
     print(
         f"\nbest set: {best}  (positive d_{obj} = removing the heads helps; percentile and "

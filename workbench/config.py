@@ -16,6 +16,8 @@ from workbench.errors import WorkbenchError
 from workbench.screening import ScreenMethod
 from workbench.search import STRATEGIES
 
+CLUSTER_MODES = ("auto", "group", "none")
+
 
 @dataclass
 class CELConfig:
@@ -42,7 +44,10 @@ class CELConfig:
         n_boot, ci: paired bootstrap resamples and interval coverage.
         seed: the seed every random draw derives from.
         check_attribution: with `method="attribution"`, also run exact screening to report
-            their rank correlation.
+            their rank correlation and the precision/recall of the helpful heads.
+        cluster: held-out intervals and p-values resample examples (`"none"`), the tasks'
+            `group` labels (`"group"`, at least 8 groups), or groups when a split has at least
+            8 of them and examples otherwise (`"auto"`).
     """
 
     model: str
@@ -55,7 +60,7 @@ class CELConfig:
     secondary: str | None = None
     rank_by: str = "objective"
     max_size: int = 3
-    strategies: tuple[str, ...] = ("exhaustive",)
+    strategies: tuple[str, ...] = ("interaction",)
     top_m: int = 8
     beam_width: int = 4
     n_masks: int | None = None
@@ -65,6 +70,7 @@ class CELConfig:
     ci: float = 0.95
     seed: int = 0
     check_attribution: bool = True
+    cluster: str = "auto"
     model_fingerprint: str = ""
     task_fingerprint: str = ""
     others_fingerprint: str = ""
@@ -76,6 +82,10 @@ class CELConfig:
             raise WorkbenchError(
                 "CEL screening method must be 'exact' or 'attribution'; "
                 "'naive' is the slow reference for tests and benchmarks"
+            )
+        if self.cluster not in CLUSTER_MODES:
+            raise WorkbenchError(
+                f"cluster {self.cluster!r} is unknown; expected one of {list(CLUSTER_MODES)}"
             )
         if not isinstance(self.per_position, bool):
             raise WorkbenchError(f"per_position must be true or false; got {self.per_position!r}")
@@ -128,7 +138,7 @@ class CELConfig:
             raise WorkbenchError(f"CEL config has unknown keys {unknown}; expected {sorted(known)}")
         d = dict(d)
         d["others"] = tuple(d.get("others", ()))
-        d["strategies"] = tuple(d.get("strategies", ("exhaustive",)))
+        d["strategies"] = tuple(d.get("strategies", ("interaction",)))
         return cls(**d)
 
     def differences(self, other: "CELConfig") -> list[str]:

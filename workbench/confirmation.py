@@ -45,7 +45,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.ablation import AblationKind, compute_head_means
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
 from workbench.screening import MaskScorer, masks_of
@@ -111,33 +110,6 @@ def _effect_row(
         for stat, v in stats.items():
             row[f"d_{m}{stat}"] = float(v[0])
     return row
-
-
-def side_effect_scorers(
-    model,
-    batches: Mapping[str, object],
-    kind: AblationKind | str = AblationKind.ZERO,
-    **scorer_kw,
-) -> dict[str, MaskScorer]:
-    """One scorer per side-effect task; under mean ablation each uses **its own** means (the
-    mean `z` over that task's prompts), since a head's mean on the main task is not what
-    "this head carries nothing in particular" means on another task.
-
-    Args:
-        batches: task name -> its encoded `TaskBatch`.
-        kind: the ablation kind.
-        scorer_kw: passed to `MaskScorer` (`metric`, `max_rows`, `masks_per_pass`).
-    """
-    kind = AblationKind.parse(kind)
-    out = {}
-    for name, batch in batches.items():
-        means = (
-            compute_head_means(model, batch.tokens, batch.lengths)
-            if kind is AblationKind.MEAN
-            else None
-        )
-        out[name] = MaskScorer(model, batch, kind=kind, means=means, **scorer_kw)
-    return out
 
 
 MIN_CLUSTERS = 8  # with G clusters the smallest one-sided sign-flip p is 2^-G: 0.0039 at 8

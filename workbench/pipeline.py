@@ -29,7 +29,7 @@ import torch
 
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
 from workbench.config import CELConfig
-from workbench.confirmation import confirm_sets
+from workbench.confirmation import MIN_CLUSTERS, confirm_sets, example_groups
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.heads import HeadSet
@@ -50,9 +50,10 @@ from workbench.search import (
     candidate_heads,
     get_strategy,
     rank_order,
+    search_pool,
     select_candidates,
 )
-from workbench.stats import rank_correlation
+from workbench.stats import helpful_agreement, rank_correlation
 from workbench.store import ResultStore
 from workbench.tables import head_name
 from workbench.tasks import Task, TaskBatch, encode_task
@@ -252,11 +253,14 @@ def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
         _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
                                      run.metric, progress=c.progress, desc="exact check",
                                      per_position=config.per_position, **c.scorer_options())
-        rho = {}
+        rho, agreement = {}, {}
         for m, d in exact.items():
             heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()
             rho[m] = rank_correlation(heads[f"d_{m}"], heads[f"exact_d_{m}"])
+            exact_table = heads[["layer", "head"]].assign(**{f"d_{m}": heads[f"exact_d_{m}"]})
+            agreement[m] = helpful_agreement(heads, exact_table, m)
         result.summary["attribution_rank_correlation"] = rho
+        result.summary["attribution_agreement"] = agreement
     heads = select_candidates(heads, *run.order, config.top_m)
     result.summary["candidates"] = [head_name(*h) for h in candidate_heads(heads)]
     return heads
@@ -270,7 +274,8 @@ def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                         max_size=config.max_size, top_m=config.top_m,
                         beam_width=config.beam_width, n_masks=config.n_masks,
                         knockout_p=config.knockout_p, seed=config.seed,
-                        progress=run.compute.progress)
+                        progress=run.compute.progress,
+                        pool=search_pool(result.heads, run.order[0]))
     for name in config.strategies:
         get_strategy(name)(space)
     space.scorer.release()
@@ -293,14 +298,32 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
         {"heldout": len(run.heldout), **{n: len(s.data) for n, s in others.items()}})
     result.summary["clean"].update(
         {"heldout": _means(heldout.clean()), **{n: _means(s.clean()) for n, s in others.items()}})
+    groups = {"heldout": _clusters(run.heldout, config.cluster),
+              **{n: _clusters(s.data, config.cluster) for n, s in others.items()}}
+    result.summary["clustered"] = {n: g is not None for n, g in groups.items()}
     confirmation, side_effects = confirm_sets(
         heldout, {s: HeadSet.of(run.model, n) for s, n in sets.items()}, config.objective,
         config.secondary, others, best_size, select_gains, config.n_random, config.n_boot,
-        config.ci, config.seed, run.compute.progress)
+        config.ci, config.seed, run.compute.progress,
+        pool=search_pool(result.heads, run.order[0]), groups=groups["heldout"],
+        other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None})
     for scorer in (heldout, *others.values()):
         scorer.release()
     result.summary["best_heads"] = sets.get(best_size, "") if best_size else ""
+    alpha = 1.0 - config.ci
+    significant = [int(r.size) for r in confirmation.itertuples() if r.p_holm < alpha]
+    result.summary["significant_sizes"] = significant
+    result.summary["alpha"] = alpha
     return confirmation, side_effects
+
+
+def _clusters(data: TaskBatch, mode: str) -> list | None:
+    """The group labels to cluster a split's inference by, or None for independent examples
+    (see `CELConfig.cluster`)."""
+    labels = example_groups(data) if mode != "none" else None
+    if labels is None or (mode == "auto" and len(set(labels)) < MIN_CLUSTERS):
+        return None
+    return labels
 
 
 def _settings_config(config: CELConfig | None, settings: dict, model) -> CELConfig:

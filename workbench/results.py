@@ -93,9 +93,12 @@ class CELResult:
             f"d_{obj}",
             f"d_{obj}_lo",
             f"d_{obj}_hi",
+            "p_value",
+            "p_holm",
             "random_mean",
             "percentile",
-            "random_share_ge",
+            "pool_random_mean",
+            "pool_percentile",
             "best",
         ]
         return c[[col for col in cols if col in c]].copy()
@@ -186,12 +189,28 @@ class CELResult:
             lines += ["", "## Best head sets, confirmed on held-out examples", ""]
             lines += _markdown(self.summary_table())
             lines.append("")
+            sig = s.get("significant_sizes")
+            if sig is not None:
+                alpha = s.get("alpha", 1 - cfg.ci)
+                lines.append(
+                    f"**Headline:** held-out enhancement significant at size(s) {sig} "
+                    f"(`p_holm` < {alpha:.2g})." if sig else
+                    f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
+                    f"{alpha:.2g} at every size)."
+                )
+                lines.append("")
+            clustered = s.get("clustered", {}).get("heldout")
+            unit = "groups (the task's `group` labels)" if clustered else "examples"
             lines.append(
                 f"`d_{obj}` is the held-out gain with its {int(cfg.ci * 100)} % paired "
-                "bootstrap interval; `percentile` ranks it among "
-                f"{cfg.n_random} random head sets of the same size (all of them where there "
-                "are fewer; ties count half) and `random_share_ge` is the share of those sets "
-                "that do at least as well."
+                f"bootstrap interval over {unit}; `p_value` is the one-sided sign-flip p-value "
+                "of a gain > 0 and `p_holm` the same Holm-corrected across sizes. The sets "
+                "were chosen on the selection split only. `percentile` ranks the gain among "
+                f"{cfg.n_random} random head sets of the same size drawn from all heads "
+                "(all of them where there are fewer; ties count half): most random heads "
+                "hurt, so this baseline is easy to beat. `pool_percentile` draws them only "
+                "from the heads whose single removal does not clearly hurt: it asks whether "
+                "the search did better than removing harmless heads at random."
             )
         if not self.side_effects.empty:
             lines += ["", "## Side effects on other tasks", ""]
