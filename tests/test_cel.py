@@ -122,6 +122,13 @@ def test_save_load_round_trip(micro, tmp_path):
         _frames_equal(getattr(loaded, name), getattr(result, name))
     assert loaded.summary == json.loads(json.dumps(result.summary))
     assert loaded.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])
+    # the headline: the sizes whose Holm-corrected p-value clears alpha; the planted triple does
+    c = loaded.confirmation
+    assert_close(c["p_holm"].to_numpy(), _holm_loop(c["p_value"].to_numpy()))
+    significant = [int(s) for s, p in zip(c["size"], c["p_holm"], strict=True) if p < 0.05]
+    assert loaded.summary["significant_sizes"] == significant and 3 in significant
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "**Headline:** held-out enhancement significant" in report
     files = {p.name for p in (tmp_path / "r").iterdir()}
     assert {
         "config.json",
@@ -138,6 +145,17 @@ def test_save_load_round_trip(micro, tmp_path):
     side_rows = loaded.side_effects
     assert set(side_rows["task"]) == {"micro_short"}
     assert len(side_rows) == 3
+
+
+def _holm_loop(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment, written out: the k-th smallest p times (m - k), running
+    maximum, capped at 1."""
+    order, m = np.argsort(p), len(p)
+    out, running = np.empty(m), 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p[i]))
+        out[i] = running
+    return out
 
 
 def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
