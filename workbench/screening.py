@@ -57,6 +57,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from workbench import distributed
 from workbench.ablation import (
     AblationKind,
     HeadMeans,
@@ -286,7 +287,13 @@ class MaskScorer:
         progress: bool = False,
         desc: str = "masks",
     ) -> dict[str, Float[Tensor, "n_masks batch"]]:
-        """Per-example scores with each mask's heads ablated (1 = ablated)."""
+        """Per-example scores with each mask's heads ablated (1 = ablated).
+
+        Under torch.distributed the masks are split across ranks and the scores gathered
+        (`workbench.distributed.score_sharded`); the numbers are the same.
+        """
+        if distributed.shards_masks():
+            return distributed.score_sharded(self, masks, progress, desc)
         clean = self.clean()
         masks = masks.to(self.model.cfg.device)
         n = masks.shape[0]
