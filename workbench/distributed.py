@@ -85,12 +85,14 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def init_from_env(device: str = "auto") -> bool:
+def init_from_env(device: str = "auto", init_method: str | None = None) -> bool:
     """Join the process group described by torchrun's environment variables.
 
     Args:
         device: the device the models will run on; `"auto"` picks CUDA where available.
             CUDA selects NCCL and binds this process to GPU `LOCAL_RANK`; anything else gloo.
+        init_method: where ranks meet; None reads `MASTER_ADDR`/`MASTER_PORT` (torchrun),
+            `"file:///shared/path"` uses a file store (no listening socket for the store).
 
     Returns:
         True when running distributed (`WORLD_SIZE > 1`); False (and nothing done) otherwise.
@@ -99,7 +101,8 @@ def init_from_env(device: str = "auto") -> bool:
         return False
     if is_distributed():
         return True
-    missing = [v for v in ("RANK", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+    needed = ("RANK", "MASTER_ADDR", "MASTER_PORT") if init_method is None else ("RANK",)
+    missing = [v for v in needed if v not in os.environ]
     if missing:
         raise WorkbenchError(
             f"WORLD_SIZE is {env_world_size()} but {missing} are not set; launch with torchrun "
@@ -110,7 +113,11 @@ def init_from_env(device: str = "auto") -> bool:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     minutes = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_MIN))
     dist.init_process_group(
-        backend=BACKENDS.get(device_type, "gloo"), timeout=timedelta(minutes=minutes)
+        backend=BACKENDS.get(device_type, "gloo"),
+        init_method=init_method,
+        rank=int(os.environ["RANK"]),
+        world_size=env_world_size(),
+        timeout=timedelta(minutes=minutes),
     )
     return True
 
