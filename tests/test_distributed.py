@@ -65,6 +65,7 @@ def _scorer_worker(rank: int, store: str, folder: str) -> None:
     import workbench.cli as cli
     from workbench.ablation import compute_head_means
     from workbench.demo import write_demo
+    from workbench.sweep import run_sweep
 
     _join(rank, store)
     folder = Path(folder)
@@ -88,14 +89,32 @@ def _scorer_worker(rank: int, store: str, folder: str) -> None:
             assert sharded.keys() == one.keys()
             for m in one:
                 assert torch.equal(sharded[m], one[m]), f"{name}, {m}: sharded != one process"
-    # `workbench cel` on both ranks (every stage sharded) writes what one process writes.
-    model_dir, main, side = write_demo(folder / "demo")
+    # A sweep cell run by both ranks together, and `workbench cel` on both ranks (every stage
+    # sharded), write what one process writes.
+    if rank == 0:
+        write_demo(folder / "demo")
+    distributed.barrier()
+    demo = folder / "demo"
+    model_dir, main, side = (
+        demo / "micro_model",
+        demo / "micro_map.jsonl",
+        demo / "micro_short.jsonl",
+    )
+    sweep_args = ([str(model_dir)], [str(main)], ["zero"])
+    sweep_kw = dict(others=[str(side)], progress=False, plot=False, **SWEEP_OPTIONS)
+    run_sweep(*sweep_args, out=folder / "sweep_two", split="masks", **sweep_kw)
     argv = ["cel", "--model", str(model_dir), "--task", str(main), "--others", str(side)]
     argv += ["--device", "cpu", *CEL_FAST]
     assert cli.main([*argv, "--out", str(folder / "two")]) == 0  # also leaves the group
     if rank == 0:
         os.environ["WORLD_SIZE"] = "1"
         assert cli.main([*argv, "--out", str(folder / "one")]) == 0
+        run_sweep(*sweep_args, out=folder / "sweep_one", **sweep_kw)
+        pd.testing.assert_frame_equal(
+            pd.read_csv(folder / "sweep_two" / "sweep.csv"),
+            pd.read_csv(folder / "sweep_one" / "sweep.csv"),
+            check_exact=True,
+        )
         for table in ("heads", "combos", "confirmation", "side_effects"):
             pd.testing.assert_frame_equal(
                 pd.read_csv(folder / "two" / f"{table}.csv"),

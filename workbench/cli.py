@@ -142,6 +142,13 @@ def _add_sweep_parser(subparsers) -> None:
     p.add_argument("--n-random", type=int, default=200)
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--split",
+        choices=["auto", "cells", "masks"],
+        default="auto",
+        help="under torchrun: deal cells to ranks, or run each cell on all ranks with its "
+        "masks split (auto: cells when there are at least as many as ranks)",
+    )
     p.add_argument("--out", default="sweep_results", metavar="DIR")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
@@ -334,6 +341,7 @@ def run_sweep_command(args) -> int:
         dtype=args.dtype,
         progress=not args.quiet,
         plot=not args.no_plots,
+        split=args.split,
         method=args.method,
         max_size=args.max_size,
         strategy=args.strategy,

@@ -357,7 +357,8 @@ def rank_out_dir(out: str | Path | None) -> Iterator[Path | None]:
     try:
         copy = scratch / out.name
         if out.is_dir():
-            shutil.copytree(out, copy)
+            # Locks and half-written temporary files belong to rank 0's writing, not to the run.
+            shutil.copytree(out, copy, ignore=shutil.ignore_patterns("*.lock", "*.tmp", "tmp-*"))
         barrier()
         yield copy
     finally:

@@ -25,11 +25,13 @@ A sweep resumes per cell: a cell whose folder holds a complete result (`CELResul
 every table and the report) is not run again, and an unfinished cell resumes from its stage
 files (`run_cel`). Under torchrun the unfinished cells are dealt to the ranks in turn
 (`workbench.distributed`), each rank runs its cells alone, and rank 0 writes the table once
-every rank is done.
+every rank is done. When there are fewer unfinished cells than ranks (`split="auto"`), every
+rank runs every cell together instead, with each cell's head masks split across the ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Sequence
@@ -46,6 +48,7 @@ from workbench.errors import WorkbenchError
 from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult
 from workbench.tables import save_table
 
+SPLITS = ("auto", "cells", "masks")
 TABLE_FILE = "sweep.csv"
 PLOT_FILE = "sweep.png"
 COLUMNS = (
@@ -295,6 +298,7 @@ def run_sweep(
     dtype: str | None = None,
     progress: bool = True,
     plot: bool = True,
+    split: str = "auto",
     **cel_options,
 ) -> pd.DataFrame:
     """Run CEL on every cell of models x tasks x kinds and gather the best sets in one table.
@@ -308,6 +312,9 @@ def run_sweep(
         device, dtype: where and in what precision models are loaded.
         progress: progress bars (rank 0 only).
         plot: write `sweep.png` and each cell's plots.
+        split: under torch.distributed, `"cells"` deals the cells to the ranks, `"masks"` runs
+            each cell on all ranks with its head masks split across them, `"auto"` splits
+            cells when there are at least as many unfinished cells as ranks, else masks.
         **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...).
 
     Returns:
@@ -319,6 +326,8 @@ def run_sweep(
     for key in ("kind", "out_dir", "model_name", "others", "progress"):
         if key in cel_options:
             raise WorkbenchError(f"run_sweep sets run_cel's {key!r} itself; got {key}=...")
+    if split not in SPLITS:
+        raise WorkbenchError(f"split {split!r} is unknown; expected one of {SPLITS}")
     cells = sweep_cells(models, tasks, kinds)
     out = Path(out)
     side = list(dict.fromkeys(map(str, others))) if others is not None else None
@@ -343,17 +352,24 @@ def run_sweep(
     pending, error = distributed.broadcast_object(plan)
     if error:
         raise WorkbenchError(error)
+    by_cells = split == "cells" or (split == "auto" and len(pending) >= distributed.world_size())
+    mine = distributed.cells_of_rank(len(pending)) if by_cells else range(len(pending))
     loaded_models: dict = {}
     loaded_tasks: dict = {}
     failures = []
-    with distributed.local():
-        for j in distributed.cells_of_rank(len(pending)):
-            cell = cells[pending[j]]
-            cell_others = side if side is not None else [str(t) for t in dict.fromkeys(tasks)]
-            try:
+    for j in mine:
+        cell = cells[pending[j]]
+        cell_others = side if side is not None else [str(t) for t in dict.fromkeys(tasks)]
+        try:
+            with contextlib.ExitStack() as stack:
+                if by_cells:  # this rank alone, no collectives
+                    stack.enter_context(distributed.local())
+                    folder = out / cell.name
+                else:  # all ranks together; rank 0 writes
+                    folder = stack.enter_context(distributed.rank_out_dir(out / cell.name))
                 _run_cell(
                     cell,
-                    out / cell.name,
+                    folder,
                     loaded_models,
                     loaded_tasks,
                     [o for o in cell_others if o != cell.task],
@@ -362,8 +378,10 @@ def run_sweep(
                     progress and distributed.is_main(),
                     {**cel_options, "plots": plot},
                 )
-            except Exception as e:  # reported after every rank is done, so none waits forever
-                failures.append(f"{cell.name}: {type(e).__name__}: {e}")
+        except Exception as e:  # reported after every rank is done, so none waits forever
+            failures.append(f"{cell.name}: {type(e).__name__}: {e}")
+    if not by_cells:  # every rank saw the same failures; rank 0 reports them
+        failures = failures if distributed.is_main() else []
     failures = [f for part in distributed.gather_objects(failures) for f in part]
     table = None
     if distributed.is_main():
