@@ -136,8 +136,8 @@ def main() -> None:
     print(f"2 ranks / 1 proc x 1 thread  = {two / med['1 proc x 1 thread']:.3f}  (target <= 0.6)")
     print(f"2 ranks / 1 proc x 2 threads = {two / med['1 proc x 2 threads']:.3f}")
     # On a shared machine wall time measures the other users too. With one thread per process,
-    # CPU time is the work each process did: the busiest rank's CPU time is the wall time the
-    # two ranks would take on two free cores (gather and barrier waits included, as gloo polls).
+    # CPU time is the work each process did, and the busiest rank's CPU time is about the wall
+    # time the two ranks would take on two free cores (both ranks run the clean pass).
     crit = statistics.median(max(c) for c in rank_cpus)
     one = statistics.median(one_cpu)
     print(

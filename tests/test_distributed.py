@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -232,6 +233,70 @@ def test_killed_sweep_resumes_on_two_ranks_and_matches_one_process(tmp_path):
         torch.set_num_threads(threads)
     one = pd.read_csv(tmp_path / "one" / TABLE_FILE)
     pd.testing.assert_frame_equal(two_ranks, one, check_exact=True)
+
+
+def test_sweep_cells_and_bad_input(tmp_path):
+    from workbench import WorkbenchError
+    from workbench.sweep import run_sweep, sweep_cells
+
+    cells = sweep_cells(["a/gpt2", "embedded"], ["ioi", "x/my_task.jsonl"], ["zero", "mean"])
+    assert [c.name for c in cells[:3]] == [
+        "gpt2__ioi__zero",
+        "gpt2__ioi__mean",
+        "gpt2__my_task__zero",
+    ]
+    assert len(cells) == 8
+    with pytest.raises(WorkbenchError, match="share the folder"):
+        sweep_cells(["a/gpt2", "b/gpt2"], ["ioi"])
+    with pytest.raises(WorkbenchError, match="ablation kind 'max' is unknown"):
+        sweep_cells(["gpt2"], ["ioi"], ["max"])
+    with pytest.raises(WorkbenchError, match="non-empty list of tasks"):
+        sweep_cells(["gpt2"], [])
+    with pytest.raises(WorkbenchError, match="sets run_cel's 'out_dir'"):
+        run_sweep(["gpt2"], ["ioi"], out=tmp_path, out_dir=tmp_path)
+    with pytest.raises(WorkbenchError, match="split 'rows' is unknown"):
+        run_sweep(["gpt2"], ["ioi"], out=tmp_path, split="rows")
+
+
+def test_sweep_without_models_runs_the_embedded_family_on_the_default_task():
+    import workbench.cli as cli
+    import workbench.zoo as zoo
+
+    args = cli.build_parser().parse_args(["sweep"])
+    if cli._embedded_defaults() is None:
+        pytest.skip("the embedded checkpoint is not on disk")
+    models, tasks, others = cli._sweep_inputs(args)
+    assert models == list(getattr(zoo, "EMBEDDED_FAMILY", ("embedded",)))
+    assert tasks == [zoo.DEFAULT_TASK] and others == list(zoo.SIDE_TASKS)
+
+
+def test_sweep_command_resumes_and_refuses_other_options(tmp_path, capsys):
+    """`python -m workbench sweep` runs a cell and prints the table; a rerun skips the finished
+    cell; a rerun with another option is refused instead of mixing configs."""
+    import subprocess
+
+    from workbench.demo import write_demo
+
+    model_dir, main, side = write_demo(tmp_path)
+    argv = ["sweep", "--models", str(model_dir), "--tasks", str(main), "--others", str(side)]
+    argv += ["--out", str(tmp_path / "sw"), "--device", "cpu", "--no-plots", *CEL_FAST]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "WORLD_SIZE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench", *argv], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "micro_model" in done.stdout and "L0H1,L1H1" in done.stdout
+    report = tmp_path / "sw" / "micro_model__micro_map__zero" / "report.md"
+    before = report.stat().st_mtime_ns
+    import workbench.cli as cli
+
+    assert cli.main(argv) == 0
+    assert report.stat().st_mtime_ns == before
+    capsys.readouterr()
+    assert cli.main([*argv, "--n-random", "21"]) == 2  # argparse: the last value wins
+    assert "were run with other options" in capsys.readouterr().err
+    assert report.stat().st_mtime_ns == before
 
 
 if __name__ == "__main__":  # pragma: no cover
