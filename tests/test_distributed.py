@@ -270,6 +270,7 @@ def test_sweep_without_models_runs_the_embedded_family_on_the_default_task():
     assert tasks == [zoo.DEFAULT_TASK] and others == list(zoo.SIDE_TASKS)
 
 
+@pytest.mark.slow
 def test_sweep_command_resumes_and_refuses_other_options(tmp_path, capsys):
     """`python -m workbench sweep` runs a cell and prints the table; a rerun skips the finished
     cell; a rerun with another option is refused instead of mixing configs."""

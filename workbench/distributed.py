@@ -14,7 +14,8 @@ Every process (rank) loads the same model and task; there are two ways to share 
   groups of masks that one process would evaluate together in one forward (`masks_per_pass`),
   so the arithmetic per mask, and hence every number, is bit for bit the same on CPU. Shards
   are balanced by cost: a mask whose first ablated layer is `l` reruns `n_layers - l` layers
-  (prefix reuse), so the split is by cumulative cost, not by count.
+  (prefix reuse) plus about one layer's worth of fixed work, so the split is by cumulative cost,
+  not by count.
 - **Cell sharding** (a sweep, `workbench.sweep`): the cells of a models x tasks x kinds grid
   are dealt to the ranks in turn; each rank runs its cells alone (`local()` turns mask
   sharding off) and rank 0 aggregates after a barrier.
@@ -251,7 +252,7 @@ def shard_plan(scorer, masks: Tensor, n_parts: int) -> tuple[Tensor, list[tuple[
 
     With prefix reuse, masks are ordered (stably) by first ablated layer, as one process
     evaluates them, and cut only between groups of `masks_per_pass` masks of one layer, each
-    atom costing `n_layers - first_layer`. Otherwise every mask is a full forward of its own:
+    mask costing `n_layers - first_layer + 1`. Otherwise every mask is a full forward of its own:
     the order is unchanged and each mask is an atom of cost 1.
     """
     n = masks.shape[0]
@@ -270,9 +271,12 @@ def shard_plan(scorer, masks: Tensor, n_parts: int) -> tuple[Tensor, list[tuple[
         while stop < n and stop - start < g and sorted_first[stop] == layer:
             stop += 1
         atoms.append((start, stop))
-        # An empty mask costs nothing (it copies the clean scores); a pass of k masks costs
-        # about k reruns of the layers from `layer` on.
-        costs.append((stop - start) * (L - layer))
+        # An empty mask costs nothing (it copies the clean scores); any other costs the rerun
+        # of the layers from `layer` on plus about one layer's worth of fixed work (the
+        # unembedding, hooks, copies). Measured at GPT-2-small shape, 32 prompts, one thread:
+        # 1.32 s per mask at layer 0, 0.72 at 6, 0.33 at 10, 0.24 at 11, i.e. 0.10 s per layer
+        # + 0.12 s.
+        costs.append((stop - start) * (L - layer + 1) if layer < L else 0)
         start = stop
     bounds = []
     for a, b in balanced_bounds(costs, n_parts):
