@@ -1,7 +1,9 @@
-"""The `workbench` command: `cel` (the main job), `theory`, `notebooks`.
+"""The `workbench` command: `cel` (the main job), `sweep`, `theory`, `notebooks`.
 
     workbench                                  # = workbench cel with its defaults
     workbench cel --model gpt2 --task ioi --others induction --ablation mean --out cel_ioi
+    workbench sweep --models gpt2 embedded --tasks ioi embedded_map --ablation zero mean
+    torchrun --nproc-per-node 2 -m workbench sweep   # the same, on 2 processes
     workbench cel --model path/to/checkpoint --task my_task.jsonl --method attribution
     workbench theory --quick
     workbench notebooks
@@ -10,6 +12,10 @@
 default task and side tasks. When the embedded checkpoint is not on disk it says so and runs
 the built-in demo instead: the hand-built micro model of `workbench.demo` (2 layers x 4 heads,
 one harmful head and a harmful redundant pair), whose files are written to a temporary folder.
+
+`workbench sweep` without `--models` runs the embedded model family (`workbench.zoo`) on its
+default task and prints the cross-family table (`workbench.sweep`). Under torchrun
+(`WORLD_SIZE > 1`) every command joins the process group first (`workbench.distributed`).
 
 A rerun with the same options and `--out` resumes from the stages already saved. Input errors
 print one line (`workbench: error: ...`) to stderr and exit with status 2.
@@ -131,6 +137,52 @@ def _add_cel_parser(subparsers) -> None:
     p.set_defaults(func=run_cel_command)
 
 
+def _add_sweep_parser(subparsers) -> None:
+    from workbench.ablation import AblationKind
+    from workbench.search import STRATEGIES
+
+    p = subparsers.add_parser(
+        "sweep",
+        help="CEL on a grid of models x tasks x ablation kinds, in one table",
+        description="Run `workbench cel` on every cell of models x tasks x ablation kinds (one "
+        "results folder per cell in --out, resumable per cell) and write the best set of every "
+        "cell to sweep.csv and sweep.png. Without --models: the embedded model family on its "
+        "default task.",
+    )
+    p.add_argument("--models", nargs="*", default=None, metavar="NAME|PATH")
+    p.add_argument("--tasks", nargs="*", default=None, metavar="NAME|PATH")
+    p.add_argument(
+        "--others",
+        nargs="*",
+        default=None,
+        metavar="TASK",
+        help="side-effect tasks of every cell (default: the sweep's other tasks)",
+    )
+    p.add_argument(
+        "--ablation", nargs="+", default=["zero"], choices=[k.value for k in AblationKind]
+    )
+    p.add_argument("--method", choices=["exact", "attribution"], default="exact")
+    p.add_argument("--max-size", type=int, default=3)
+    p.add_argument("--strategy", nargs="+", default=["exhaustive"], choices=sorted(STRATEGIES))
+    p.add_argument("--top-m", type=int, default=8)
+    p.add_argument("--n-random", type=int, default=200)
+    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--split",
+        choices=["auto", "cells", "masks"],
+        default="auto",
+        help="under torchrun: deal cells to ranks, or run each cell on all ranks with its "
+        "masks split (auto: cells when there are at least as many as ranks)",
+    )
+    p.add_argument("--out", default="sweep_results", metavar="DIR")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--no-plots", action="store_true", help="write no plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_sweep_command)
+
+
 def _add_notebooks_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "notebooks",
@@ -146,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Capability Enhancement Localization on TransformerLens models. "
         "With no subcommand, runs `workbench cel` with its defaults.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="{cel,theory,notebooks}")
+    subparsers = parser.add_subparsers(dest="command", metavar="{cel,sweep,theory,notebooks}")
     _add_cel_parser(subparsers)
+    _add_sweep_parser(subparsers)
     try:
         from workbench.theory.cli import add_parser as add_theory_parser
     except ImportError:
@@ -203,6 +256,7 @@ def run_cel_command(args) -> int:
     """Run `workbench cel`; returns the exit status."""
     import pandas as pd
 
+    from workbench import distributed
     from workbench.loading import load_model
     from workbench.pipeline import run_cel
     from workbench.store import CONFIG_FILE, read_run_file
@@ -212,10 +266,10 @@ def run_cel_command(args) -> int:
     if note:
         print(f"note: {note}", flush=True)
     out = Path(args.out)
-    if args.overwrite and (out / CONFIG_FILE).is_file():
+    if args.overwrite and distributed.is_main() and (out / CONFIG_FILE).is_file():
         read_run_file(out)  # only ever delete a CEL results folder
         shutil.rmtree(out)
-    model = load_model(model_name, device=args.device, dtype=args.dtype)
+    model = load_model(model_name, device=distributed.local_device(args.device), dtype=args.dtype)
     task = load_task(task_name)
     others = [load_task(o) for o in other_names]
     if note:  # the demo's files are loaded; the results folder records what matters
@@ -231,26 +285,27 @@ def run_cel_command(args) -> int:
     )
     if (out / CONFIG_FILE).is_file():
         print(f"resuming from {out}", flush=True)
-    result = run_cel(
-        model,
-        task,
-        others=others,
-        kind=args.ablation,
-        method=args.method,
-        max_size=args.max_size,
-        strategy=args.strategy,
-        n_random=args.n_random,
-        seed=args.seed,
-        out_dir=out,
-        objective=args.objective,
-        top_m=args.top_m,
-        n_boot=args.n_boot,
-        model_name=model_name,
-        per_position=args.per_position,
-        cluster=args.cluster,
-        progress=not args.quiet,
-        **({"token_budget": args.token_budget} if args.token_budget else {}),
-    )
+    with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
+        result = run_cel(
+            model,
+            task,
+            others=others,
+            kind=args.ablation,
+            method=args.method,
+            max_size=args.max_size,
+            strategy=args.strategy,
+            n_random=args.n_random,
+            seed=args.seed,
+            out_dir=run_out,
+            objective=args.objective,
+            top_m=args.top_m,
+            n_boot=args.n_boot,
+            model_name=model_name,
+            per_position=args.per_position,
+            cluster=args.cluster,
+            progress=not args.quiet and distributed.is_main(),
+            **({"token_budget": args.token_budget} if args.token_budget else {}),
+        )
     obj = result.config.objective
     clean = result.summary.get("clean", {})
     print()
@@ -282,6 +337,85 @@ def run_cel_command(args) -> int:
     return 0
 
 
+def _sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
+    """`(models, tasks, others)`; without --models the embedded family on its default task."""
+    if args.models:
+        if not args.tasks:
+            raise WorkbenchError("--tasks is required with --models")
+        return list(args.models), list(args.tasks), args.others
+    import workbench.zoo as zoo
+
+    family = list(getattr(zoo, "EMBEDDED_FAMILY", ("embedded",)))
+    if _embedded_defaults() is None:
+        raise WorkbenchError(
+            "the embedded model family is not on disk (workbench.zoo); pass --models and --tasks"
+        )
+    tasks = list(args.tasks) if args.tasks else [zoo.DEFAULT_TASK]
+    others = args.others if args.others is not None else list(zoo.SIDE_TASKS)
+    return family, tasks, others
+
+
+def run_sweep_command(args) -> int:
+    """Run `workbench sweep`; returns the exit status."""
+    import pandas as pd
+
+    from workbench.sweep import TABLE_FILE, run_sweep
+
+    models, tasks, others = _sweep_inputs(args)
+    print(
+        f"sweep: {len(models)} models x {len(tasks)} tasks x {len(args.ablation)} ablation kinds"
+        f" -> {args.out}/",
+        flush=True,
+    )
+    table = run_sweep(
+        models,
+        tasks,
+        kinds=args.ablation,
+        out=args.out,
+        others=others,
+        device=args.device,
+        dtype=args.dtype,
+        progress=not args.quiet,
+        plot=not args.no_plots,
+        split=args.split,
+        method=args.method,
+        max_size=args.max_size,
+        strategy=args.strategy,
+        top_m=args.top_m,
+        n_random=args.n_random,
+        n_boot=args.n_boot,
+        seed=args.seed,
+    )
+    cols = [
+        "model",
+        "task",
+        "kind",
+        "objective",
+        "best",
+        "gain",
+        "gain_lo",
+        "gain_hi",
+        "percentile",
+        "side_worst",
+        "side_worst_task",
+    ]
+    shown = table[cols].copy()
+    for c in ("model", "task"):  # paths print as their last part
+        shown[c] = [Path(str(v)).name for v in shown[c]]
+    print()
+    with pd.option_context(
+        "display.width", 160, "display.max_columns", 20, "display.float_format", "{:.3f}".format
+    ):
+        print(shown.to_string(index=False))
+    print(
+        "\ngain: held-out gain of the best set (ablated - clean, objective units) with its "
+        "bootstrap interval; percentile among random sets of the same size; side_worst: its "
+        "most negative effect on another task"
+    )
+    print(f"table: {args.out}/{TABLE_FILE}, plot: {args.out}/sweep.png, cells: {args.out}/*/")
+    return 0
+
+
 def notebooks_command(args) -> int:
     folder = REPO_ROOT / "notebooks"
     print("The curated notebooks import from `workbench`. Open them with:\n")
@@ -300,8 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["cel", *argv]  # options without a subcommand are options of `cel`
     args = parser.parse_args(argv)
+    from workbench import distributed
+
     try:
-        return int(args.func(args) or 0)
+        distributed.init_from_env(getattr(args, "device", "auto"))
+        with distributed.quiet_unless_main():
+            status = int(args.func(args) or 0)
+        distributed.shutdown()
+        return status
     except WorkbenchError as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         return 2

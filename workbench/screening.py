@@ -57,6 +57,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from workbench import distributed
 from workbench.ablation import (
     AblationKind,
     HeadMeans,
@@ -320,6 +321,15 @@ class MaskScorer:
         """Bytes of residuals this scorer holds now."""
         return sum(t.numel() * t.element_size() for t in self._cache.values())
 
+    def masks_per_pass(self, chunk: "_Chunk") -> int:
+        """Masks tiled into one forward over `chunk` (capped by the token and row budgets);
+        sharding across processes cuts only between such groups."""
+        b, width = len(chunk.rows), chunk.width
+        per_pass = self._masks_per_pass or _default_masks_per_pass(
+            self.model, b, width, self.token_budget
+        )
+        return max(1, min(per_pass, self.token_budget // (b * width), self.max_rows // b))
+
     def release(self) -> None:
         """Free the cached residuals (clean scores are kept); the next `score` rebuilds them."""
         self._cache = {}
@@ -434,7 +444,13 @@ class MaskScorer:
         progress: bool = False,
         desc: str = "masks",
     ) -> dict[str, Float[Tensor, "n_masks batch"]]:
-        """Per-example scores with each mask's heads ablated (1 = ablated)."""
+        """Per-example scores with each mask's heads ablated (1 = ablated).
+
+        Under torch.distributed the masks are split across ranks and the scores gathered
+        (`workbench.distributed.score_sharded`); the numbers are the same.
+        """
+        if distributed.shards_masks():
+            return distributed.score_sharded(self, masks, progress, desc)
         clean = self.clean()
         masks = masks.to(self.model.cfg.device)
         n = masks.shape[0]
@@ -511,17 +527,12 @@ class MaskScorer:
         chunks = self._chunks()
         for c, chunk in enumerate(chunks):
             prefix = self._prefix(c, layers)
-            b, width = len(chunk.rows), chunk.width
+            b = len(chunk.rows)
             sub_tokens = chunk.tokens(batch)
             resample = self._resample(chunk)
+            per_pass = self.masks_per_pass(chunk)
             for layer in layers:
                 idx = (first == layer).nonzero().flatten()
-                per_pass = self._masks_per_pass or _default_masks_per_pass(
-                    model, b, width, self.token_budget
-                )
-                per_pass = max(
-                    1, min(per_pass, self.token_budget // (b * width), self.max_rows // b)
-                )
                 for s in range(0, len(idx), per_pass):
                     chunk_masks = idx[s : s + per_pass].to(masks.device)
                     k = len(chunk_masks)

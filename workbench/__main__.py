@@ -1,0 +1,8 @@
+"""`python -m workbench ...` and `torchrun --nproc-per-node N -m workbench ...`: the CLI."""
+
+import sys
+
+from workbench.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

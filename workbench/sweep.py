@@ -1,0 +1,408 @@
+"""A CEL sweep: the same run over a grid of models x tasks x ablation kinds, in one table.
+
+CEL's empirical claim is about many models, not one: removing some heads improves a task in
+models of different families. A sweep runs `run_cel` once per cell of the grid, each cell in
+its own results folder `out/<model>__<task>__<kind>/`, and gathers the best set of every cell
+into one table (`sweep.csv`) and one figure (`sweep.png`):
+
+| column                         | meaning                                                  |
+|--------------------------------|----------------------------------------------------------|
+| `model`, `task`, `kind`        | the cell                                                 |
+| `objective`                    | the metric CEL improved (the task's)                     |
+| `best`, `size`                 | the best head set and its size (`""`, 0 when none)       |
+| `select_gain`                  | its objective gain on the selection split                |
+| `gain`, `gain_lo`, `gain_hi`   | its held-out gain with the paired bootstrap interval     |
+| `percentile`, `random_share_ge`| its rank among random head sets of the same size          |
+| `n_random`                     | how many random sets that is                             |
+| `side_worst`, `side_worst_task`| the most negative objective effect on another task       |
+| `side_mean`                    | the mean objective effect over the other tasks           |
+| `folder`                       | the cell's results folder, relative to `out`             |
+
+Gains are ablated minus clean (positive = removing the heads helps), in the objective's units
+(accuracy as a fraction, log-probs in nats).
+
+A sweep resumes per cell: a cell whose folder holds a complete result (`CELResult.load` finds
+every table and the report) is not run again, and an unfinished cell resumes from its stage
+files (`run_cel`). Under torchrun the unfinished cells are dealt to the ranks in turn
+(`workbench.distributed`), each rank runs its cells alone, and rank 0 writes the table once
+every rank is done. When there are fewer unfinished cells than ranks (`split="auto"`), every
+rank runs every cell together instead, with each cell's head masks split across the ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from workbench import distributed
+from workbench.ablation import AblationKind
+from workbench.errors import WorkbenchError
+from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult
+from workbench.tables import save_table
+
+SPLITS = ("auto", "cells", "masks")
+TABLE_FILE = "sweep.csv"
+PLOT_FILE = "sweep.png"
+COLUMNS = (
+    "model",
+    "task",
+    "kind",
+    "objective",
+    "best",
+    "size",
+    "select_gain",
+    "gain",
+    "gain_lo",
+    "gain_hi",
+    "percentile",
+    "random_share_ge",
+    "n_random",
+    "side_worst",
+    "side_worst_task",
+    "side_mean",
+    "folder",
+)
+# run_cel options that CELConfig records under the same name; a finished cell must match them.
+_CONFIG_OPTIONS = (
+    "method",
+    "max_size",
+    "objective",
+    "rank_by",
+    "top_m",
+    "beam_width",
+    "n_masks",
+    "knockout_p",
+    "n_random",
+    "n_boot",
+    "ci",
+    "seed",
+    "check_attribution",
+)
+
+
+def _slug(name: str, drop_suffix: str = "") -> str:
+    base = Path(str(name)).name if ("/" in str(name) or "\\" in str(name)) else str(name)
+    if drop_suffix and base.endswith(drop_suffix):
+        base = base[: -len(drop_suffix)]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-") or "x"
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    """One cell of a sweep: a model (name or path), a task (name or path), an ablation kind."""
+
+    model: str
+    task: str
+    kind: str
+
+    @property
+    def name(self) -> str:
+        """The cell's folder name, `<model>__<task>__<kind>`."""
+        return f"{_slug(self.model)}__{_slug(self.task, '.jsonl')}__{self.kind}"
+
+
+def sweep_cells(
+    models: Sequence[str], tasks: Sequence[str], kinds: Sequence[str] = ("zero",)
+) -> list[SweepCell]:
+    """The grid in order (models, then tasks, then kinds); folder names must be distinct."""
+    for what, values in (("models", models), ("tasks", tasks), ("kinds", kinds)):
+        if isinstance(values, str) or not len(values):
+            raise WorkbenchError(f"a sweep needs a non-empty list of {what}; got {values!r}")
+    kinds = [AblationKind.parse(k).value for k in kinds]
+    cells = [
+        SweepCell(str(m), str(t), k)
+        for m in dict.fromkeys(map(str, models))
+        for t in dict.fromkeys(map(str, tasks))
+        for k in dict.fromkeys(kinds)
+    ]
+    seen: dict[str, SweepCell] = {}
+    for c in cells:
+        if c.name in seen:
+            raise WorkbenchError(
+                f"sweep cells {seen[c.name]} and {c} would share the folder {c.name!r}; give "
+                "models and tasks distinct names"
+            )
+        seen[c.name] = c
+    return cells
+
+
+def finished_result(folder: str | Path) -> CELResult | None:
+    """The result in a cell folder when it is complete (every stage and the report), else
+    None."""
+    folder = Path(folder)
+    if not (folder / CONFIG_FILE).is_file() or not (folder / REPORT_FILE).is_file():
+        return None
+    try:
+        result = CELResult.load(folder)
+    except WorkbenchError:
+        return None
+    if result.heads.empty or result.combos.empty or result.confirmation.empty:
+        return None
+    if result.config.others and result.side_effects.empty:
+        return None
+    return result
+
+
+def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
+    cfg = result.config
+    wanted = {"kind": cell.kind}
+    for key in _CONFIG_OPTIONS:
+        if options.get(key) is not None:
+            wanted[key] = options[key]
+    if "strategy" in options:
+        s = options["strategy"]
+        wanted["strategies"] = (s,) if isinstance(s, str) else tuple(s)
+    if "method" in wanted:
+        wanted["method"] = str(getattr(wanted["method"], "value", wanted["method"]))
+    have = cfg.to_dict()
+    have["strategies"] = tuple(have["strategies"])
+    return [k for k, v in wanted.items() if have.get(k) != v]
+
+
+def _cell_row(cell: SweepCell, result: CELResult | None) -> dict:
+    row: dict = {"model": cell.model, "task": cell.task, "kind": cell.kind, "folder": cell.name}
+    if result is None:
+        return row
+    obj = result.config.objective
+    row["objective"] = obj
+    c = result.confirmation
+    best = c[c["best"].astype(bool)] if "best" in c else c.iloc[0:0]
+    if best.empty:
+        row.update(best="", size=0)
+        return row
+    b = best.iloc[0]
+    row.update(
+        best=str(b["heads"]),
+        size=int(b["size"]),
+        select_gain=b.get(f"select_d_{obj}", math.nan),
+        gain=b.get(f"d_{obj}", math.nan),
+        gain_lo=b.get(f"d_{obj}_lo", math.nan),
+        gain_hi=b.get(f"d_{obj}_hi", math.nan),
+        percentile=b.get("percentile", math.nan),
+        random_share_ge=b.get("random_share_ge", math.nan),
+        n_random=b.get("n_random", math.nan),
+    )
+    s = result.side_effects
+    if not s.empty and f"d_{obj}" in s:
+        mine = s[s["size"] == b["size"]]
+        if not mine.empty:
+            worst = mine.loc[mine[f"d_{obj}"].astype(float).idxmin()]
+            row.update(
+                side_worst=float(worst[f"d_{obj}"]),
+                side_worst_task=str(worst["task"]),
+                side_mean=float(mine[f"d_{obj}"].astype(float).mean()),
+            )
+    return row
+
+
+def sweep_table(out: str | Path, cells: Sequence[SweepCell]) -> pd.DataFrame:
+    """One row per cell from the cell folders under `out` (NaN / empty where a cell is not
+    finished); see the module docstring for the columns."""
+    out = Path(out)
+    rows = [_cell_row(c, finished_result(out / c.name)) for c in cells]
+    df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
+    df["size"] = df["size"].astype("Int64")
+    return df
+
+
+def sweep_plot(table: pd.DataFrame) -> Figure:
+    """Held-out gain of each cell's best set with its interval (percentile vs random sets
+    written beside it), and the worst side effect on another task."""
+    n = len(table)
+    fig = Figure(figsize=(9, max(2.5, 1.0 + 0.38 * n)))
+    ax_gain, ax_side = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
+    y = np.arange(n)[::-1]
+    labels = [
+        f"{_slug(r.model)} / {_slug(r.task, '.jsonl')} / {r.kind}" for r in table.itertuples()
+    ]
+    gain = table["gain"].to_numpy(dtype=float)
+    err = np.vstack(
+        [
+            gain - table["gain_lo"].to_numpy(dtype=float),
+            table["gain_hi"].to_numpy(dtype=float) - gain,
+        ]
+    )
+    ax_gain.errorbar(gain, y, xerr=err, fmt="o", capsize=4)
+    for yi, g, p, best in zip(y, gain, table["percentile"], table["best"], strict=True):
+        if np.isfinite(g):
+            pct = f", pct {float(p):.0f}" if pd.notna(p) else ""
+            ax_gain.annotate(
+                f"{best}{pct}", (g, yi), xytext=(0, 6), textcoords="offset points", fontsize=7
+            )
+    ax_gain.axvline(0.0, color="grey", lw=0.8)
+    ax_gain.set_yticks(y, labels, fontsize=8)
+    ax_gain.set_xlabel("held-out gain of the best set (objective)")
+    ax_gain.set_title("Removing the best head set", fontsize=9)
+    side = table["side_worst"].to_numpy(dtype=float)
+    ax_side.barh(y, np.nan_to_num(side), color=["C3" if v < 0 else "C2" for v in side])
+    ax_side.axvline(0.0, color="grey", lw=0.8)
+    ax_side.set_xlabel("worst effect on another task")
+    ax_side.set_title("Side effects", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def save_sweep(table: pd.DataFrame, out: str | Path, plot: bool = True) -> Path:
+    """Write `sweep.csv` (and `sweep.png`) into `out`, atomically; returns the CSV path."""
+    out = Path(out)
+    path = save_table(table, out / TABLE_FILE)
+    if plot:
+        tmp = out / f"tmp-{PLOT_FILE}"
+        try:
+            sweep_plot(table).savefig(tmp, dpi=110, format="png")
+            tmp.replace(out / PLOT_FILE)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, options) -> None:
+    from workbench.loading import load_model
+    from workbench.search import run_cel
+    from workbench.tasks import load_task
+
+    if cell.model not in models:
+        models.clear()  # one model in memory at a time
+        models[cell.model] = load_model(cell.model, device=device, dtype=dtype)
+    for t in [cell.task, *others]:
+        if t not in tasks:
+            tasks[t] = load_task(t)
+    run_cel(
+        models[cell.model],
+        tasks[cell.task],
+        others=[tasks[o] for o in others if o != cell.task],
+        kind=cell.kind,
+        out_dir=folder,
+        model_name=cell.model,
+        progress=progress,
+        **options,
+    )
+
+
+def run_sweep(
+    models: Sequence[str],
+    tasks: Sequence[str],
+    kinds: Sequence[str] = ("zero",),
+    out: str | Path = "sweep_results",
+    others: Sequence[str] | None = None,
+    *,
+    device: str = "auto",
+    dtype: str | None = None,
+    progress: bool = True,
+    plot: bool = True,
+    split: str = "auto",
+    **cel_options,
+) -> pd.DataFrame:
+    """Run CEL on every cell of models x tasks x kinds and gather the best sets in one table.
+
+    Args:
+        models: model names or paths (anything `load_model` accepts).
+        tasks: task names or paths; each cell's task is confirmed on its held-out split.
+        kinds: ablation kinds (`"zero"`, `"mean"`).
+        out: the sweep folder: one results folder per cell, `sweep.csv` and `sweep.png`.
+        others: side-effect tasks of every cell; None uses the sweep's other tasks.
+        device, dtype: where and in what precision models are loaded.
+        progress: progress bars (rank 0 only).
+        plot: write `sweep.png` and each cell's plots.
+        split: under torch.distributed, `"cells"` deals the cells to the ranks, `"masks"` runs
+            each cell on all ranks with its head masks split across them, `"auto"` splits
+            cells when there are at least as many unfinished cells as ranks, else masks.
+        **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...).
+
+    Returns:
+        The table of `sweep.csv` (see the module docstring), one row per cell in grid order.
+
+    Example:
+        >>> table = run_sweep(["embedded", "gpt2"], ["embedded_map"], kinds=["zero", "mean"])
+    """
+    for key in ("kind", "out_dir", "model_name", "others", "progress"):
+        if key in cel_options:
+            raise WorkbenchError(f"run_sweep sets run_cel's {key!r} itself; got {key}=...")
+    if split not in SPLITS:
+        raise WorkbenchError(f"split {split!r} is unknown; expected one of {SPLITS}")
+    cells = sweep_cells(models, tasks, kinds)
+    out = Path(out)
+    side = list(dict.fromkeys(map(str, others))) if others is not None else None
+    # Rank 0 decides which cells are left (before anyone writes) and tells the others.
+    plan: tuple[list[int], str | None] = ([], None)
+    if distributed.is_main():
+        out.mkdir(parents=True, exist_ok=True)
+        pending, errors = [], []
+        for i, c in enumerate(cells):
+            done = finished_result(out / c.name)
+            if done is None:
+                pending.append(i)
+            elif _mismatch(done, c, cel_options):
+                errors.append(f"{c.name} ({', '.join(_mismatch(done, c, cel_options))})")
+        plan = (
+            pending,
+            f"finished cells in {str(out)!r} were run with other options: {'; '.join(errors)}; "
+            "use another --out folder"
+            if errors
+            else None,
+        )
+    pending, error = distributed.broadcast_object(plan)
+    if error:
+        raise WorkbenchError(error)
+    by_cells = split == "cells" or (split == "auto" and len(pending) >= distributed.world_size())
+    mine = distributed.cells_of_rank(len(pending)) if by_cells else range(len(pending))
+    loaded_models: dict = {}
+    loaded_tasks: dict = {}
+    failures = []
+    for j in mine:
+        cell = cells[pending[j]]
+        cell_others = side if side is not None else [str(t) for t in dict.fromkeys(tasks)]
+        try:
+            with contextlib.ExitStack() as stack:
+                if by_cells:  # this rank alone, no collectives
+                    stack.enter_context(distributed.local())
+                    folder = out / cell.name
+                else:  # all ranks together; rank 0 writes
+                    folder = stack.enter_context(distributed.rank_out_dir(out / cell.name))
+                _run_cell(
+                    cell,
+                    folder,
+                    loaded_models,
+                    loaded_tasks,
+                    [o for o in cell_others if o != cell.task],
+                    distributed.local_device(device),
+                    dtype,
+                    progress and distributed.is_main(),
+                    {**cel_options, "plots": plot},
+                )
+        except Exception as e:  # reported after every rank is done, so none waits forever
+            failures.append(f"{cell.name}: {type(e).__name__}: {e}")
+    if not by_cells:  # every rank saw the same failures; rank 0 reports them
+        failures = failures if distributed.is_main() else []
+    failures = [f for part in distributed.gather_objects(failures) for f in part]
+    table = None
+    if distributed.is_main():
+        table = sweep_table(out, cells)
+        save_sweep(table, out, plot=plot)
+    table = distributed.broadcast_object(table)
+    if failures:
+        raise WorkbenchError(
+            f"{len(failures)} of {len(cells)} sweep cells failed ({'; '.join(failures)}); the "
+            f"others are in {str(out / TABLE_FILE)!r} and a rerun resumes"
+        )
+    return table
+
+
+__all__ = [
+    "COLUMNS",
+    "SweepCell",
+    "finished_result",
+    "run_sweep",
+    "save_sweep",
+    "sweep_cells",
+    "sweep_plot",
+    "sweep_table",
+]
