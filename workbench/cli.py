@@ -8,9 +8,10 @@
 
 `workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
 default task and side tasks; so does `--model embedded_llama` or another name of
-`workbench.zoo.EMBEDDED_FAMILY`, on that model. When the embedded checkpoint is not on disk it says so and runs
-the built-in demo instead: the hand-built micro model of `workbench.demo` (2 layers x 4 heads,
-one harmful head and a harmful redundant pair), whose files are written to a temporary folder.
+`workbench.zoo.EMBEDDED_FAMILY`, on that model. When the embedded checkpoint is not on disk it
+says so and runs the built-in demo instead: the hand-built micro model of `workbench.demo`
+(2 layers x 4 heads, one harmful head and a harmful redundant pair), whose files are written to
+a temporary folder.
 
 A rerun with the same options and `--out` resumes from the stages already saved. Input errors
 print one line (`workbench: error: ...`) to stderr and exit with status 2.
