@@ -28,7 +28,7 @@ def embedded_path(name: str) -> Path:
         raise WorkbenchError(
             f"unknown embedded model {name!r}; expected one of {list(EMBEDDED_FAMILY)}"
         )
-    return ZOO_DIR / name
+    return EMBEDDED_PATH if name == "embedded" else ZOO_DIR / name
 
 
 __all__ = [
