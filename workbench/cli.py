@@ -9,9 +9,11 @@
     workbench notebooks
 
 `workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
-default task and side tasks. When the embedded checkpoint is not on disk it says so and runs
-the built-in demo instead: the hand-built micro model of `workbench.demo` (2 layers x 4 heads,
-one harmful head and a harmful redundant pair), whose files are written to a temporary folder.
+default task and side tasks; so does `--model embedded_llama` or another name of
+`workbench.zoo.EMBEDDED_FAMILY`, on that model. When the embedded checkpoint is not on disk it
+says so and runs the built-in demo instead: the hand-built micro model of `workbench.demo`
+(2 layers x 4 heads, one harmful head and a harmful redundant pair), whose files are written to
+a temporary folder.
 
 `workbench sweep` without `--models` runs the embedded model family (`workbench.zoo`) on its
 default task and prints the cross-family table (`workbench.sweep`). Under torchrun
@@ -247,6 +249,11 @@ def _resolve_inputs(args) -> tuple[str, str, list[str], str | None]:
             "built micro model of workbench.demo (L0H3 hurts; L0H1 + L1H1 hurt jointly)"
         )
         return str(model_dir), str(main), [str(side)] if others is None else others, note
+    from workbench.zoo import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
+
+    if args.model in EMBEDDED_FAMILY:  # the family members share the embedded tasks
+        task = args.task or DEFAULT_TASK
+        return args.model, task, list(SIDE_TASKS) if others is None else others, None
     if args.task is None:
         raise WorkbenchError(f"--task is required with --model {args.model!r}")
     return args.model, args.task, others or [], None

@@ -11,8 +11,10 @@ Three sources, one entry point (`load_model`):
   converted from a copy placed under a neutral folder name (TransformerLens picks some
   architectures by substrings of the name, e.g. "llama"), the weights are converted from the
   Hugging Face model, and `load_and_process_state_dict` applies the usual processing.
-- a workbench checkpoint folder (see `workbench.checkpoint`), or the name `"embedded"` for
-  the model the project trains and ships.
+- a workbench checkpoint folder (see `workbench.checkpoint`), or a name of
+  `workbench.zoo.EMBEDDED_FAMILY` (`"embedded"`, `"embedded_llama"`, `"embedded_neox"`) for
+  the models the project trains and ships. Any other name starting with `embedded` that is not
+  a folder is refused with the list of known names, rather than sent to the hub.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.checkpoint import is_checkpoint, load_checkpoint
 from workbench.errors import WorkbenchError
+from workbench.zoo import EMBEDDED_FAMILY, embedded_path
 
 EMBEDDED_NAME = "embedded"
 
@@ -95,8 +98,9 @@ def load_model(
     """Load a model as a `HookedTransformer` ready for head ablation.
 
     Args:
-        name_or_path: `"embedded"`, a workbench checkpoint folder, a local Hugging Face folder,
-            or a TransformerLens official model name.
+        name_or_path: a name of `workbench.zoo.EMBEDDED_FAMILY` (`"embedded"`,
+            `"embedded_llama"`, `"embedded_neox"`), a workbench checkpoint folder, a local
+            Hugging Face folder, or a TransformerLens official model name.
         device: `"auto"` (cuda, then mps, then cpu) or any torch device.
         dtype: `"auto"` (bfloat16 on CUDA GPUs that support it, float16 on older ones,
             float32 on CPU and MPS), `"float32"`, `"bfloat16"`, `"float16"` (or their short
@@ -111,10 +115,8 @@ def load_model(
     dev = resolve_device(device)
     dt = _resolve_dtype(dtype, dev)
     name = str(name_or_path)
-    if name == EMBEDDED_NAME:
-        from workbench.zoo import EMBEDDED_PATH
-
-        return load_checkpoint(EMBEDDED_PATH, device=dev, dtype=dt)
+    if name in EMBEDDED_FAMILY:
+        return _load_embedded(name, dev, dt)
     path = Path(name).expanduser()
     if path.exists():
         if is_checkpoint(path):
@@ -125,7 +127,22 @@ def load_model(
             f"{str(path)!r} exists but holds neither a workbench checkpoint "
             "(workbench_config.json) nor a Hugging Face model (config.json)"
         )
+    if name.startswith(EMBEDDED_NAME):
+        raise WorkbenchError(
+            f"unknown embedded model {name!r}; expected one of {list(EMBEDDED_FAMILY)} "
+            "(or the path of a workbench checkpoint folder)"
+        )
     return _load_official(name, dev, dt, **kwargs)
+
+
+def _load_embedded(name: str, device: torch.device, dtype) -> HookedTransformer:
+    path = embedded_path(name)
+    if not is_checkpoint(path):
+        raise WorkbenchError(
+            f"the embedded model {name!r} is not on disk ({str(path)!r}); train it with "
+            f"python -m workbench.zoo.train --arch {name}"
+        )
+    return load_checkpoint(path, device=device, dtype=dtype)
 
 
 def _load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:

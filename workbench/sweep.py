@@ -266,7 +266,7 @@ def save_sweep(table: pd.DataFrame, out: str | Path, plot: bool = True) -> Path:
 
 def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, options) -> None:
     from workbench.loading import load_model
-    from workbench.search import run_cel
+    from workbench.pipeline import run_cel
     from workbench.tasks import load_task
 
     if cell.model not in models:

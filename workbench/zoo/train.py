@@ -1,4 +1,4 @@
-"""Train the embedded model: a small multi-task `HookedTransformer` on the synthetic language.
+"""Train the embedded models: small multi-task `HookedTransformer`s on the synthetic language.
 
 `python -m workbench.zoo.train --seed 0` trains from scratch on a fresh stream of prompts from
 `workbench.zoo.language` (copy, map, add and sort; `PairMix.mix` gives each task's share of a
@@ -33,6 +33,14 @@ select/held-out split of a task file is a split for the *head search* (choose he
 measure on the other), not a split of the model's training data. Since the prompts are drawn
 from a large space (for copy/map, ordered choices of 8 of 64 words) repeats are rare anyway,
 except for add, whose 24 x 24 prompts are all seen in training.
+
+The embedded *family* (`workbench.zoo.EMBEDDED_FAMILY`) is the same recipe on other
+architecture families, so that a CEL finding can be checked across families offline:
+`python -m workbench.zoo.train --arch embedded_llama --seed 0` (Llama-style: RMSNorm, rotary,
+grouped-query attention, gated SiLU MLP) and `--arch embedded_neox` (GPT-NeoX/Pythia-style:
+attention and MLP in parallel on the same residual, rotary on part of each head). `ARCHITECTURES`
+holds each family's `HookedTransformerConfig` fields; data, optimiser, schedule and stages are
+shared, so the members differ only in architecture.
 """
 
 from __future__ import annotations
@@ -93,10 +101,49 @@ PRETRAIN = PairMix(copy_marked=lang.COPY_SHARE, copy_unmarked=lang.COPY_SHARE)
 FINETUNE = PairMix(copy_marked=0.5, copy_unmarked=0.95)
 
 
+@dataclass(frozen=True)
+class Architecture:
+    """One member of the embedded family: its `HookedTransformerConfig` fields.
+
+    Attributes:
+        family: what the architecture is, in words (shown in the README table).
+        fields: `HookedTransformerConfig` fields set on top of the shared shape of
+            `TrainConfig` (layers, heads, widths, context, vocabulary, seed).
+    """
+
+    family: str
+    fields: dict
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "embedded": Architecture(
+        "GPT-2-style: LayerNorm, GELU MLP after attention, rotary positions",
+        {"act_fn": "gelu", "normalization_type": "LN"},
+    ),
+    "embedded_llama": Architecture(
+        "Llama-style: RMSNorm, rotary, grouped-query attention (8 query heads share 4 "
+        "key/value heads), gated SiLU MLP",
+        {"act_fn": "silu", "normalization_type": "RMS", "final_rms": True, "gated_mlp": True,
+         "n_key_value_heads": 4, "positional_embedding_type": "rotary"},
+    ),
+    "embedded_neox": Architecture(
+        "GPT-NeoX/Pythia-style: LayerNorm, attention and GELU MLP in parallel, rotary on 8 of "
+        "16 dims per head",
+        {"act_fn": "gelu", "normalization_type": "LN", "parallel_attn_mlp": True,
+         "positional_embedding_type": "rotary", "rotary_dim": 8},
+    ),
+}
+
+
 @dataclass
 class TrainConfig:
-    """Everything that determines the trained weights (with the thread count)."""
+    """Everything that determines the trained weights (with the thread count).
 
+    `arch` is a key of `ARCHITECTURES`; its fields override the shared ones below (e.g.
+    `pos_type` for the family members, which all use rotary positions).
+    """
+
+    arch: str = "embedded"
     seed: int = 0
     steps: int = 4000
     batch_size: int = 128
@@ -111,6 +158,10 @@ class TrainConfig:
     pos_type: str = "rotary"
 
     def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise WorkbenchError(
+                f"unknown architecture {self.arch!r}; expected one of {list(ARCHITECTURES)}"
+            )
         for name in ("steps", "batch_size", "n_layers", "n_heads", "d_model", "d_mlp"):
             if getattr(self, name) < 1:
                 raise WorkbenchError(
@@ -127,12 +178,13 @@ class TrainConfig:
             )
 
     def model_config(self) -> HookedTransformerConfig:
-        return HookedTransformerConfig(
+        shared = dict(
             n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads,
-            d_head=self.d_model // self.n_heads, d_mlp=self.d_mlp, act_fn="gelu",
-            normalization_type="LN", n_ctx=N_CTX, d_vocab=len(lang.VOCAB), seed=self.seed,
-            positional_embedding_type=self.pos_type, default_prepend_bos=True,
+            d_head=self.d_model // self.n_heads, d_mlp=self.d_mlp, n_ctx=N_CTX,
+            d_vocab=len(lang.VOCAB), seed=self.seed, positional_embedding_type=self.pos_type,
+            default_prepend_bos=True,
         )
+        return HookedTransformerConfig(**{**shared, **ARCHITECTURES[self.arch].fields})
 
 
 def to_model_input(batch: lang.Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,8 +215,21 @@ def mixed_batch(batch_size: int, rng: np.random.Generator, pair: PairMix = PRETR
     return lang.concat(parts)
 
 
-def train(cfg: TrainConfig, log_every: int = 500) -> HookedTransformer:
-    """Train a fresh model on the mixed task stream; deterministic given `cfg` on CPU."""
+def train(
+    cfg: TrainConfig,
+    log_every: int = 500,
+    stop_after: int | None = None,
+    losses: list[float] | None = None,
+) -> HookedTransformer:
+    """Train a fresh model on the mixed task stream; deterministic given `cfg` on CPU.
+
+    Args:
+        cfg: the recipe.
+        log_every: print the loss every this many steps (0: never).
+        stop_after: run only the first `stop_after` steps of the recipe (the schedule is still
+            the one of `cfg.steps`), e.g. to check a recorded run's first losses.
+        losses: when given, each step's training loss is appended to it.
+    """
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     model = HookedTransformer(cfg.model_config())
@@ -178,7 +243,7 @@ def train(cfg: TrainConfig, log_every: int = 500) -> HookedTransformer:
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     start = time.time()
-    for step in range(cfg.steps):
+    for step in range(cfg.steps if stop_after is None else min(stop_after, cfg.steps)):
         pair = PRETRAIN if step < cfg.finetune_from else FINETUNE
         batch = mixed_batch(cfg.batch_size, rng, pair)
         loss = F.cross_entropy(answer_logits(model, batch), torch.from_numpy(batch.answer))
@@ -186,6 +251,8 @@ def train(cfg: TrainConfig, log_every: int = 500) -> HookedTransformer:
         loss.backward()
         opt.step()
         sched.step()
+        if losses is not None:
+            losses.append(loss.item())
         if log_every and (step % log_every == 0 or step == cfg.steps - 1):
             print(f"step {step:5d}  loss {loss.item():.4f}  {time.time() - start:6.1f}s",
                   flush=True)
@@ -262,30 +329,40 @@ def _ablated_baselines(model: HookedTransformer, heads: list[str]) -> dict[str, 
         return _heldout_baselines(model, [DEFAULT_TASK, *SIDE_TASKS])
 
 
+FIRST_LOSSES = 10  # steps whose losses go into the meta, to check a rerun against
+
+
 def main(argv: list[str] | None = None) -> None:
     from workbench.checkpoint import load_checkpoint
-    from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH, SIDE_TASKS
+    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS, embedded_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", choices=list(ARCHITECTURES), default=TrainConfig.arch,
+                        help="the family member to train (default: the shipped embedded model)")
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument("--steps", type=int, default=TrainConfig.steps)
     parser.add_argument("--finetune-from", type=int, default=TrainConfig.finetune_from,
                         help="first step of stage 2, the fine-tuning mix (FINETUNE)")
-    parser.add_argument("--out", type=Path, default=EMBEDDED_PATH,
-                        help="checkpoint folder to write (default: the shipped embedded model)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="checkpoint folder to write (default: the shipped folder of --arch, "
+                        "workbench/zoo/<arch>/)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads; results are reproducible for a fixed thread count")
     parser.add_argument("--no-cel", action="store_true",
                         help="skip the CEL confirmation whose results go into the meta")
     args = parser.parse_args(argv)
+    out = embedded_path(args.arch) if args.out is None else args.out
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
-    cfg = TrainConfig(seed=args.seed, steps=args.steps, finetune_from=args.finetune_from)
-    start = time.time()
-    model = train(cfg)
-    seconds = time.time() - start
+    cfg = TrainConfig(arch=args.arch, seed=args.seed, steps=args.steps,
+                      finetune_from=args.finetune_from)
+    losses: list[float] = []
+    start, cpu_start = time.time(), time.process_time()
+    model = train(cfg, losses=losses)
+    seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
     meta = {
-        "name": "embedded",
+        "name": args.arch,
+        "architecture": ARCHITECTURES[args.arch].family,
         "seed": cfg.seed,
         "train_config": asdict(cfg),
         "train_mix": {"pretrain": PRETRAIN.mix(), "finetune": FINETUNE.mix()},
@@ -297,20 +374,24 @@ def main(argv: list[str] | None = None) -> None:
             sys.argv[1:] if argv is None else argv),
         "threads": args.threads,
         "train_seconds": round(seconds, 1),
+        # CPU time of this process: the wall time less waiting for a shared core.
+        "train_cpu_seconds": round(cpu_seconds, 1),
+        "first_losses": losses[:FIRST_LOSSES],
+        "final_loss": losses[-1],
         "task_source": "python -m workbench.zoo.make_tasks --seed 0",
     }
     tokenizer = lang.make_tokenizer()
-    save_checkpoint(model, tokenizer, args.out, meta)
+    save_checkpoint(model, tokenizer, out, meta)
     # Every number in the meta is measured on the model as loaded from the written file.
-    model = load_checkpoint(args.out)
+    model = load_checkpoint(out)
     meta["heldout"] = _heldout_baselines(model, [DEFAULT_TASK, *SIDE_TASKS])
     for name, row in meta["heldout"].items():
         print(name, {k: round(v, 4) for k, v in row.items()})
     if not args.no_cel:
         meta["cel"] = confirm_cel(model)
         print(json.dumps(meta["cel"], indent=1))
-    save_checkpoint(model, tokenizer, args.out, meta)
-    print(f"wrote {args.out}; training took {seconds:.0f}s")
+    save_checkpoint(model, tokenizer, out, meta)
+    print(f"wrote {out}; training took {seconds:.0f}s ({cpu_seconds:.0f}s of CPU time)")
 
 
 if __name__ == "__main__":
