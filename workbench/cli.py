@@ -165,7 +165,7 @@ def _add_sweep_parser(subparsers) -> None:
     )
     p.add_argument("--method", choices=["exact", "attribution"], default="exact")
     p.add_argument("--max-size", type=int, default=3)
-    p.add_argument("--strategy", nargs="+", default=["exhaustive"], choices=sorted(STRATEGIES))
+    p.add_argument("--strategy", nargs="+", default=["interaction"], choices=sorted(STRATEGIES))
     p.add_argument("--top-m", type=int, default=8)
     p.add_argument("--n-random", type=int, default=200)
     p.add_argument("--n-boot", type=int, default=1000)

@@ -211,8 +211,12 @@ def confirm_sets(
             row["random_exhaustive"] = len(random_sets) == math.comb(L * H, min(size, L * H))
             pool_sets = pool_random_head_sets(pool, size, n_random, seed) if pool else []
             if pool_sets:
-                r = heldout.score(masks_of(model, pool_sets), progress, f"pool sets, size {size}")
-                g = torch.nanmean(r[objective] - clean[objective][None], dim=-1).cpu().numpy()
+                if [sorted(p) for p in pool_sets] == [sorted(p) for p in random_sets]:
+                    g = gains[objective]  # the pool is every head: the same sets, scored above
+                else:
+                    r = heldout.score(masks_of(model, pool_sets), progress,
+                                      f"pool sets, size {size}")
+                    g = torch.nanmean(r[objective] - clean[objective][None], dim=-1).cpu().numpy()
                 row["pool_random_mean"] = float(np.nanmean(g))
                 row["pool_percentile"] = percentile_of(row[f"d_{objective}"], g)
                 row["pool_share_ge"] = share_at_least(row[f"d_{objective}"], g)
