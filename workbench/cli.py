@@ -38,7 +38,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _add_cel_parser(subparsers) -> None:
-    from workbench.search import STRATEGIES
 
     p = subparsers.add_parser(
         "cel",
@@ -65,9 +64,28 @@ def _add_cel_parser(subparsers) -> None:
         "--others", nargs="*", default=None, metavar="TASK", help="tasks to report side effects on"
     )
     p.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help=f"results folder; a rerun resumes from it (default {DEFAULT_OUT})",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="delete an existing results folder in --out first"
+    )
+    _add_run_options(p, several_kinds=False)
+    p.set_defaults(func=run_cel_command)
+
+
+def _add_run_options(p, several_kinds: bool) -> None:
+    """The options of a CEL run, shared by `cel` and `sweep` (`sweep` takes several kinds)."""
+    from workbench.ablation import AblationKind
+    from workbench.search import STRATEGIES
+
+    p.add_argument(
         "--ablation",
-        choices=["zero", "mean", "resample"],
-        default="zero",
+        choices=[k.value for k in AblationKind],
+        default=["zero"] if several_kinds else "zero",
+        nargs="+" if several_kinds else None,
         help="replace a removed head's z by 0, by its mean over each task's prompts, or by its "
         "z on the example's counterfactual prompt (tasks with 'counterfactual' fields)",
     )
@@ -119,15 +137,6 @@ def _add_cel_parser(subparsers) -> None:
     )
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--out",
-        default=DEFAULT_OUT,
-        metavar="DIR",
-        help=f"results folder; a rerun resumes from it (default {DEFAULT_OUT})",
-    )
-    p.add_argument(
-        "--overwrite", action="store_true", help="delete an existing results folder in --out first"
-    )
     p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
     p.add_argument(
         "--dtype",
@@ -136,12 +145,26 @@ def _add_cel_parser(subparsers) -> None:
         "(default: float32 for hub and Hugging Face models; bf16 halves GPU memory)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=run_cel_command)
+
+
+def run_options(args) -> dict:
+    """The `run_cel` settings given by `_add_run_options` flags."""
+    return dict(
+        method=args.method,
+        max_size=args.max_size,
+        strategy=args.strategy,
+        n_random=args.n_random,
+        seed=args.seed,
+        objective=args.objective,
+        top_m=args.top_m,
+        n_boot=args.n_boot,
+        per_position=args.per_position,
+        cluster=args.cluster,
+        **({"token_budget": args.token_budget} if args.token_budget else {}),
+    )
 
 
 def _add_sweep_parser(subparsers) -> None:
-    from workbench.ablation import AblationKind
-    from workbench.search import STRATEGIES
 
     p = subparsers.add_parser(
         "sweep",
@@ -161,16 +184,6 @@ def _add_sweep_parser(subparsers) -> None:
         help="side-effect tasks of every cell (default: the sweep's other tasks)",
     )
     p.add_argument(
-        "--ablation", nargs="+", default=["zero"], choices=[k.value for k in AblationKind]
-    )
-    p.add_argument("--method", choices=["exact", "attribution"], default="exact")
-    p.add_argument("--max-size", type=int, default=3)
-    p.add_argument("--strategy", nargs="+", default=["interaction"], choices=sorted(STRATEGIES))
-    p.add_argument("--top-m", type=int, default=8)
-    p.add_argument("--n-random", type=int, default=200)
-    p.add_argument("--n-boot", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
         "--split",
         choices=["auto", "cells", "masks"],
         default="auto",
@@ -178,10 +191,8 @@ def _add_sweep_parser(subparsers) -> None:
         "masks split (auto: cells when there are at least as many as ranks)",
     )
     p.add_argument("--out", default="sweep_results", metavar="DIR")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default=None)
     p.add_argument("--no-plots", action="store_true", help="write no plots")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_run_options(p, several_kinds=True)
     p.set_defaults(func=run_sweep_command)
 
 
@@ -298,20 +309,10 @@ def run_cel_command(args) -> int:
             task,
             others=others,
             kind=args.ablation,
-            method=args.method,
-            max_size=args.max_size,
-            strategy=args.strategy,
-            n_random=args.n_random,
-            seed=args.seed,
             out_dir=run_out,
-            objective=args.objective,
-            top_m=args.top_m,
-            n_boot=args.n_boot,
             model_name=model_name,
-            per_position=args.per_position,
-            cluster=args.cluster,
             progress=not args.quiet and distributed.is_main(),
-            **({"token_budget": args.token_budget} if args.token_budget else {}),
+            **run_options(args),
         )
     obj = result.config.objective
     clean = result.summary.get("clean", {})
@@ -385,13 +386,7 @@ def run_sweep_command(args) -> int:
         progress=not args.quiet,
         plot=not args.no_plots,
         split=args.split,
-        method=args.method,
-        max_size=args.max_size,
-        strategy=args.strategy,
-        top_m=args.top_m,
-        n_random=args.n_random,
-        n_boot=args.n_boot,
-        seed=args.seed,
+        **run_options(args),
     )
     cols = [
         "model",
