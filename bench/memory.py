@@ -25,6 +25,11 @@ bounded 2N / N <= 1.10.
     .venv/bin/python bench/memory.py --device cuda --examples 4096 --token-budget 16384 \
         --cache-mib 1024                             # the library defaults on a GPU
     .venv/bin/python bench/memory.py --small         # a 4-layer model
+    .venv/bin/python bench/memory.py --pipeline      # the whole of run_cel (every head)
+
+`--pipeline` measures `run_cel` itself (screening of every head, the default search, held-out
+confirmation with random sets) on a word task of random prompts split half select, half
+held out, with the budgets passed through `run_cel`'s compute settings.
 """
 
 from __future__ import annotations
@@ -44,7 +49,10 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # bench/screen.py, and this checkout's workbench
 from screen import gpt2_small_shape, random_batch  # noqa: E402
 
+from workbench.pipeline import run_cel  # noqa: E402
 from workbench.screening import MaskScorer, masks_of, screen_heads  # noqa: E402
+from workbench.tasks import Example, Task  # noqa: E402
+from workbench.tokenizer import WordTokenizer  # noqa: E402
 
 SETTINGS = {
     "bounded": {},
@@ -77,8 +85,37 @@ class _RssPeak:
         self.peak = max(self.peak, _rss())
 
 
+def _word_task(model, n: int, n_tokens: int) -> Task:
+    """Random prompts over a word vocabulary of the model's size, half select, half held out."""
+    vocab = ["<bos>", "<pad>", *(f"t{i}" for i in range(model.cfg.d_vocab - 2))]
+    model.word_tokenizer = WordTokenizer(vocab)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, len(vocab), (n, n_tokens + 2), generator=g).tolist()
+    examples = [
+        Example(id=str(i), prompt=" ".join(vocab[j] for j in row[:n_tokens]),
+                answers=(vocab[row[-2]],), wrong=(vocab[row[-1]],) if row[-1] != row[-2] else (),
+                split="select" if i % 2 else "heldout")
+        for i, row in enumerate(ids)
+    ]
+    return Task(name="bench", examples=examples, metric="logprob")
+
+
+def child_pipeline(args, kw: dict) -> dict:
+    model = gpt2_small_shape(args.small, args.device)
+    task = _word_task(model, args.examples, args.tokens)
+    base = _rss()
+    with _RssPeak() as rss:
+        run_cel(model, task, max_size=2, n_random=20, n_boot=100, progress=False, **kw)
+    return {"base": base, "peak": rss.peak, "cached": 0}
+
+
 def child(args) -> dict:
     torch.set_num_threads(args.threads)
+    if args.pipeline:
+        kw = dict(SETTINGS[args.setting])
+        if args.setting == "bounded":
+            kw.update(token_budget=args.token_budget, cache_bytes=args.cache_mib << 20)
+        return child_pipeline(args, kw)
     model = gpt2_small_shape(args.small, args.device)
     batch = random_batch(model, args.examples, args.tokens)
     L, H = model.cfg.n_layers, model.cfg.n_heads
@@ -112,6 +149,7 @@ def main() -> None:
     p.add_argument("--token-budget", type=int, default=512, help="tokens per forward, 'bounded'")
     p.add_argument("--cache-mib", type=int, default=64, help="residual cache of 'bounded'")
     p.add_argument("--small", action="store_true", help="a 4-layer model for a smoke run")
+    p.add_argument("--pipeline", action="store_true", help="measure run_cel (every head)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
@@ -136,7 +174,7 @@ def main() -> None:
         args.device,
         "--threads",
         str(args.threads),
-    ] + (["--small"] if args.small else [])
+    ] + (["--small"] if args.small else []) + (["--pipeline"] if args.pipeline else [])
     rows = []
     for setting in args.settings:
         peaks = {}
@@ -150,8 +188,10 @@ def main() -> None:
     unit = "CUDA allocated" if torch.device(args.device).type == "cuda" else "process RSS"
     print(
         f"model: {'4-layer small' if args.small else 'GPT-2-small shape (12 x 12, d_model 768)'}"
-        f", random weights; {args.tokens} tokens per prompt; heads of the last {args.layers} "
-        f"layer(s) screened + 4 pair masks; peak {unit}; N = {args.examples}"
+        f", random weights; {args.tokens} tokens per prompt; "
+        + ("run_cel (every head, default search, held-out confirmation)" if args.pipeline else
+           f"heads of the last {args.layers} layer(s) screened + 4 pair masks")
+        + f"; peak {unit}; N = {args.examples}"
     )
     print(
         "| setting | peak N (MiB) | peak 2N (MiB) | 2N / N | added N (MiB) | added 2N (MiB) "
