@@ -141,15 +141,20 @@ def save_plots(result, folder: str | Path) -> list[Path]:
     folder = Path(folder)
     paths = []
     for name, fn in PLOT_FUNCTIONS.items():
-        fig = fn(result)
-        tmp = folder / f"tmp-{name}"
-        try:
-            fig.savefig(tmp, dpi=110, format="png")
-            tmp.replace(folder / name)
-        finally:
-            tmp.unlink(missing_ok=True)
-        paths.append(folder / name)
+        paths.append(save_figure(fn(result), folder / name))
     return paths
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Write `fig` as PNG atomically (a temporary file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(f"tmp-{path.name}")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def _n_layers(result) -> int:

@@ -36,6 +36,7 @@ from workbench.store import (
     read_run_file,
     read_table,
     stage_inputs,
+    write_text,
 )
 
 RESULT_VERSION = 2
@@ -120,12 +121,7 @@ class CELResult:
             from workbench.plots import save_plots
 
             save_plots(self, folder)
-        tmp = folder / (REPORT_FILE + ".tmp")
-        try:
-            tmp.write_text(self.report(plots=plots))
-            tmp.replace(folder / REPORT_FILE)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_text(folder / REPORT_FILE, self.report(plots=plots))
 
     @property
     def complete(self) -> bool:

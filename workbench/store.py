@@ -40,15 +40,20 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 
-def write_json(path: Path, obj) -> Path:
-    """Write JSON atomically (temporary file, then rename)."""
+def write_text(path: Path, text: str) -> Path:
+    """Write text atomically (temporary file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
+        tmp.write_text(text)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)  # only after a failure or an interrupt
     return path
+
+
+def write_json(path: Path, obj) -> Path:
+    """Write JSON atomically."""
+    return write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
 
 
 def _json_default(obj):

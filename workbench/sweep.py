@@ -45,6 +45,7 @@ from matplotlib.figure import Figure
 from workbench import distributed
 from workbench.ablation import AblationKind
 from workbench.errors import WorkbenchError
+from workbench.plots import save_figure
 from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult
 from workbench.tables import save_table
 
@@ -255,12 +256,7 @@ def save_sweep(table: pd.DataFrame, out: str | Path, plot: bool = True) -> Path:
     out = Path(out)
     path = save_table(table, out / TABLE_FILE)
     if plot:
-        tmp = out / f"tmp-{PLOT_FILE}"
-        try:
-            sweep_plot(table).savefig(tmp, dpi=110, format="png")
-            tmp.replace(out / PLOT_FILE)
-        finally:
-            tmp.unlink(missing_ok=True)
+        save_figure(sweep_plot(table), out / PLOT_FILE)
     return path
 
 
