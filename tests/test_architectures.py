@@ -122,6 +122,17 @@ FAMILIES = {
         {**_ATTN, **_CTX, "num_key_value_heads": 1, "head_dim": 8},
         "model.layers.{l}.self_attn.o_proj",
     ),
+    # Gemma-2: sliding window shorter than the prompts (6-14 tokens), attention scale from
+    # query_pre_attn_scalar (12, not head_dim 8) and both soft-caps low enough to bite on these
+    # random weights. Eager attention: HF's sdpa path refuses soft-capping.
+    "gemma2": Family(
+        tf.Gemma2Config,
+        tf.Gemma2ForCausalLM,
+        {**_ATTN, **_CTX, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 6,
+         "query_pre_attn_scalar": 12, "attn_logit_softcapping": 5.0,
+         "final_logit_softcapping": 3.0, "attn_implementation": "eager"},
+        "model.layers.{l}.self_attn.o_proj",
+    ),
     "phi3": Family(
         tf.Phi3Config,
         tf.Phi3ForCausalLM,
@@ -129,11 +140,8 @@ FAMILIES = {
         "model.layers.{l}.self_attn.o_proj",
     ),
 }
-# TransformerLens 3.9 knows Gemma-2 only by official hub names (fixed shapes; a converter from
-# the config, like the one for Gemma, was 0.08 nats off HF and is not shipped) and StableLM
-# not at all.
+# TransformerLens 3.9 does not know StableLM at all.
 UNSUPPORTED = {
-    "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM, "Gemma2ForCausalLM"),
     "stablelm": (tf.StableLmConfig, tf.StableLmForCausalLM, "StableLmForCausalLM"),
 }
 _UNSUPPORTED_KW = {**_ATTN, **_CTX, "num_key_value_heads": 2, "head_dim": 8}

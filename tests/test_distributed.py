@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from shlex import quote as shlex_quote
 from pathlib import Path
 
 import pandas as pd
@@ -233,6 +234,70 @@ def test_killed_sweep_resumes_on_two_ranks_and_matches_one_process(tmp_path):
         torch.set_num_threads(threads)
     one = pd.read_csv(tmp_path / "one" / TABLE_FILE)
     pd.testing.assert_frame_equal(two_ranks, one, check_exact=True)
+
+
+def _isolated_network() -> list[str] | None:
+    """A command prefix that runs its command in a new network namespace holding only the
+    loopback interface (root: `unshare -n`; otherwise a user namespace, `unshare -rn`), or None
+    where neither is allowed."""
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return None
+    for prefix in (["unshare", "-n"], ["unshare", "-rn"]):
+        probe = subprocess.run([*prefix, "ip", "link", "set", "lo", "up"], capture_output=True)
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+@pytest.mark.slow
+def test_torchrun_launch_writes_one_process_tables(tmp_path):
+    """`torchrun --nproc-per-node 2 -m workbench cel` end to end, as users launch it.
+
+    torchrun's rendezvous store (a TCPStore) listens on every interface whatever address it is
+    given, so the launch runs in a network namespace of its own whose only interface is
+    loopback: nothing outside this machine's 127.0.0.1 can reach it or be reached."""
+    import subprocess
+
+    from workbench.demo import write_demo
+
+    prefix = _isolated_network()
+    if prefix is None:
+        pytest.skip("needs a network namespace with loopback only (unshare -n or -rn) for "
+                    "torchrun's store, which listens on every interface")
+    model_dir, main, side = write_demo(tmp_path)
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--others", str(side)]
+    argv += ["--device", "cpu", *CEL_FAST]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "GLOO_SOCKET_IFNAME": "lo",
+           "OMP_NUM_THREADS": "1"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
+              "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29500",
+              "-m", "workbench", *argv, "--out", str(tmp_path / "two")]
+    script = "ip link set lo up && exec " + " ".join(shlex_quote(a) for a in launch)
+    done = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    # rank 0 alone prints the run's summary (the other rank is quiet)
+    assert done.stdout.count("best set: L0H1,L1H1") == 1, done.stdout[-4000:]
+    import workbench.cli as cli
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert cli.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    for table in ("heads", "combos", "confirmation", "side_effects"):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(tmp_path / "two" / f"{table}.csv"),
+            pd.read_csv(tmp_path / "one" / f"{table}.csv"),
+            check_exact=True,
+        )
 
 
 def test_sweep_cells_and_bad_input(tmp_path):

@@ -223,12 +223,9 @@ def _rope_theta(hf_config) -> float:
     return float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
 
 
-def _gemma_config(hf_config, device: torch.device, dtype) -> HookedTransformerConfig:
-    """Gemma (1) from its Hugging Face config. TransformerLens 3.9 has Gemma only as
-    fixed-shape entries for the official sizes (picked by name); these are the same fields,
-    read from the config instead."""
-    h = hf_config
-    return HookedTransformerConfig(
+def _gemma_fields(h, device: torch.device, dtype) -> dict:
+    """`HookedTransformerConfig` fields Gemma and Gemma-2 share, read from the HF config."""
+    return dict(
         d_model=h.hidden_size,
         d_head=h.head_dim,
         n_heads=h.num_attention_heads,
@@ -246,16 +243,55 @@ def _gemma_config(hf_config, device: torch.device, dtype) -> HookedTransformerCo
         n_key_value_heads=h.num_key_value_heads,
         gated_mlp=True,
         final_rms=True,
-        original_architecture="GemmaForCausalLM",
         default_prepend_bos=True,
         device=str(device),
         dtype=dtype,
     )
 
 
+def _gemma_config(hf_config, device: torch.device, dtype) -> HookedTransformerConfig:
+    """Gemma (1) from its Hugging Face config. TransformerLens 3.9 has Gemma only as
+    fixed-shape entries for the official sizes (picked by name); these are the same fields,
+    read from the config instead."""
+    return HookedTransformerConfig(
+        **_gemma_fields(hf_config, device, dtype), original_architecture="GemmaForCausalLM"
+    )
+
+
+def _gemma2_config(hf_config, device: torch.device, dtype) -> HookedTransformerConfig:
+    """Gemma-2 from its Hugging Face config: Gemma's fields plus the ones TransformerLens's
+    fixed entries for the official sizes set (norms before and after each sublayer, attention
+    and output soft-caps, sliding-window layers), read from the config. The attention scale
+    is `query_pre_attn_scalar ** 0.5` (HF), not `d_head ** 0.5`. Which layers slide comes from
+    `layer_types` (HF's default, and older configs without it: even layers slide)."""
+    h = hf_config
+    kinds = getattr(h, "layer_types", None) or [
+        "sliding_attention" if i % 2 == 0 else "full_attention"
+        for i in range(h.num_hidden_layers)
+    ]
+    window = getattr(h, "sliding_window", None)
+    local = window is not None and "sliding_attention" in kinds
+    return HookedTransformerConfig(
+        **_gemma_fields(h, device, dtype),
+        attn_scale=float(h.query_pre_attn_scalar) ** 0.5,
+        use_local_attn=local,
+        attn_types=[("local" if k == "sliding_attention" else "global") for k in kinds]
+        if local
+        else None,
+        window_size=int(window) if local else None,
+        attn_scores_soft_cap=float(h.attn_logit_softcapping or -1.0),
+        output_logits_soft_cap=float(h.final_logit_softcapping or -1.0),
+        use_normalization_before_and_after=True,
+        original_architecture="Gemma2ForCausalLM",
+    )
+
+
 # Architectures TransformerLens converts only from official names: our config builder and an
 # official name of the family (its weight converter is chosen by that name's architecture).
-_LOCAL_CONFIGS = {"GemmaForCausalLM": (_gemma_config, "google/gemma-2b")}
+_LOCAL_CONFIGS = {
+    "GemmaForCausalLM": (_gemma_config, "google/gemma-2b"),
+    "Gemma2ForCausalLM": (_gemma2_config, "google/gemma-2-2b"),
+}
 
 
 def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> HookedTransformer:
@@ -307,6 +343,8 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
 
 
 def _process(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransformer:
+    from transformer_lens.utilities import softcap_enabled
+
     model = HookedTransformer(
         cfg,
         tokenizer=tokenizer,
@@ -317,7 +355,9 @@ def _process(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransfor
         state_dict,
         fold_ln=True,
         center_writing_weights=cfg.normalization_type in ("LN", "LNPre"),
-        center_unembed=True,
+        # Centring the unembedding adds a constant to each position's logits, which a
+        # soft-cap (tanh) does not ignore; from_pretrained turns it off there too.
+        center_unembed=not softcap_enabled(cfg.output_logits_soft_cap),
         fold_value_biases=False,
         refactor_factored_attn_matrices=False,
     )
