@@ -26,6 +26,8 @@ bounded 2N / N <= 1.10.
         --cache-mib 1024                             # the library defaults on a GPU
     .venv/bin/python bench/memory.py --small         # a 4-layer model
     .venv/bin/python bench/memory.py --pipeline      # the whole of run_cel (every head)
+    .venv/bin/python bench/memory.py --pipeline --examples 64 --token-budget 256 \
+        --cache-mib 16 --search-budget 96           # run_cel at GPT-2-small shape, ~20 min
 
 `--pipeline` measures `run_cel` itself (screening of every head, the default search, held-out
 confirmation with random sets) on a word task of random prompts split half select, half
@@ -104,9 +106,11 @@ def child_pipeline(args, kw: dict) -> dict:
     model = gpt2_small_shape(args.small, args.device)
     task = _word_task(model, args.examples, args.tokens)
     base = _rss()
+    start = time.time()
     with _RssPeak() as rss:
-        run_cel(model, task, max_size=2, n_random=20, n_boot=100, progress=False, **kw)
-    return {"base": base, "peak": rss.peak, "cached": 0}
+        run_cel(model, task, max_size=args.max_size, n_random=20, n_boot=100,
+                search_budget=args.search_budget, progress=False, **kw)
+    return {"base": base, "peak": rss.peak, "cached": 0, "seconds": time.time() - start}
 
 
 def child(args) -> dict:
@@ -150,6 +154,9 @@ def main() -> None:
     p.add_argument("--cache-mib", type=int, default=64, help="residual cache of 'bounded'")
     p.add_argument("--small", action="store_true", help="a 4-layer model for a smoke run")
     p.add_argument("--pipeline", action="store_true", help="measure run_cel (every head)")
+    p.add_argument("--max-size", type=int, default=2, help="largest head set, --pipeline")
+    p.add_argument("--search-budget", type=int, default=None,
+                   help="run_cel's search_budget, --pipeline (default: 5 x heads + 1000)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
@@ -174,7 +181,10 @@ def main() -> None:
         args.device,
         "--threads",
         str(args.threads),
-    ] + (["--small"] if args.small else []) + (["--pipeline"] if args.pipeline else [])
+        "--max-size",
+        str(args.max_size),
+    ] + (["--search-budget", str(args.search_budget)] if args.search_budget else []) + (
+        ["--small"] if args.small else []) + (["--pipeline"] if args.pipeline else [])
     rows = []
     for setting in args.settings:
         peaks = {}
@@ -191,18 +201,22 @@ def main() -> None:
         f", random weights; {args.tokens} tokens per prompt; "
         + ("run_cel (every head, default search, held-out confirmation)" if args.pipeline else
            f"heads of the last {args.layers} layer(s) screened + 4 pair masks")
+        + (f" (max size {args.max_size}, search budget "
+           f"{args.search_budget or 'default'})" if args.pipeline else "")
+        + f"; budgets {args.token_budget} tokens, {args.cache_mib} MiB cache"
         + f"; peak {unit}; N = {args.examples}"
     )
     print(
         "| setting | peak N (MiB) | peak 2N (MiB) | 2N / N | added N (MiB) | added 2N (MiB) "
-        "| cache 2N (MiB) |"
+        "| cache 2N (MiB) |" + (" wall N, 2N |" if args.pipeline else "")
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|" + ("---|" if args.pipeline else ""))
     for setting, a, b in rows:
         print(
             f"| {setting} | {a['peak'] / mib:.0f} | {b['peak'] / mib:.0f} | "
             f"{b['peak'] / a['peak']:.3f} | {(a['peak'] - a['base']) / mib:.0f} | "
             f"{(b['peak'] - b['base']) / mib:.0f} | {b['cached'] / mib:.0f} |"
+            + (f" {a['seconds']:.0f} s, {b['seconds']:.0f} s |" if "seconds" in a else "")
         )
     bounded = [r for r in rows if r[0] == "bounded"]
     if bounded:

@@ -284,3 +284,20 @@ def test_resample_ablation_through_run_cel(gpt2_like_model):
         assert_close(row["d_logprob"], gain(row["heads"].split(","), "heldout"))
     with pytest.raises(WorkbenchError, match="attribution screening supports zero and mean"):
         run_cel(gpt2_like_model, task, kind="resample", method="attribution", **FAST)
+
+
+def test_search_budget_bounds_the_interaction_search(micro):
+    """`search_budget` caps knockouts + exact finalist sets; the finalists are the default
+    run's best ones, as many as the budget left after the knockouts allows."""
+    model, task, _ = micro
+    default = run_cel(model, task, max_size=2, **FAST)
+    notes = default.summary["interaction"]
+    k = len(notes["finalists"])
+    assert k >= 2 and len(default.combos) == notes["n_masks"] + k + k * (k - 1) // 2
+    tight = run_cel(model, task, max_size=2, search_budget=notes["n_masks"] + 2, **FAST)
+    # 2 sets left: one finalist (1 set); two would need 3 (2 singles + 1 pair)
+    assert tight.summary["interaction"]["finalists"] == notes["finalists"][:1]
+    assert len(tight.combos) == notes["n_masks"] + 1
+    assert tight.config.search_budget == notes["n_masks"] + 2
+    with pytest.raises(WorkbenchError, match="search_budget must be a positive integer"):
+        run_cel(model, task, search_budget=0, **FAST)

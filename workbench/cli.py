@@ -125,6 +125,13 @@ def _add_run_options(p, several_kinds: bool) -> None:
     )
     p.add_argument("--top-m", type=int, default=8, help="candidates for the exhaustive search")
     p.add_argument(
+        "--search-budget",
+        type=int,
+        default=None,
+        help="forward-equivalents the interaction search may spend on the selection split "
+        "(default: 5 x heads + 1000)",
+    )
+    p.add_argument(
         "--objective",
         default=None,
         help="metric to improve: accuracy, logprob, logit_diff or prob_diff (default: the task's)",
@@ -157,6 +164,7 @@ def run_options(args) -> dict:
         seed=args.seed,
         objective=args.objective,
         top_m=args.top_m,
+        search_budget=args.search_budget,
         n_boot=args.n_boot,
         per_position=args.per_position,
         cluster=args.cluster,

@@ -40,6 +40,9 @@ class CELConfig:
         beam_width: sets kept per size by the beam strategy.
         n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
             when None).
+        search_budget: forward-equivalents the interaction search may spend on the selection
+            split (knockout masks, at least 64, plus exact finalist sets); None: `5 n + 1000`
+            for n heads.
         n_random: random head sets per size in the held-out baseline.
         n_boot, ci: paired bootstrap resamples and interval coverage.
         seed: the seed every random draw derives from.
@@ -65,6 +68,7 @@ class CELConfig:
     beam_width: int = 4
     n_masks: int | None = None
     knockout_p: float | None = None
+    search_budget: int | None = None
     n_random: int = 200
     n_boot: int = 1000
     ci: float = 0.95
@@ -119,6 +123,11 @@ class CELConfig:
                 raise WorkbenchError(f"{name} must be an integer >= {low}; got {value!r}")
         if self.n_masks is not None and (not isinstance(self.n_masks, int) or self.n_masks < 2):
             raise WorkbenchError(f"n_masks must be >= 2; got {self.n_masks}")
+        if self.search_budget is not None and (
+            not isinstance(self.search_budget, int) or self.search_budget < 1
+        ):
+            raise WorkbenchError(f"search_budget must be a positive integer; got "
+                                 f"{self.search_budget!r}")
         if self.knockout_p is not None and not 0.0 < self.knockout_p < 1.0:
             raise WorkbenchError(f"knockout_p must be in (0, 1); got {self.knockout_p}")
         if not 0.0 < self.ci < 1.0:

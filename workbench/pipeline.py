@@ -137,8 +137,9 @@ def run_cel(
         others: tasks for side effects (scored on all their examples; names must differ).
         config: the run's settings; or give them as keyword `settings`, any `CELConfig` field
             (`kind`, `method`, `max_size`, `strategies` (or `strategy`), `n_random`, `seed`,
-            `objective`, `rank_by`, `top_m`, `beam_width`, `n_masks`, `knockout_p`, `n_boot`,
-            `ci`, `check_attribution`, `model` for the name recorded), validated before any
+            `objective`, `rank_by`, `top_m`, `beam_width`, `n_masks`, `knockout_p`,
+            `search_budget`, `n_boot`, `ci`, `check_attribution`, `model` for the name
+            recorded), validated before any
             forward pass. Any `Compute` field (`max_rows`, `token_budget`, `progress`, ...)
             given here sets `compute`.
         out_dir: the results folder: stage files are written as they finish and a rerun
@@ -273,7 +274,8 @@ def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                         config.objective, config.secondary, rank_by=config.rank_by,
                         max_size=config.max_size, top_m=config.top_m,
                         beam_width=config.beam_width, n_masks=config.n_masks,
-                        knockout_p=config.knockout_p, seed=config.seed,
+                        knockout_p=config.knockout_p, budget=config.search_budget,
+                        seed=config.seed,
                         progress=run.compute.progress,
                         pool=search_pool(result.heads, run.order[0]))
     for name in config.strategies:

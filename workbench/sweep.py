@@ -81,6 +81,7 @@ _CONFIG_OPTIONS = (
     "beam_width",
     "n_masks",
     "knockout_p",
+    "search_budget",
     "n_random",
     "n_boot",
     "ci",
