@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from shlex import quote as shlex_quote
 from pathlib import Path
+from shlex import quote as shlex_quote
 
 import pandas as pd
 import pytest
