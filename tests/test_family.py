@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -23,25 +24,24 @@ NEW = [name for name in EMBEDDED_FAMILY if name != "embedded"]
 TASKS = [DEFAULT_TASK, *SIDE_TASKS]
 
 # Held-out accuracy each member must reach (measured on the shipped files, seed 0; see the
-# README's family table). Add and sort are solved by every member (measured 100 %, llama sort
-# 99.8 %) and copy by embedded and neox (100 %); those thresholds leave two points. The llama
-# member's copy circuit formed late (training loss 1.37 at step 2500, 0.65 at the end) and
-# solves 57.5 % of copy prompts (chance: 1 in 8 context followers, 12.5 %); its threshold 0.55
-# sits just under the measured value, far above chance. Map is the conflicting task: marked
-# prompts are solved (measured 100 % by every member) and unmarked ones are not (0-2.6 %), so
-# the whole-file accuracy sits near one half (measured 48.0-49.3 %).
+# README's family table). Add, sort and copy are solved by every member (measured 100 %, llama
+# copy 99.8 %; chance on copy is 1 in 8 context followers, 12.5 %); the thresholds leave two
+# points, so a retrained member whose copy circuit did not form (as the llama member's with
+# d_mlp 512: 57.5 %) fails. Map is the conflicting task: marked prompts are solved (measured
+# 100 % by every member) and unmarked ones are not (0-0.3 %), so the whole-file accuracy sits
+# near one half (measured 48.0-48.2 %).
 MIN_ACCURACY = {
     "embedded": {"embedded_copy": 0.98, "embedded_add": 0.98, "embedded_sort": 0.98},
-    "embedded_llama": {"embedded_copy": 0.55, "embedded_add": 0.98, "embedded_sort": 0.98},
+    "embedded_llama": {"embedded_copy": 0.98, "embedded_add": 0.98, "embedded_sort": 0.98},
     "embedded_neox": {"embedded_copy": 0.98, "embedded_add": 0.98, "embedded_sort": 0.98},
 }
 MIN_MARKED_MAP = 0.98
 MAX_UNMARKED_MAP = 0.05
 # Removing the recorded best head set (<= 3 heads) must raise held-out map accuracy by at
 # least this much and cost copy accuracy. Measured (held-out, deterministic on the shipped
-# files): embedded +51.2 pt, neox +37.8 pt, llama +3.3 pt (95 % CI [1.7, 5.3]; its copy circuit
-# is only half formed, so there is less copying to remove). Thresholds sit under each value.
-MIN_CEL_GAIN = {"embedded": 0.45, "embedded_llama": 0.03, "embedded_neox": 0.3}
+# files): embedded +51.2 pt, neox +37.8 pt, llama +35.0 pt (95 % CI [31.0, 38.5]). Thresholds
+# sit under each value and under its interval.
+MIN_CEL_GAIN = {"embedded": 0.45, "embedded_llama": 0.3, "embedded_neox": 0.3}
 
 
 @pytest.fixture(scope="module", params=EMBEDDED_FAMILY)
@@ -65,6 +65,15 @@ def test_registry_leaves_the_shipped_embedded_recipe_unchanged():
 
     shipped = json.loads((embedded_path("embedded") / CONFIG_FILE).read_text())["cfg"]
     assert _cfg_to_json(zoo_train.TrainConfig(arch="embedded").model_config()) == shipped
+
+
+@pytest.mark.parametrize("name", EMBEDDED_FAMILY)
+def test_member_recipe_is_the_one_its_meta_records(name):
+    """`TrainConfig.for_arch` (what the training script runs) gives each shipped member's
+    recorded training config: the shared recipe plus its `Architecture.recipe`."""
+    meta = load_model(name, device="cpu").workbench_meta
+    recorded = {"arch": "embedded", **meta["train_config"]}  # embedded's meta predates `arch`
+    assert asdict(zoo_train.TrainConfig.for_arch(name, seed=meta["seed"])) == recorded
 
 
 @pytest.mark.parametrize(
@@ -143,6 +152,8 @@ def test_unknown_embedded_name_lists_the_family():
         embedded_path("llama")
     with pytest.raises(WorkbenchError, match="unknown architecture 'gpt3'"):
         zoo_train.TrainConfig(arch="gpt3")
+    with pytest.raises(WorkbenchError, match="unknown architecture 'gpt3'"):
+        zoo_train.TrainConfig.for_arch("gpt3")
 
 
 def test_missing_member_says_how_to_train_it(monkeypatch, tmp_path):
@@ -175,10 +186,10 @@ def _state(model) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("arch", NEW)
 def test_training_is_deterministic_by_seed(arch, one_thread):
-    cfg = zoo_train.TrainConfig(arch=arch, seed=0)
+    cfg = zoo_train.TrainConfig.for_arch(arch, seed=0)
     a = _state(zoo_train.train(cfg, log_every=0, stop_after=3))
     b = _state(zoo_train.train(cfg, log_every=0, stop_after=3))
-    c = _state(zoo_train.train(zoo_train.TrainConfig(arch=arch, seed=1), log_every=0,
+    c = _state(zoo_train.train(zoo_train.TrainConfig.for_arch(arch, seed=1), log_every=0,
                                stop_after=3))
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -186,9 +197,9 @@ def test_training_is_deterministic_by_seed(arch, one_thread):
 
 
 # Relative tolerance on the recorded first losses (10 steps). On this machine a rerun with one
-# thread reproduces them bit for bit, and with 2 threads they differ by at most 1.0e-7
-# (relative, both members): reordered reductions, as on another CPU. Another seed differs at
-# every one of the 10 steps by at least 6.8e-3 (llama) and 4.5e-4 (neox), so 1e-5 separates a
+# thread reproduces them bit for bit, and with 2 threads they differ by at most 2.0e-7 (llama)
+# and 1.0e-7 (neox, relative): reordered reductions, as on another CPU. Another seed differs at
+# every one of the 10 steps by at least 4.4e-5 (llama) and 4.5e-4 (neox), so 1e-5 separates a
 # rounding difference from a different recipe.
 LOSS_RTOL = 1e-5
 
