@@ -47,7 +47,8 @@ two) is the same size. With 512 its copy circuit formed too late (loss 1.37 at s
 57.5 % at the end, CEL gain on map +3.3 pt); with 344 copy on marked prompts went from 26 % at
 step 2250 to 77 % at 2500 and 99.6 % at 3000 (seed 0), and the CEL gain is +35.0 pt. That is
 one seed's luck more than a robust recipe: with 344 and seeds 1 and 2, copy was still at chance
-(15-17 %) at step 2750-3000.
+(15-17 %) at step 2750-3000. With stage 1 run for 5000 steps, seed 2's formed at step ~3000
+and seed 1's was starting at 4000 (README).
 """
 
 from __future__ import annotations
