@@ -299,5 +299,5 @@ def test_search_budget_bounds_the_interaction_search(micro):
     assert tight.summary["interaction"]["finalists"] == notes["finalists"][:1]
     assert len(tight.combos) == notes["n_masks"] + 1
     assert tight.config.search_budget == notes["n_masks"] + 2
-    with pytest.raises(WorkbenchError, match="search_budget must be a positive integer"):
+    with pytest.raises(WorkbenchError, match="search_budget must be an integer >= 1; got 0"):
         run_cel(model, task, search_budget=0, **FAST)

@@ -118,16 +118,18 @@ class CELConfig:
             ("n_random", self.n_random, 0),
             ("n_boot", self.n_boot, 1),
             ("seed", self.seed, 0),
+            # optional: None picks the strategy's default
+            *(
+                (name, value, low)
+                for name, value, low in (
+                    ("n_masks", self.n_masks, 2),
+                    ("search_budget", self.search_budget, 1),
+                )
+                if value is not None
+            ),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise WorkbenchError(f"{name} must be an integer >= {low}; got {value!r}")
-        if self.n_masks is not None and (not isinstance(self.n_masks, int) or self.n_masks < 2):
-            raise WorkbenchError(f"n_masks must be >= 2; got {self.n_masks}")
-        if self.search_budget is not None and (
-            not isinstance(self.search_budget, int) or self.search_budget < 1
-        ):
-            raise WorkbenchError(f"search_budget must be a positive integer; got "
-                                 f"{self.search_budget!r}")
         if self.knockout_p is not None and not 0.0 < self.knockout_p < 1.0:
             raise WorkbenchError(f"knockout_p must be in (0, 1); got {self.knockout_p}")
         if not 0.0 < self.ci < 1.0:

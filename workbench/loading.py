@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens.utilities import softcap_enabled
 
 from workbench.checkpoint import is_checkpoint, load_checkpoint
 from workbench.errors import WorkbenchError
@@ -343,8 +344,6 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
 
 
 def _process(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransformer:
-    from transformer_lens.utilities import softcap_enabled
-
     model = HookedTransformer(
         cfg,
         tokenizer=tokenizer,

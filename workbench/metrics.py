@@ -36,6 +36,7 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from transformer_lens.utilities import apply_softcap
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
 from workbench.errors import WorkbenchError
@@ -159,10 +160,8 @@ def unembed_at(
     if model.cfg.normalization_type is not None:
         x = model.ln_final(x)
     logits = model.unembed(x)[:, 0]  # (B, d_vocab)
-    cap = getattr(model.cfg, "output_logits_soft_cap", None)
-    if cap is not None and cap > 0:
-        logits = cap * torch.tanh(logits / cap)
-    return logits
+    # the model's own forward applies the cap with this function
+    return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))
 
 
 def answer_logits(
