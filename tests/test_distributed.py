@@ -54,6 +54,14 @@ def _scorer_cases(folder):
     return model, task, singles, sets
 
 
+def _assert_same_tables(two: Path, one: Path) -> None:
+    """The run_cel tables of two results folders are equal bit for bit."""
+    for table in ("heads", "combos", "confirmation", "side_effects"):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(two / f"{table}.csv"), pd.read_csv(one / f"{table}.csv"), check_exact=True
+        )
+
+
 def _logprob_metric(model, data):
     logits = model(data.tokens)
     rows = torch.arange(logits.shape[0])
@@ -117,12 +125,7 @@ def _scorer_worker(rank: int, store: str, folder: str) -> None:
             pd.read_csv(folder / "sweep_one" / "sweep.csv"),
             check_exact=True,
         )
-        for table in ("heads", "combos", "confirmation", "side_effects"):
-            pd.testing.assert_frame_equal(
-                pd.read_csv(folder / "two" / f"{table}.csv"),
-                pd.read_csv(folder / "one" / f"{table}.csv"),
-                check_exact=True,
-            )
+        _assert_same_tables(folder / "two", folder / "one")
 
 
 def test_balanced_bounds_are_contiguous_and_balanced():
@@ -292,12 +295,7 @@ def test_torchrun_launch_writes_one_process_tables(tmp_path):
         assert cli.main([*argv, "--out", str(tmp_path / "one")]) == 0
     finally:
         torch.set_num_threads(threads)
-    for table in ("heads", "combos", "confirmation", "side_effects"):
-        pd.testing.assert_frame_equal(
-            pd.read_csv(tmp_path / "two" / f"{table}.csv"),
-            pd.read_csv(tmp_path / "one" / f"{table}.csv"),
-            check_exact=True,
-        )
+    _assert_same_tables(tmp_path / "two", tmp_path / "one")
 
 
 def test_sweep_cells_and_bad_input(tmp_path):
