@@ -199,11 +199,8 @@ class TrainConfig:
     def for_arch(cls, arch: str = "embedded", **overrides) -> TrainConfig:
         """The recipe of `arch`: the shared defaults, then its `Architecture.recipe`, then
         `overrides` (e.g. `seed`)."""
-        if arch not in ARCHITECTURES:
-            raise WorkbenchError(
-                f"unknown architecture {arch!r}; expected one of {list(ARCHITECTURES)}"
-            )
-        return cls(arch=arch, **{**ARCHITECTURES[arch].recipe, **overrides})
+        recipe = ARCHITECTURES[arch].recipe if arch in ARCHITECTURES else {}
+        return cls(arch=arch, **{**recipe, **overrides})  # __post_init__ refuses unknown names
 
     def model_config(self) -> HookedTransformerConfig:
         shared = dict(
