@@ -329,9 +329,8 @@ def _resolve_inputs(args) -> tuple[str, str, list[str], str | None]:
     model, task, others = _resolve_names(args)
     if model != "demo":
         check_model_name(model)
-    for name in [task, *others]:
-        check_task_name(name)
-    if model != "demo":
+        for name in [task, *others]:
+            check_task_name(name)
         return model, task, others, None
     from workbench.demo import write_demo
 
@@ -502,7 +501,15 @@ def explain_command(args) -> int:
         task_name = args.task or str(main)
     try:
         check_model_name(model_name)
-        check_task_name(task_name)
+        try:
+            check_task_name(task_name)
+        except WorkbenchError:
+            if args.task is not None:
+                raise
+            raise WorkbenchError(
+                f"{str(out)!r} records task {task_name!r}, which is not a task in tasks/; pass "
+                "--task with the task file that run was made from"
+            ) from None
         from workbench.explain.report import explain_folder
         from workbench.fingerprint import model_fingerprint, task_fingerprint
         from workbench.loading import load_model

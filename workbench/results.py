@@ -223,8 +223,7 @@ class CELResult:
                     f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
                     f"{alpha:.2g} at every size)."
                 )
-                lines.append(self._best_sentence())
-            lines.append("")
+            lines += [self._best_sentence(), ""]
             clustered = s.get("clustered", {}).get("heldout")
             unit = "groups (the task's `group` labels)" if clustered else "examples"
             lines.append(
