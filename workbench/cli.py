@@ -602,6 +602,7 @@ def run_sweep_command(args) -> int:
         "kind",
         "objective",
         "best",
+        "significant",
         "gain",
         "gain_lo",
         "gain_hi",
@@ -619,8 +620,9 @@ def run_sweep_command(args) -> int:
         print(shown.to_string(index=False))
     print(
         "\ngain: held-out gain of the best set (ablated - clean, objective units) with its "
-        "bootstrap interval; percentile among random sets of the same size; side_worst: its "
-        "most negative effect on another task"
+        "bootstrap interval; significant False: no set is, and best is the top candidate; "
+        "percentile among random sets of the same size; side_worst: its most negative effect "
+        "on another task"
     )
     print(f"table: {args.out}/{TABLE_FILE}, plot: {args.out}/sweep.png, cells: {args.out}/*/")
     return 0
