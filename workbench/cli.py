@@ -485,9 +485,12 @@ def _check_out(out: Path, overwrite: bool) -> None:
 def explain_command(args) -> int:
     """Run `workbench explain`; returns the exit status."""
     from workbench.names import check_model_name, check_task_name
-    from workbench.store import read_run_file
 
     out = Path(args.out)
+    if not (out / "config.json").is_file():  # the common mistake, answered before imports
+        raise WorkbenchError(f"{str(out)!r} is not a CEL results folder (no config.json)")
+    from workbench.store import read_run_file
+
     cfg = read_run_file(out)["config"]
     model_name = args.model or cfg["model"]
     task_name = args.task or cfg["task"]

@@ -361,8 +361,18 @@ def _settings_config(config: CELConfig | None, settings: dict, model) -> CELConf
     if unknown:
         raise WorkbenchError(f"run_cel got unknown settings {unknown}; expected CELConfig "
                              f"fields {sorted(fields - {'task', 'others'})}")
-    settings.setdefault("model", str(getattr(model.cfg, "model_name", "model")))
+    settings.setdefault("model", _model_name(model))
     return CELConfig(task="", **settings)
+
+
+def _model_name(model) -> str:
+    """The name recorded for a model given as an object: TransformerLens's `model_name`, or,
+    for a workbench checkpoint (whose config says "custom"), the checkpoint's own name."""
+    name = str(getattr(model.cfg, "model_name", "model"))
+    meta = getattr(model, "workbench_meta", None)
+    if name == "custom" and isinstance(meta, dict) and meta.get("name"):
+        return str(meta["name"])
+    return name
 
 
 def _other_tasks(others) -> dict[str, Task]:
