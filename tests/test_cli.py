@@ -49,7 +49,8 @@ def test_cel_end_to_end(demo_files, tmp_path, capsys):
     assert result.config.others == ("micro_short",)
     assert (out / "report.md").is_file() and (out / "side_effects.png").is_file()
     report = (out / "report.md").read_text()
-    assert report.startswith("# CEL: micro_map on ") and "\nzero ablation, exact screening" in report
+    assert report.startswith("# CEL: micro_map on ")
+    assert "\nzero ablation, exact screening" in report
     assert "AblationKind" not in report
     assert "## What the best set's heads do (heldout split" in report
     assert (out / "explanation.png").is_file()
@@ -362,3 +363,17 @@ def test_explain_command_rebuilds_the_demo(tmp_path, monkeypatch, capsys):
     assert cli.main(["explain", "--out", "cel_results", "--device", "cpu"]) == 0
     assert "explained L0H1,L0H3,L1H1" in capsys.readouterr().out
     assert (tmp_path / "cel_results" / "explanation" / "roles.csv").is_file()
+
+
+def test_package_exports_load_lazily():
+    """`__all__` names exactly the lazily imported names, each the object its module
+    defines."""
+    import importlib
+
+    import workbench
+
+    assert set(workbench.__all__) == {*workbench._EXPORTS, "WorkbenchError"}
+    for name, module in workbench._EXPORTS.items():
+        assert getattr(workbench, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        workbench.nope  # noqa: B018

@@ -33,7 +33,26 @@ _EXPORTS = {
     "summarize": "workbench.metrics",
 }
 
-__all__ = sorted([*_EXPORTS, "WorkbenchError"])
+__all__ = [
+    "AblationKind",
+    "CELResult",
+    "HeadExplanation",
+    "HeadMeans",
+    "HeadSet",
+    "Task",
+    "WorkbenchError",
+    "ablated",
+    "compute_head_means",
+    "encode_task",
+    "evaluate",
+    "explain_heads",
+    "head_table",
+    "load_model",
+    "load_task",
+    "run_cel",
+    "screen_heads",
+    "summarize",
+]
 
 if TYPE_CHECKING:  # static checkers and IDEs see the real imports
     from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means

@@ -177,7 +177,8 @@ def _reading(t: dict[str, pd.DataFrame]) -> list[str]:
     for r in roles.itertuples():
         share = getattr(r, f"attn_{r.top_role}", float("nan"))
         d = dla[dla["head_name"] == r.head_name]
-        line = f"- **{r.head_name}** attends mostly to `{r.top_role}` ({share:.2f} of its attention)"
+        line = (f"- **{r.head_name}** attends mostly to `{r.top_role}` ({share:.2f} of its "
+                "attention)")
         if not d.empty:
             diff = float(d["dla_diff"].iloc[0])
             side = "the wrong answer" if diff < 0 else "the answer"
