@@ -158,6 +158,9 @@ def test_head_specs_parse_and_validate(attn_model):
             pass
     with pytest.raises(WorkbenchError, match="not of the form"):
         HeadSet.of(attn_model, ["layer0head1"])
+    for negative in ((1, -1), (-1, 0), [(0, 1), (1, -2)]):  # never shown as L1H-1
+        with pytest.raises(WorkbenchError, match="negative index"):
+            HeadSet.of(attn_model, negative)
     with pytest.raises(WorkbenchError, match="ablation kind 'median' is unknown"):
         with ablated(attn_model, ["L0H0"], kind="median"):
             pass

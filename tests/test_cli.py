@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import workbench.cli as cli
@@ -46,13 +48,25 @@ def test_cel_end_to_end(demo_files, tmp_path, capsys):
     assert result.best == ["L0H1", "L0H3", "L1H1"]
     assert result.config.others == ("micro_short",)
     assert (out / "report.md").is_file() and (out / "side_effects.png").is_file()
-    # a second run resumes from the folder
+    report = (out / "report.md").read_text()
+    assert report.startswith("# CEL: micro_map on ")
+    assert "\nzero ablation, exact screening" in report
+    assert "AblationKind" not in report
+    assert "## What the best set's heads do (heldout split" in report
+    assert (out / "explanation.png").is_file()
+    # a second run resumes from the folder, and prints the splits in the same order
     assert cli.main(argv) == 0
-    assert "resuming from" in capsys.readouterr().out
-    # different options on the same folder: a clear error, unless --overwrite
+    again = capsys.readouterr().out
+    assert "resuming from" in again
+    (line,) = [x for x in again.splitlines() if x.startswith("clean ")]
+    (first,) = [x for x in printed.splitlines() if x.startswith("clean ")]
+    assert line == first and line.index("select") < line.index("heldout")
+    # different options on the same folder: a clear error naming --overwrite, unless given
     assert cli.main([*argv, "--max-size", "2"]) == 2
-    assert "different config" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "different config" in err and "--overwrite" in err
     assert cli.main([*argv, "--max-size", "2", "--overwrite"]) == 0
+    assert CELResult.load(out).config.max_size == 2
 
 
 def test_no_arguments_runs_the_demo_when_the_embedded_model_is_missing(
@@ -94,6 +108,15 @@ def test_no_arguments_runs_the_embedded_model_and_its_tasks(
         (["cel", "--model", "{model}", "--task", "{main}", "--objective", "bleu"], "bleu"),
         (["cel", "--model", "/nonexistent/model", "--task", "{main}"], "nonexistent"),
         (["cel", "--model", "{model}"], "--task is required"),
+        (["cel", "--model", "embeded"], "unknown model 'embeded'; did you mean 'embedded'"),
+        (["cel", "--model", "gtp2"], "unknown model 'gtp2'; did you mean 'gpt2'?"),
+        (["cel", "--model", "gtp2", "--task", "ioi"], "did you mean 'gpt2'?"),
+        (["cel", "--model", "gpt2", "--task", "ioii"], "task 'ioii' is neither a file nor a "
+         "task in"),
+        (["cel", "--model", "gpt2", "--task", "ioii"], "did you mean 'ioi'?"),
+        (["cel", "--model", "embedded_map"], "'embedded_map' is a task, not a model"),
+        (["sweep", "--models", "gpt2", "embeded", "--tasks", "ioi"], "did you mean 'embedded'"),
+        (["sweep", "--models", "gpt2", "--tasks", "ioi", "iot"], "task 'iot'"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(demo_files, tmp_path, capsys, argv, message):
@@ -155,3 +178,202 @@ def test_console_script(demo_files, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "best set: L0H1,L0H3,L1H1" in proc.stdout
+
+
+def _python(code: str, *args: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(cli.REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, timeout=300, **kw)
+
+
+_HEAVY = ("torch", "transformer_lens", "transformers", "pandas", "matplotlib")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["sweep", "--help"], ["cel", "--model", "gtp2"], ["cel", "--model", "embeded"],
+     ["cel", "--model", "gpt2", "--task", "ioii"], ["cel", "--model", "gpt2"]],
+)
+def test_help_and_typos_import_no_torch(argv):
+    """`--help` and a mistyped name answer before torch, TransformerLens, pandas or matplotlib
+    are imported (those imports are the seconds of start-up); in a fresh interpreter."""
+    proc = _python(
+        "import sys, json\n"
+        "from workbench.cli import main\n"
+        "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+        f"print(json.dumps([rc, [m for m in {_HEAVY!r} if m in sys.modules]]))",
+        *argv,
+    )
+    rc, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert heavy == [], (argv, heavy)
+    assert rc == (0 if "--help" in argv else 2), proc.stderr
+
+
+def test_sweep_help_describes_every_option(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "--help"])
+    text = capsys.readouterr().out
+    for option in ("--models", "--tasks", "--out"):
+        block = text[text.index(f"  {option}"):].split("\n  -")[0]
+        assert len(block.split()) > 4, (option, block)  # more than the option and metavar
+
+
+def test_parser_choices_match_the_registries():
+    """The parser is built from literal lists so that it needs no torch; they must be the
+    registries' names, and `workbench.names` must agree with the modules it stands in for."""
+    from transformer_lens.loading_from_pretrained import make_model_alias_map
+
+    from workbench import names
+    from workbench.ablation import AblationKind
+    from workbench.checkpoint import CONFIG_FILE
+    from workbench.search import STRATEGIES
+    from workbench.tasks import TASKS_DIR
+
+    assert cli.ABLATION_KINDS == tuple(k.value for k in AblationKind)
+    assert cli.STRATEGY_NAMES == tuple(sorted(STRATEGIES))
+    assert names.CHECKPOINT_CONFIG == CONFIG_FILE and names.TASKS_DIR == TASKS_DIR
+    # the TransformerLens names read from its source without importing it, vs its own map
+    assert set(names.official_names()) == set(make_model_alias_map())
+
+
+def test_theory_subcommand_keeps_its_options(capsys):
+    try:
+        import workbench.theory.cli  # noqa: F401
+    except ImportError:
+        pytest.skip("workbench.theory.cli is not importable here")
+    with pytest.raises(SystemExit):
+        cli.main(["theory", "--help"])
+    assert "--quick" in capsys.readouterr().out
+
+
+_SLOW_SEARCH = """
+import sys, time
+import workbench.pipeline as pipeline
+
+def slow_search(run, result):  # the real run, stopped in its second stage
+    print("searching", flush=True)
+    time.sleep(300)
+
+pipeline.search_stage = slow_search
+from workbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(demo_files, tmp_path, capsys):
+    """A real process interrupted by SIGINT in the middle of a run: one line on stderr, no
+    traceback, status 130; the same command then resumes from the stage files."""
+    import signal
+
+    model_dir, main, _ = demo_files
+    out = tmp_path / "o"
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
+            "--device", "cpu", *FAST]
+    env = {**os.environ, "PYTHONPATH": str(cli.REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_SEARCH, *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.strip() == "searching":
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines == [f"interrupted; rerun the same command to resume from {out}"], err
+    assert (out / "heads.csv").is_file() and not (out / "combos.csv").exists()
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "resuming from" in printed and "best set: L0H1,L0H3,L1H1" in printed
+
+
+def _confirmation(p_holm):
+    return pd.DataFrame({"size": [1, 2, 3], "heads": ["L0H3", "L0H1,L1H1", "L0H1,L0H3,L1H1"],
+                         "best": [False, False, True], "select_d_accuracy": [0.2, 0.1, 0.3],
+                         "d_accuracy": [0.2, 0.1, 0.3], "p_holm": p_holm})
+
+
+@pytest.mark.parametrize(
+    "p_holm,best,line",
+    [
+        ([0.01, 0.01, 0.01], ["L0H1", "L0H3", "L1H1"], "best set: L0H1,L0H3,L1H1  ("),
+        ([0.01, 0.5, 0.5], ["L0H3"], "best set: L0H3  ("),
+        ([0.5, 0.01, 0.2], ["L0H1", "L1H1"], "best set: L0H1,L1H1  ("),
+        ([1.0, 1.0, 1.0], [], "best set: none: no significant enhancement (p_holm >= 0.05 at "
+         "every size); top candidate: L0H1,L0H3,L1H1 ("),
+    ],
+)
+def test_best_is_only_a_significant_set(p_holm, best, line):
+    """`best` is the top candidate when significant, else the significant set with the
+    largest selection gain, else none, and the CLI and the report say which."""
+    from workbench.config import CELConfig
+    from workbench.results import mark_best
+
+    result = CELResult(config=CELConfig(model="m", task="t", objective="accuracy"),
+                       confirmation=_confirmation(p_holm))
+    assert result.best == best
+    assert result.top_candidate == ["L0H1", "L0H3", "L1H1"]
+    assert cli._best_line(result).startswith(line)
+    marked = mark_best(result.confirmation, "accuracy", 0.05)
+    assert marked["best"].sum() == (1 if best else 0)
+    assert list(marked["top_candidate"]) == [False, False, True]
+    assert mark_best(marked, "accuracy", 0.05).equals(marked)  # idempotent
+    report = result.report(plots=False)
+    if best:
+        assert f"**Best set:** {','.join(best)}: its held-out gain is significant" in report
+    else:
+        assert "no significant enhancement. The top candidate on the selection split is " \
+            "L0H1,L0H3,L1H1" in report
+
+
+def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys):
+    model_dir, main, side = demo_files
+    out = tmp_path / "out"
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
+            "--device", "cpu", "--no-explain", *FAST]
+    assert cli.main(argv) == 0
+    assert not (out / "explanation").exists()
+    assert "What the best set" not in (out / "report.md").read_text()
+    capsys.readouterr()
+    # the recorded task name is not in tasks/: one line saying to pass --task
+    assert cli.main(["explain", "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "micro_map" in err[0] and "--task" in err[0], err
+    # another task than the run's is refused by its fingerprint
+    assert cli.main(["explain", "--out", str(out), "--task", str(side), "--device", "cpu"]) == 2
+    assert "not the task" in capsys.readouterr().err
+    assert cli.main(["explain", "--out", str(out), "--task", str(main), "--device", "cpu"]) == 0
+    assert "explained L0H1,L0H3,L1H1 on the heldout split" in capsys.readouterr().out
+    saved = json.loads((out / "explanation" / "config.json").read_text())
+    assert saved["heads"] == "L0H1,L0H3,L1H1" and saved["significant"] is True
+    report = (out / "report.md").read_text()
+    assert "## What the best set's heads do (heldout split" in report
+    assert "| L0H3 | removed |" in report and "| comparison |" in report
+
+
+def test_explain_command_rebuilds_the_demo(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_embedded_defaults", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*FAST, "--no-explain"]) == 0
+    capsys.readouterr()
+    assert cli.main(["explain", "--out", "cel_results", "--device", "cpu"]) == 0
+    assert "explained L0H1,L0H3,L1H1" in capsys.readouterr().out
+    assert (tmp_path / "cel_results" / "explanation" / "roles.csv").is_file()
+
+
+def test_package_exports_load_lazily():
+    """`__all__` names exactly the lazily imported names, each the object its module
+    defines."""
+    import importlib
+
+    import workbench
+
+    assert set(workbench.__all__) == {*workbench._EXPORTS, "WorkbenchError"}
+    for name, module in workbench._EXPORTS.items():
+        assert getattr(workbench, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        workbench.nope  # noqa: B018

@@ -342,3 +342,84 @@ def test_plots_render(micro_model, micro_task, micro_explained):
         fig.savefig(io.BytesIO(), format="png")
     labels = [t.get_text() for t in figs[0].axes[0].get_xticklabels()]
     assert labels[0] == "<bos>" and "mk" in labels
+
+
+# --- the explanation of a CEL result -----------------------------------------------------------
+
+FAST_CEL = dict(n_random=10, n_boot=50, progress=False)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo micro model (built in memory), its task and a finished CEL run in a folder."""
+    from workbench.demo import micro_model as demo_model
+    from workbench.demo import write_demo
+    from workbench.pipeline import run_cel
+
+    folder = tmp_path_factory.mktemp("demo")
+    _, main, _ = write_demo(folder)
+    model, task = demo_model(), load_task(main)
+    result = run_cel(model, task, out_dir=folder / "run", **FAST_CEL)
+    return model, task, result, folder / "run"
+
+
+def test_explain_heads_takes_a_cel_result(demo_run):
+    """A significant result is explained as its best set would be by hand, without warning."""
+    import warnings
+
+    model, task, result, _ = demo_run
+    assert result.best == ["L0H1", "L0H3", "L1H1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ex = explain_heads(model, task, result)
+    by_hand = explain_heads(model, task, result.best, kind=result.config.kind)
+    assert str(ex.heads) == "L0H1,L0H3,L1H1" and ex.config["significant"] is True
+    for name in ex.TABLES:
+        pd.testing.assert_frame_equal(getattr(ex, name), getattr(by_hand, name))
+    # what the comparison heads attend to is summarised like the removed heads
+    assert list(ex.comparison_roles["head_name"]) == ex.comparison.names
+
+
+def test_explain_heads_warns_on_a_set_that_is_not_significant(demo_run, tmp_path):
+    from dataclasses import replace
+
+    from workbench.explain.report import explain_folder
+
+    model, task, result, folder = demo_run
+    weak = replace(result, confirmation=result.confirmation.assign(p_holm=1.0))
+    assert weak.best == [] and weak.top_candidate == result.best
+    with pytest.warns(UserWarning, match="no significant enhancement"):
+        ex = explain_heads(model, task, weak)
+    assert ex.config["significant"] is False and "not established" in ex.config["note"]
+    assert str(ex.heads) == ",".join(weak.top_candidate)
+    import shutil
+
+    out = tmp_path / "weak"
+    shutil.copytree(folder, out)
+    explain_folder(out, model, task, weak)
+    report = (out / "report.md").read_text()
+    assert "## What the top candidate's heads do" in report and "**Not significant.**" in report
+
+
+def test_report_explains_the_best_set_with_the_tables_numbers(demo_run):
+    from workbench.explain.report import explain_folder
+
+    model, task, result, folder = demo_run
+    report = (folder / "report.md").read_text()
+    # an in-memory model is named by its shape, not by TransformerLens's "custom"
+    assert report.startswith("# CEL: micro_map on an in-memory model (2 layers x 4 heads")
+    assert "What the best set" not in report  # run_cel alone does not explain
+    ex = explain_folder(folder, model, task, result)
+    report = (folder / "report.md").read_text()
+    section = report[report.index("## What the best set's heads do"):]
+    dla = ex.dla_summary.set_index("head_name")
+    for name in ex.heads.names + ex.comparison.names:
+        group = "removed" if name in ex.heads.names else "comparison"
+        row = next(x for x in section.splitlines() if x.startswith(f"| {name} | {group} |"))
+        assert f"| {dla.loc[name, 'dla_diff']:.4g} |" in row
+    fixed = int((ex.outcomes["outcome"] == "fixed").sum())
+    assert f"fixes {fixed} examples" in section
+    assert "![explanation](explanation.png)" in section and (folder / "explanation.png").is_file()
+    # rewriting the report keeps the section: it is read back from explanation/
+    result.write_report(folder, plots=False)
+    assert section in (folder / "report.md").read_text()

@@ -47,3 +47,53 @@ def test_heatmap_ticks_are_layer_and_head_indices(n_layers, n_heads):
         for loc, label in ticks:
             value = int(label.replace("\N{MINUS SIGN}", "-"))  # ValueError on '0.5'
             assert value == loc and 0 <= value < n, (axis.axis_name, loc, label)
+
+
+def _confirmed(p_holm: list[float]) -> CELResult:
+    """A 2 x 4 result whose sizes 1..3 have the given Holm p-values; size 3 ranks first on
+    the selection split."""
+    result = _result(2, 4)
+    result.confirmation = pd.DataFrame(
+        {
+            "size": [1, 2, 3],
+            "heads": ["L0H1", "L0H1,L1H2", "L0H1,L1H2,L1H3"],
+            "best": [False, False, True],
+            "select_d_accuracy": [0.1, 0.2, 0.3],
+            "d_accuracy": [0.1, 0.15, 0.2],
+            "d_accuracy_lo": [0.05, 0.1, 0.1],
+            "d_accuracy_hi": [0.15, 0.2, 0.3],
+            "random_mean": [-0.2, -0.3, -0.4],
+            "random_q95": [0.0, -0.1, -0.1],
+            "p_holm": p_holm,
+        }
+    )
+    return result
+
+
+def _marked(fig) -> list[tuple[float, float]]:
+    """(head, layer) of the points scattered on the heatmap."""
+    (ax,) = [a for a in fig.axes if a.get_xlabel() == "head"]
+    return sorted(tuple(map(float, p)) for c in ax.collections for p in c.get_offsets())
+
+
+def test_heatmap_marks_the_best_set_or_the_top_candidate():
+    fig = heads_heatmap(_confirmed([0.01, 0.01, 0.01]))
+    assert _marked(fig) == [(1.0, 0.0), (2.0, 1.0), (3.0, 1.0)]
+    (ax,) = [a for a in fig.axes if a.get_xlabel() == "head"]
+    assert ax.get_legend().get_texts()[0].get_text() == "best set: L0H1,L1H2,L1H3"
+    # only size 1 significant: the best set is size 1, not the top candidate
+    assert _marked(heads_heatmap(_confirmed([0.01, 0.2, 0.2]))) == [(1.0, 0.0)]
+    fig = heads_heatmap(_confirmed([0.2, 0.2, 0.2]))
+    (ax,) = [a for a in fig.axes if a.get_xlabel() == "head"]
+    assert "top candidate (not significant)" in ax.get_legend().get_texts()[0].get_text()
+    assert _marked(fig) == [(1.0, 0.0), (2.0, 1.0), (3.0, 1.0)]
+
+
+def test_gain_vs_size_legend_is_clear_of_the_random_band():
+    from workbench.plots import gain_vs_size
+
+    fig = gain_vs_size(_confirmed([0.01, 0.01, 0.01]))
+    fig.savefig(io.BytesIO(), format="png")  # lay out
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, so over no data

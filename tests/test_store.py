@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,8 @@ def _snapshot(folder: Path) -> dict[str, str]:
         return {}
     if folder.is_file():
         return {folder.name: hashlib.sha256(folder.read_bytes()).hexdigest()}
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _fails(argv: list[str], capsys, watch: Path, match: str) -> None:
@@ -142,6 +145,74 @@ def test_a_locked_folder_is_refused(demo, tmp_path, capsys):
     assert not (out / LOCK_FILE).exists()
     with ResultStore(out) as store:  # released: the next run gets it
         assert store.previous is not None
+
+
+_HOLD_LOCK = """
+import sys, time
+from workbench.store import ResultStore
+store = ResultStore(sys.argv[1]).__enter__()
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.slow
+def test_overwrite_is_refused_while_another_process_holds_the_folder(demo, tmp_path, capsys):
+    """Two real processes: while one holds the folder's lock, `--overwrite` deletes nothing,
+    neither in the CLI's early check nor in `run_cel`'s own store; once it is gone,
+    `--overwrite` replaces the folder."""
+    model_dir, main, side, done = demo
+    out = _copy_run(done, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(out)], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        argv = _argv(model_dir, main, out, "--others", str(side), "--max-size", "2",
+                     "--overwrite")
+        _fails(argv, capsys, out, f"is in use by another run (process {holder.pid})")
+        before = _snapshot(out)
+        with pytest.raises(WorkbenchError, match="in use by another run"):
+            run_cel(micro_model(), load_task(main), out_dir=out, overwrite=True)
+        assert _snapshot(out) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli.main(argv) == 0
+    assert CELResult.load(out).config.max_size == 2
+    assert (out / "report.md").is_file() and (out / "explanation" / "config.json").is_file()
+
+
+def test_overwrite_keeps_the_lock_between_emptying_and_writing(demo, tmp_path):
+    """`ResultStore(overwrite=True)` empties the folder only once it holds the lock, and
+    keeps holding it: another store is refused while the emptied folder is being written."""
+    _, _, _, done = demo
+    out = _copy_run(done, tmp_path)
+    (out / "explanation" / "extra.csv").write_text("x\n")
+    with ResultStore(out, overwrite=True) as store:
+        assert store.previous is None and sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
+        with pytest.raises(WorkbenchError, match="in use"):
+            ResultStore(out, overwrite=True).__enter__()
+    assert list(out.iterdir()) == []
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_results_folder(demo, tmp_path, capsys):
+    model_dir, main, _, _ = demo
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.json").write_text('{"mine": 1}')  # someone else's config
+    _fails(_argv(model_dir, main, out, "--overwrite"), capsys, out, "not a CEL results config")
+
+
+def test_resample_without_counterfactuals_writes_nothing(demo, tmp_path, capsys):
+    model_dir, main, _, _ = demo
+    out = tmp_path / "new"
+    _fails(_argv(model_dir, main, out, "--ablation", "resample"), capsys, out,
+           "needs a 'counterfactual' prompt on every example")
+    assert not out.exists()
+    with pytest.raises(WorkbenchError, match="counterfactual"):
+        run_cel(micro_model(), load_task(main), kind="resample", out_dir=out)
+    assert not out.exists()
 
 
 def test_resumed_run_equals_finished_one(demo, tmp_path):

@@ -1,16 +1,37 @@
-"""cel-workbench: find attention heads whose removal improves a task (CEL), on TransformerLens."""
+"""cel-workbench: find attention heads whose removal improves a task (CEL), on TransformerLens.
 
-from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
+The public names are imported on first use (PEP 562 module `__getattr__`), so `import
+workbench` and the `workbench` command's `--help` and input errors do not pay the seconds it
+takes to import torch and TransformerLens; `from workbench import run_cel` works as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from workbench.errors import WorkbenchError
-from workbench.explain import HeadExplanation, explain_heads
-from workbench.heads import HeadSet
-from workbench.loading import load_model
-from workbench.metrics import evaluate, summarize
-from workbench.pipeline import run_cel
-from workbench.results import CELResult
-from workbench.screening import screen_heads
-from workbench.tables import head_table
-from workbench.tasks import Task, encode_task, load_task
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "AblationKind": "workbench.ablation",
+    "CELResult": "workbench.results",
+    "HeadExplanation": "workbench.explain",
+    "HeadMeans": "workbench.ablation",
+    "HeadSet": "workbench.heads",
+    "Task": "workbench.tasks",
+    "ablated": "workbench.ablation",
+    "compute_head_means": "workbench.ablation",
+    "encode_task": "workbench.tasks",
+    "evaluate": "workbench.metrics",
+    "explain_heads": "workbench.explain",
+    "head_table": "workbench.tables",
+    "load_model": "workbench.loading",
+    "load_task": "workbench.tasks",
+    "run_cel": "workbench.pipeline",
+    "screen_heads": "workbench.screening",
+    "summarize": "workbench.metrics",
+}
 
 __all__ = [
     "AblationKind",
@@ -32,3 +53,28 @@ __all__ = [
     "screen_heads",
     "summarize",
 ]
+
+if TYPE_CHECKING:  # static checkers and IDEs see the real imports
+    from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
+    from workbench.explain import HeadExplanation, explain_heads
+    from workbench.heads import HeadSet
+    from workbench.loading import load_model
+    from workbench.metrics import evaluate, summarize
+    from workbench.pipeline import run_cel
+    from workbench.results import CELResult
+    from workbench.screening import screen_heads
+    from workbench.tables import head_table
+    from workbench.tasks import Task, encode_task, load_task
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -5,6 +5,7 @@
     workbench sweep --models gpt2 embedded --tasks ioi embedded_map --ablation zero mean
     torchrun --nproc-per-node 2 -m workbench sweep   # the same, on 2 processes
     workbench cel --model path/to/checkpoint --task my_task.jsonl --method attribution
+    workbench explain --out cel_ioi            # (re)explain the best set of a results folder
     workbench theory --quick
     workbench notebooks
 
@@ -19,13 +20,19 @@ a temporary folder.
 default task and prints the cross-family table (`workbench.sweep`). Under torchrun
 (`WORLD_SIZE > 1`) every command joins the process group first (`workbench.distributed`).
 
-A rerun with the same options and `--out` resumes from the stages already saved. Input errors
-print one line (`workbench: error: ...`) to stderr and exit with status 2.
+A rerun with the same options and `--out` resumes from the stages already saved; Ctrl-C
+prints one line saying so and exits with status 130. Input errors print one line
+(`workbench: error: ...`) to stderr and exit with status 2.
+
+Start-up is kept short: building the parser and checking names and paths import neither torch
+nor TransformerLens (`workbench.names`), so `--help` and a typo answer in about a second; the
+heavy modules are imported only once the inputs are known to be good.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -35,6 +42,11 @@ from workbench.errors import WorkbenchError
 
 DEFAULT_OUT = "cel_results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+# The values of `workbench.ablation.AblationKind` and the names of `workbench.search.STRATEGIES`,
+# written out so the parser is built without importing torch (tests check they agree).
+ABLATION_KINDS = ("zero", "mean", "resample")
+STRATEGY_NAMES = ("beam", "compressed_sensing", "exhaustive", "greedy", "interaction")
 
 
 def _add_cel_parser(subparsers) -> None:
@@ -70,7 +82,15 @@ def _add_cel_parser(subparsers) -> None:
         help=f"results folder; a rerun resumes from it (default {DEFAULT_OUT})",
     )
     p.add_argument(
-        "--overwrite", action="store_true", help="delete an existing results folder in --out first"
+        "--overwrite",
+        action="store_true",
+        help="delete an existing results folder in --out first (refused while another run "
+        "is writing it)",
+    )
+    p.add_argument(
+        "--no-explain",
+        action="store_true",
+        help="skip the explanation of the best set in report.md (see `workbench explain`)",
     )
     _add_run_options(p, several_kinds=False)
     p.set_defaults(func=run_cel_command)
@@ -78,12 +98,9 @@ def _add_cel_parser(subparsers) -> None:
 
 def _add_run_options(p, several_kinds: bool) -> None:
     """The options of a CEL run, shared by `cel` and `sweep` (`sweep` takes several kinds)."""
-    from workbench.ablation import AblationKind
-    from workbench.search import STRATEGIES
-
     p.add_argument(
         "--ablation",
-        choices=[k.value for k in AblationKind],
+        choices=ABLATION_KINDS,
         default=["zero"] if several_kinds else "zero",
         nargs="+" if several_kinds else None,
         help="replace a removed head's z by 0, by its mean over each task's prompts, or by its "
@@ -112,7 +129,7 @@ def _add_run_options(p, several_kinds: bool) -> None:
         "--strategy",
         nargs="+",
         default=["interaction"],
-        choices=sorted(STRATEGIES),
+        choices=STRATEGY_NAMES,
         help="search strategies, run in order on a shared cache (default interaction: "
         "knockouts over the heads that do not clearly hurt, then exact scoring of finalists)",
     )
@@ -182,8 +199,21 @@ def _add_sweep_parser(subparsers) -> None:
         "cell to sweep.csv and sweep.png. Without --models: the embedded model family on its "
         "default task.",
     )
-    p.add_argument("--models", nargs="*", default=None, metavar="NAME|PATH")
-    p.add_argument("--tasks", nargs="*", default=None, metavar="NAME|PATH")
+    p.add_argument(
+        "--models",
+        nargs="*",
+        default=None,
+        metavar="NAME|PATH",
+        help="models to run, as for `cel --model` (default: the embedded model family)",
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="*",
+        default=None,
+        metavar="NAME|PATH",
+        help="tasks to run, as for `cel --task` (required with --models; default: the embedded "
+        "model's default task)",
+    )
     p.add_argument(
         "--others",
         nargs="*",
@@ -198,10 +228,48 @@ def _add_sweep_parser(subparsers) -> None:
         help="under torchrun: deal cells to ranks, or run each cell on all ranks with its "
         "masks split (auto: cells when there are at least as many as ranks)",
     )
-    p.add_argument("--out", default="sweep_results", metavar="DIR")
+    p.add_argument(
+        "--out",
+        default="sweep_results",
+        metavar="DIR",
+        help="sweep folder: one results folder per cell, sweep.csv and sweep.png; a rerun "
+        "resumes every cell (default sweep_results)",
+    )
     p.add_argument("--no-plots", action="store_true", help="write no plots")
     _add_run_options(p, several_kinds=True)
     p.set_defaults(func=run_sweep_command)
+
+
+def _add_explain_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "explain",
+        help="explain the best head set of a results folder (attention by role, direct logit "
+        "attribution, comparison heads) and add it to its report.md",
+        description="Load the model and task recorded in a CEL results folder, explain its "
+        "best head set (or, when no set is significant, the top candidate, marked as such) "
+        "on the held-out split, and write the tables to DIR/explanation/, the figure to "
+        "DIR/explanation.png and a section to DIR/report.md. `workbench cel` does this at "
+        "the end of every run.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="a CEL results folder")
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="NAME|PATH",
+        help="the model, when the name recorded in the folder does not load it (its "
+        "fingerprint must match the recorded one)",
+    )
+    p.add_argument(
+        "--task",
+        default=None,
+        metavar="NAME|PATH",
+        help="the task file, when the recorded task name is not a task in tasks/ (its "
+        "fingerprint must match the recorded one)",
+    )
+    p.add_argument("--split", choices=["heldout", "select"], default="heldout")
+    p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, mps")
+    p.add_argument("--dtype", default=None, help="as for `workbench cel`")
+    p.set_defaults(func=explain_command)
 
 
 def _add_notebooks_parser(subparsers) -> None:
@@ -213,45 +281,79 @@ def _add_notebooks_parser(subparsers) -> None:
     p.set_defaults(func=notebooks_command)
 
 
-def build_parser() -> argparse.ArgumentParser:
+THEORY_HELP = "train the multi-head attention theory model and measure head trade-offs"
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `workbench` parser. The `theory` subcommand's options need torch, so they are
+    added only when `command` is `"theory"`; otherwise it is listed with its help line."""
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Capability Enhancement Localization on TransformerLens models. "
         "With no subcommand, runs `workbench cel` with its defaults.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="{cel,sweep,theory,notebooks}")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="{cel,sweep,explain,theory,notebooks}"
+    )
     _add_cel_parser(subparsers)
     _add_sweep_parser(subparsers)
-    try:
-        from workbench.theory.cli import add_parser as add_theory_parser
-    except ImportError:
-        add_theory_parser = None
-    if add_theory_parser is not None:
-        add_theory_parser(subparsers)
+    _add_explain_parser(subparsers)
+    if command == "theory":
+        try:
+            from workbench.theory.cli import add_parser as add_theory_parser
+        except ImportError:
+            add_theory_parser = None
+        if add_theory_parser is not None:
+            add_theory_parser(subparsers)
+    else:
+        subparsers.add_parser("theory", help=THEORY_HELP, add_help=False)
     _add_notebooks_parser(subparsers)
     return parser
 
 
 def _embedded_defaults() -> tuple[str, list[str]] | None:
     """`(default task, side tasks)` when the embedded checkpoint is on disk, else None."""
-    try:
-        from workbench.checkpoint import is_checkpoint
-        from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH, SIDE_TASKS
-    except ImportError:
-        return None
-    if not is_checkpoint(EMBEDDED_PATH):
+    from workbench.names import is_checkpoint_folder
+    from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH, SIDE_TASKS
+
+    if not is_checkpoint_folder(EMBEDDED_PATH):
         return None
     return DEFAULT_TASK, list(SIDE_TASKS)
 
 
 def _resolve_inputs(args) -> tuple[str, str, list[str], str | None]:
-    """`(model, task, others, note)`: fill the defaults; `note` says when the demo is used."""
+    """`(model, task, others, note)`: check the names (an unknown model first, then the
+    tasks), fill the defaults; `note` says when the demo is used. Imports no torch."""
+    from workbench.names import check_model_name, check_task_name
+
+    model, task, others = _resolve_names(args)
+    if model != "demo":
+        check_model_name(model)
+        for name in [task, *others]:
+            check_task_name(name)
+        return model, task, others, None
+    from workbench.demo import write_demo
+
+    folder = Path(tempfile.mkdtemp(prefix="workbench-demo-"))
+    model_dir, main, side = write_demo(folder)
+    note = (
+        "the embedded model is not on disk, so this is the built-in demo: the hand-"
+        "built micro model of workbench.demo (L0H3 hurts; L0H1 + L1H1 hurt jointly)"
+    )
+    return str(model_dir), str(main), [str(side)] if args.others is None else args.others, note
+
+
+def _resolve_names(args) -> tuple[str, str | None, list[str]]:
+    """`(model, task, others)` with the defaults filled in; model `"demo"` for the demo."""
+    from workbench.names import check_model_name
+    from workbench.zoo import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
+
     others = args.others
     if args.model is None or args.model == "embedded":
         defaults = _embedded_defaults()
         if defaults is not None:
             task = args.task or defaults[0]
-            return "embedded", task, defaults[1] if others is None else others, None
+            return "embedded", task, defaults[1] if others is None else others
         if args.model == "embedded":
             raise WorkbenchError(
                 "the embedded model is not on disk yet (workbench.zoo."
@@ -259,45 +361,36 @@ def _resolve_inputs(args) -> tuple[str, str, list[str], str | None]:
             )
         if args.task is not None:
             raise WorkbenchError("--task needs --model (the embedded model is not on disk)")
-        from workbench.demo import write_demo
-
-        folder = Path(tempfile.mkdtemp(prefix="workbench-demo-"))
-        model_dir, main, side = write_demo(folder)
-        note = (
-            "the embedded model is not on disk, so this is the built-in demo: the hand-"
-            "built micro model of workbench.demo (L0H3 hurts; L0H1 + L1H1 hurt jointly)"
-        )
-        return str(model_dir), str(main), [str(side)] if others is None else others, note
-    from workbench.zoo import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
-
+        return "demo", None, others or []
     if args.model in EMBEDDED_FAMILY:  # the family members share the embedded tasks
         task = args.task or DEFAULT_TASK
-        return args.model, task, list(SIDE_TASKS) if others is None else others, None
+        return args.model, task, list(SIDE_TASKS) if others is None else others
+    check_model_name(args.model)  # a typo is the first thing to report
     if args.task is None:
         raise WorkbenchError(f"--task is required with --model {args.model!r}")
-    return args.model, args.task, others or [], None
+    return args.model, args.task, others or []
 
 
 def run_cel_command(args) -> int:
     """Run `workbench cel`; returns the exit status."""
+    model_name, task_name, other_names, note = _resolve_inputs(args)  # no torch yet
+    out = Path(args.out)
+    _check_out(out, args.overwrite)
+    if note:
+        print(f"note: {note}", flush=True)
+
     import pandas as pd
 
     from workbench import distributed
     from workbench.loading import load_model
-    from workbench.pipeline import run_cel
-    from workbench.store import CONFIG_FILE, read_run_file
+    from workbench.pipeline import check_counterfactuals, run_cel
+    from workbench.store import CONFIG_FILE
     from workbench.tasks import load_task
 
-    model_name, task_name, other_names, note = _resolve_inputs(args)
-    if note:
-        print(f"note: {note}", flush=True)
-    out = Path(args.out)
-    if args.overwrite and distributed.is_main() and (out / CONFIG_FILE).is_file():
-        read_run_file(out)  # only ever delete a CEL results folder
-        shutil.rmtree(out)
-    model = load_model(model_name, device=distributed.local_device(args.device), dtype=args.dtype)
     task = load_task(task_name)
     others = [load_task(o) for o in other_names]
+    check_counterfactuals(args.ablation, [task, *others])  # before the model loads
+    model = load_model(model_name, device=distributed.local_device(args.device), dtype=args.dtype)
     if note:  # the demo's files are loaded; the results folder records what matters
         shutil.rmtree(Path(model_name).parent, ignore_errors=True)
         model_name = "demo"
@@ -309,7 +402,7 @@ def run_cel_command(args) -> int:
         f"side tasks: {', '.join(o.name for o in others) or 'none'}",
         flush=True,
     )
-    if (out / CONFIG_FILE).is_file():
+    if (out / CONFIG_FILE).is_file() and not args.overwrite:
         print(f"resuming from {out}", flush=True)
     with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
         result = run_cel(
@@ -320,12 +413,16 @@ def run_cel_command(args) -> int:
             out_dir=run_out,
             model_name=model_name,
             progress=not args.quiet and distributed.is_main(),
+            overwrite=args.overwrite,
             **run_options(args),
         )
+    from workbench.results import _split_order
+
     obj = result.config.objective
     clean = result.summary.get("clean", {})
     print()
-    print(f"clean {obj}: " + ", ".join(f"{k} {v[obj]:.3f}" for k, v in clean.items() if obj in v))
+    print(f"clean {obj}: " + ", ".join(f"{k} {clean[k][obj]:.3f}" for k in _split_order(clean)
+                                       if obj in clean[k]))
     with pd.option_context(
         "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
     ):
@@ -337,27 +434,133 @@ def run_cel_command(args) -> int:
         f"{alpha:.2g}): "
         + (f"significant at size(s) {significant}" if significant else "none significant")
     )
-    best = ",".join(result.best) or "(none)"
-    print(
-        f"\nbest set: {best}  (positive d_{obj} = removing the heads helps; percentile and "
-        f"random_share_ge against up to {result.config.n_random} random sets of the same size, "
-        "or all of them where there are fewer)"
-    )
+    print("\n" + _best_line(result))
     if "attribution_rank_correlation" in result.summary:
         rho = result.summary["attribution_rank_correlation"]
         print(
             "attribution vs exact rank correlation: "
             + ", ".join(f"{k} {v:.3f}" for k, v in rho.items())
         )
+    if not args.no_explain and distributed.is_main() and result.complete:
+        from workbench.explain.report import explain_folder
+
+        ex = explain_folder(out, model, task, result)
+        if ex is not None:
+            print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
     print(f"results: {out}/ (report.md, config.json, CSV tables, plots)")
+    return 0
+
+
+def _best_line(result) -> str:
+    """The CLI's line on the best set: only a significant set is called best."""
+    obj = result.config.objective
+    baseline = (
+        f"positive d_{obj} = removing the heads helps; percentile and random_share_ge against "
+        f"up to {result.config.n_random} random sets of the same size, or all of them where "
+        "there are fewer"
+    )
+    if result.best:
+        return f"best set: {','.join(result.best)}  ({baseline})"
+    top = result.top_candidate
+    if not top:
+        return "best set: (none): no head set was confirmed"
+    return (
+        f"best set: none: no significant enhancement (p_holm >= {result.alpha:.2g} at every "
+        f"size); top candidate: {','.join(top)} ({baseline})"
+    )
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse, before loading anything, an --out that is a file, and --overwrite on a folder
+    another run holds (`run_cel` checks again under the lock)."""
+    if out.exists() and not out.is_dir():
+        raise WorkbenchError(f"--out {str(out)!r} is a file; expected a folder (new or a CEL "
+                             "results folder)")
+    if overwrite and out.is_dir():
+        from workbench.store import check_unlocked
+
+        check_unlocked(out)
+
+
+def explain_command(args) -> int:
+    """Run `workbench explain`; returns the exit status."""
+    from workbench.names import check_model_name, check_task_name
+
+    out = Path(args.out)
+    if not (out / "config.json").is_file():  # the common mistake, answered before imports
+        raise WorkbenchError(f"{str(out)!r} is not a CEL results folder (no config.json)")
+    from workbench.store import read_run_file
+
+    cfg = read_run_file(out)["config"]
+    model_name = args.model or cfg["model"]
+    task_name = args.task or cfg["task"]
+    demo_folder = None
+    if model_name == "demo" and args.model is None:  # the demo's files are rebuilt
+        from workbench.demo import write_demo
+
+        demo_folder = Path(tempfile.mkdtemp(prefix="workbench-demo-"))
+        model_dir, main, _ = write_demo(demo_folder)
+        model_name = str(model_dir)
+        task_name = args.task or str(main)
+    try:
+        check_model_name(model_name)
+        try:
+            check_task_name(task_name)
+        except WorkbenchError:
+            if args.task is not None:
+                raise
+            raise WorkbenchError(
+                f"{str(out)!r} records task {task_name!r}, which is not a task in tasks/; pass "
+                "--task with the task file that run was made from"
+            ) from None
+        from workbench.explain.report import explain_folder
+        from workbench.fingerprint import model_fingerprint, task_fingerprint
+        from workbench.loading import load_model
+        from workbench.results import CELResult
+        from workbench.tasks import load_task
+
+        result = CELResult.load(out)
+        if result.confirmation.empty:
+            raise WorkbenchError(f"{str(out)!r} has no confirmation yet; finish the run first "
+                                 "(rerun the same `workbench cel` command)")
+        task = load_task(task_name)
+        if task_fingerprint(task) != result.config.task_fingerprint:
+            raise WorkbenchError(
+                f"task {task_name!r} is not the task {str(out)!r} was made from (its fingerprint "
+                "differs); pass --task with the task file of that run"
+            )
+        model = load_model(model_name, device=args.device, dtype=args.dtype)
+        if model_fingerprint(model) != result.config.model_fingerprint:
+            raise WorkbenchError(
+                f"model {model_name!r} is not the model {str(out)!r} was made from (its "
+                "fingerprint differs); pass --model with that model (and the same --dtype)"
+            )
+        ex = explain_folder(out, model, task, result, split=args.split)
+    finally:
+        if demo_folder is not None:
+            shutil.rmtree(demo_folder, ignore_errors=True)
+    if ex is None:
+        print(f"{out}: no head set to explain")
+        return 0
+    print(f"explained {ex.heads} on the {args.split} split of {task.name} "
+          f"({ex.config['n_examples']} examples)")
+    if not ex.config.get("significant", True):
+        print(f"note: {ex.config['note']}")
+    print(f"written: {out}/report.md, {out}/explanation.png, {out}/explanation/")
     return 0
 
 
 def _sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
     """`(models, tasks, others)`; without --models the embedded family on its default task."""
+    from workbench.names import check_model_name, check_task_name
+
     if args.models:
+        for m in args.models:
+            check_model_name(m)
         if not args.tasks:
             raise WorkbenchError("--tasks is required with --models")
+        for t in [*args.tasks, *(args.others or [])]:
+            check_task_name(t)
         return list(args.models), list(args.tasks), args.others
     import workbench.zoo as zoo
 
@@ -402,6 +605,7 @@ def run_sweep_command(args) -> int:
         "kind",
         "objective",
         "best",
+        "significant",
         "gain",
         "gain_lo",
         "gain_hi",
@@ -419,8 +623,9 @@ def run_sweep_command(args) -> int:
         print(shown.to_string(index=False))
     print(
         "\ngain: held-out gain of the best set (ablated - clean, objective units) with its "
-        "bootstrap interval; percentile among random sets of the same size; side_worst: its "
-        "most negative effect on another task"
+        "bootstrap interval; significant False: no set is, and best is the top candidate; "
+        "percentile among random sets of the same size; side_worst: its most negative effect "
+        "on another task"
     )
     print(f"table: {args.out}/{TABLE_FILE}, plot: {args.out}/sweep.png, cells: {args.out}/*/")
     return 0
@@ -439,14 +644,15 @@ def notebooks_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `workbench` console script; returns the exit status."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["cel", *argv]  # options without a subcommand are options of `cel`
-    args = parser.parse_args(argv)
-    from workbench import distributed
-
+    args = build_parser(argv[0]).parse_args(argv)
     try:
+        if not _launched_by_torchrun():
+            return int(args.func(args) or 0)
+        from workbench import distributed
+
         distributed.init_from_env(getattr(args, "device", "auto"))
         with distributed.quiet_unless_main():
             status = int(args.func(args) or 0)
@@ -455,6 +661,18 @@ def main(argv: list[str] | None = None) -> int:
     except WorkbenchError as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        out = getattr(args, "out", None)
+        resume = f"; rerun the same command to resume from {out}" if args.command in (
+            "cel", "sweep") else ""
+        print(f"\ninterrupted{resume}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _launched_by_torchrun() -> bool:
+    """True when torchrun started several processes (`WORLD_SIZE > 1`); checked without
+    importing torch (`workbench.distributed` validates the value)."""
+    return os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,14 @@ def parse_head(spec) -> Head:
             isinstance(x, int) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in spec
         )
     ):
-        return int(spec[0]), int(spec[1])
+        layer, head = int(spec[0]), int(spec[1])
+        if layer < 0 or head < 0:
+            # Python would index from the end; a head name like L1H-1 would mean nothing
+            raise WorkbenchError(
+                f"head spec {spec!r} has a negative index; layers and heads count from 0 "
+                "(negative indexing from the end is not supported)"
+            )
+        return layer, head
     raise WorkbenchError(
         f"head spec {spec!r} is neither a (layer, head) pair of ints nor a string like 'L9H6'"
     )

@@ -34,7 +34,7 @@ from workbench.errors import WorkbenchError
 from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.heads import HeadSet
 from workbench.metrics import NORMALIZED_METRICS, multi_token_metric
-from workbench.results import CELResult
+from workbench.results import CELResult, flagged_heads, mark_best
 from workbench.screening import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_TOKEN_BUDGET,
@@ -126,6 +126,7 @@ def run_cel(
     means: HeadMeans | None = None,
     compute: Compute | None = None,
     plots: bool = True,
+    overwrite: bool = False,
     **settings,
 ) -> CELResult:
     """Capability Enhancement Localization: screen heads, search sets, confirm held out.
@@ -150,6 +151,8 @@ def run_cel(
             split's prompts); side tasks always use the means over their own prompts.
         compute: how to compute (rows per forward, progress); defaults otherwise.
         plots: write plots when saving.
+        overwrite: empty an earlier CEL results folder in `out_dir` first, once this run
+            holds its lock (refused while another run holds it).
 
     Returns:
         A `CELResult` (also saved to `out_dir` when given).
@@ -179,7 +182,8 @@ def run_cel(
         raise WorkbenchError(f"task {main.name!r}: examples {sorted(shared)[:5]} are in both the "
                              "select and heldout splits")
 
-    with ResultStore(out_dir) as store:
+    check_counterfactuals(config.kind, [main, *other_tasks.values()])
+    with ResultStore(out_dir, overwrite=overwrite) as store:
         if run.means is None:
             run.means = run.means_of(run.select)
         setup = run.scorer(run.select, run.means)
@@ -195,7 +199,8 @@ def run_cel(
             if diff:
                 raise WorkbenchError(
                     f"{str(store.folder)!r} holds a CEL run with a different config (differs in "
-                    f"{diff}); use another --out folder or delete this one"
+                    f"{diff}); use another --out folder, delete this one, or rerun with "
+                    "--overwrite (run_cel(..., overwrite=True)) to replace it"
                 )
             result.summary = store.previous.get("summary", {})
             result.timings = store.previous.get("timings", {})
@@ -230,6 +235,9 @@ def run_cel(
         if confirmation is None or side_effects is None:
             t = time.perf_counter()
             confirmation, side_effects = confirm_stage(run, result)
+            confirmation = mark_best(confirmation, config.objective, 1.0 - config.ci)
+            for key, column in (("best_heads", "best"), ("top_candidate", "top_candidate")):
+                result.summary[key] = ",".join(flagged_heads(confirmation, column))
             _add_time(result, "confirm", t)
             tables = {"confirmation": confirmation}
             if not side_effects.empty:
@@ -319,6 +327,20 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
     return confirmation, side_effects
 
 
+def check_counterfactuals(kind: AblationKind | str, tasks: Sequence[Task]) -> None:
+    """Resample ablation needs a counterfactual prompt on every example of every task; say so
+    before the results folder is created."""
+    if AblationKind.parse(kind) is not AblationKind.RESAMPLE:
+        return
+    for task in tasks:
+        if not task.has_counterfactuals:
+            n = sum(e.counterfactual is None for e in task.examples)
+            raise WorkbenchError(
+                f"resample ablation needs a 'counterfactual' prompt on every example; task "
+                f"{task.name!r} has none on {n} of {len(task)} examples"
+            )
+
+
 def _clusters(data: TaskBatch, mode: str) -> list | None:
     """The group labels to cluster a split's inference by, or None for independent examples
     (see `CELConfig.cluster`)."""
@@ -339,8 +361,18 @@ def _settings_config(config: CELConfig | None, settings: dict, model) -> CELConf
     if unknown:
         raise WorkbenchError(f"run_cel got unknown settings {unknown}; expected CELConfig "
                              f"fields {sorted(fields - {'task', 'others'})}")
-    settings.setdefault("model", str(getattr(model.cfg, "model_name", "model")))
+    settings.setdefault("model", _model_name(model))
     return CELConfig(task="", **settings)
+
+
+def _model_name(model) -> str:
+    """The name recorded for a model given as an object: TransformerLens's `model_name`, or,
+    for a workbench checkpoint (whose config says "custom"), the checkpoint's own name."""
+    name = str(getattr(model.cfg, "model_name", "model"))
+    meta = getattr(model, "workbench_meta", None)
+    if name == "custom" and isinstance(meta, dict) and meta.get("name"):
+        return str(meta["name"])
+    return name
 
 
 def _other_tasks(others) -> dict[str, Task]:

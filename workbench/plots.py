@@ -4,9 +4,11 @@ Figures are built with matplotlib's object API (`Figure`, no `pyplot`), so impor
 calling this module changes no global state (no backend switch, no style) and works headless.
 
 - `heads_heatmap`: layer x head map of the single-head effect on the objective (the
-  selection split; red = removal helps), candidates outlined;
+  selection split; red = removal helps), candidates outlined, the best set starred (the top
+  candidate crossed when no set is significant);
 - `gain_vs_size`: the held-out gain of the best set of each size with its bootstrap interval,
-  next to the selection-split gain and the mean / 95th percentile of random sets;
+  next to the selection-split gain and the mean / 95th percentile of random sets (the legend
+  sits beside the axes, clear of the random band);
 - `side_effects_bars`: the effect of each best set on every other task, with intervals.
 """
 
@@ -25,7 +27,8 @@ def heads_heatmap(result) -> Figure:
     """Layer x head heatmap of `d_<objective>` from the screening table."""
     obj = result.config.objective
     fig = Figure(
-        figsize=(max(5.0, 1.5 + 0.45 * _n_heads(result)), max(3.0, 1.0 + 0.4 * _n_layers(result)))
+        figsize=(max(5.0, 1.5 + 0.45 * _n_heads(result)), max(3.0, 1.4 + 0.4 * _n_layers(result))),
+        layout="constrained",
     )
     ax = fig.add_subplot()
     if result.heads.empty:
@@ -39,6 +42,7 @@ def heads_heatmap(result) -> Figure:
         cand = result.heads[result.heads["candidate"].astype(bool)]
         for layer, head in zip(cand["layer"], cand["head"], strict=True):
             ax.add_patch(_rect(head, layer))
+    _mark_best(ax, result)
     # Layers and heads are indices: the default locator puts ticks at -0.5, 0.5, ... when
     # there are few of them. min_n_ticks=1 keeps a single layer at tick 0, not 0.1 steps.
     for axis in (ax.xaxis, ax.yaxis):
@@ -46,14 +50,13 @@ def heads_heatmap(result) -> Figure:
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(f"Removing one head: {result.config.task}, selection split", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
 def gain_vs_size(result) -> Figure:
     """Held-out gain of the best set of each size, with intervals and the random baseline."""
     obj = result.config.objective
-    fig = Figure(figsize=(5, 3.5))
+    fig = Figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.add_subplot()
     c = result.confirmation
     if c.empty:
@@ -85,8 +88,7 @@ def gain_vs_size(result) -> Figure:
     ax.set_xlabel("heads removed")
     ax.set_ylabel(f"d_{obj}")
     ax.set_title("Gain vs set size")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return fig
 
 
@@ -163,6 +165,22 @@ def _n_layers(result) -> int:
 
 def _n_heads(result) -> int:
     return int(result.heads["head"].max()) + 1 if not result.heads.empty else 1
+
+
+def _mark_best(ax, result) -> None:
+    """Star the best set's heads (cross the top candidate's when no set is significant)."""
+    best = result.best
+    heads, label, marker = (best, "best set", "*") if best else (
+        result.top_candidate, "top candidate (not significant)", "X")
+    if not heads:
+        return
+    from workbench.heads import parse_head
+
+    layers_heads = [parse_head(h) for h in heads]
+    ax.scatter([h for _, h in layers_heads], [l for l, _ in layers_heads], marker=marker, s=140,
+               c="gold", edgecolors="black", linewidths=0.8, zorder=3,
+               label=f"{label}: {','.join(heads)}")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
 
 
 def _rect(head: int, layer: int):

@@ -10,6 +10,10 @@
   selection split);
 - `confirmation`: the best set of each size re-scored on the held-out split, with paired
   bootstrap intervals and its percentile among random head sets of the same size;
+  `top_candidate` marks the set the search ranks first on the selection split, and `best` the
+  set the run reports (`mark_best`): the top candidate when its held-out gain is significant
+  (`p_holm < 1 - ci`), else the significant set with the largest selection-split gain, else
+  none ("no significant enhancement");
 - `side_effects`: the same sets' effects on every other task.
 
 A results folder holds `config.json` (config, seeds, timings, summary), one CSV per table,
@@ -62,14 +66,29 @@ class CELResult:
     timings: dict = field(default_factory=dict)
 
     @property
+    def alpha(self) -> float:
+        """The significance level of the held-out p-values, `1 - ci`."""
+        return float(self.summary.get("alpha", 1.0 - self.config.ci))
+
+    @property
     def best(self) -> list[str]:
-        """The head names of the best set (largest confirmed gain on the selection split)."""
-        if self.confirmation.empty:
-            return []
-        row = self.confirmation[self.confirmation["best"].astype(bool)]
-        if row.empty:
-            return []
-        return [h for h in str(row.iloc[0]["heads"]).split(",") if h]
+        """The head names of the best set: only a set whose held-out enhancement is
+        significant (`p_holm < alpha`) is called best; `[]` when none is (see
+        `top_candidate`)."""
+        return flagged_heads(mark_best(self.confirmation, self.config.objective, self.alpha),
+                            "best")
+
+    @property
+    def top_candidate(self) -> list[str]:
+        """The head names of the set the search ranks first on the selection split,
+        significant or not."""
+        return flagged_heads(mark_best(self.confirmation, self.config.objective, self.alpha),
+                            "top_candidate")
+
+    @property
+    def significant(self) -> bool:
+        """True when some confirmed set's held-out enhancement is significant."""
+        return bool(self.best)
 
     def run_file(self) -> dict:
         return {
@@ -100,6 +119,7 @@ class CELResult:
             "percentile",
             "pool_random_mean",
             "pool_percentile",
+            "top_candidate",
             "best",
         ]
         return c[[col for col in cols if col in c]].copy()
@@ -116,12 +136,19 @@ class CELResult:
         return folder
 
     def write_report(self, folder: Path, plots: bool = True) -> None:
-        """Write the plots and `report.md` (atomically) into `folder`."""
+        """Write the plots and `report.md` (atomically) into `folder`, with the explanation
+        section when `folder/explanation/` explains this result's best set."""
+        folder = Path(folder)
         if plots:
             from workbench.plots import save_plots
 
             save_plots(self, folder)
-        write_text(folder / REPORT_FILE, self.report(plots=plots))
+        section = None
+        if (folder / "explanation").is_dir():
+            from workbench.explain.report import explanation_section
+
+            section = explanation_section(folder, self)
+        write_text(folder / REPORT_FILE, self.report(plots=plots, explanation=section))
 
     @property
     def complete(self) -> bool:
@@ -158,13 +185,14 @@ class CELResult:
             **tables,
         )
 
-    def report(self, plots: bool = True) -> str:
-        """A short Markdown report of the run."""
+    def report(self, plots: bool = True, explanation: list[str] | None = None) -> str:
+        """A short Markdown report of the run; `explanation`: the Markdown lines of the
+        explanation section (`workbench.explain.report`), if any."""
         cfg, s = self.config, self.summary
         obj = cfg.objective
-        lines = [f"# CEL: {cfg.task} on {cfg.model}", ""]
+        lines = [f"# CEL: {cfg.task} on {self._model_title()}", ""]
         lines.append(
-            f"{cfg.kind} ablation, {cfg.method} screening, objective `{obj}` "
+            f"{cfg.kind.value} ablation, {cfg.method} screening, objective `{obj}` "
             f"(secondary `{cfg.secondary}`, ranked by {cfg.rank_by} first), sets up to size "
             f"{cfg.max_size}, strategies {', '.join(cfg.strategies)}, seed {cfg.seed}."
         )
@@ -180,7 +208,8 @@ class CELResult:
             lines.append("")
             lines.append("Clean model:")
             lines.append("")
-            lines += _markdown(pd.DataFrame(s["clean"]).T.reset_index(names="split/task"))
+            clean = {k: s["clean"][k] for k in _split_order(s["clean"])}
+            lines += _markdown(pd.DataFrame(clean).T.reset_index(names="split/task"))
         if not self.confirmation.empty:
             lines += ["", "## Best head sets, confirmed on held-out examples", ""]
             lines += _markdown(self.summary_table())
@@ -194,7 +223,7 @@ class CELResult:
                     f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
                     f"{alpha:.2g} at every size)."
                 )
-                lines.append("")
+            lines += [self._best_sentence(), ""]
             clustered = s.get("clustered", {}).get("heldout")
             unit = "groups (the task's `group` labels)" if clustered else "examples"
             lines.append(
@@ -247,7 +276,64 @@ class CELResult:
             ]
         if plots:
             lines += ["", *(f"![{p[:-4]}]({p})" for p in PLOTS)]
+        if explanation:
+            lines += ["", *explanation]
         return "\n".join(lines) + "\n"
+
+    def _model_title(self) -> str:
+        name = self.config.model
+        if name in ("", "custom", "model") and not self.heads.empty:
+            # TransformerLens names a model built from a config "custom"
+            return (f"an in-memory model ({int(self.heads['layer'].max()) + 1} layers x "
+                    f"{int(self.heads['head'].max()) + 1} heads, `model_name` {name!r})")
+        return name
+
+    def _best_sentence(self) -> str:
+        best, top = self.best, self.top_candidate
+        if best:
+            extra = "" if best == top else (
+                f" (the top candidate on the selection split, {','.join(top)}, is not)")
+            return f"**Best set:** {','.join(best)}: its held-out gain is significant{extra}."
+        if top:
+            return ("**Best set:** none: no significant enhancement. The top candidate on the "
+                    f"selection split is {','.join(top)}.")
+        return "**Best set:** none."
+
+
+def mark_best(confirmation: pd.DataFrame, objective: str, alpha: float) -> pd.DataFrame:
+    """The confirmation table with `top_candidate` (the set the search ranks first on the
+    selection split: the `best` flag of `confirm_sets`) and `best` (the set to report): the
+    top candidate when its `p_holm < alpha`, else the significant set with the largest
+    selection-split gain (the smallest such size on ties), else none. Idempotent."""
+    c = confirmation.copy()
+    if c.empty or "best" not in c:
+        return c
+    c["top_candidate"] = (c["top_candidate"] if "top_candidate" in c else c["best"]).astype(bool)
+    significant = (c["p_holm"] < alpha) if "p_holm" in c else pd.Series(False, index=c.index)
+    best = c["top_candidate"] & significant
+    if not best.any() and significant.any():
+        key = f"select_d_{objective}"
+        gains = c.loc[significant, key] if key in c else -c.loc[significant, "size"]
+        best = c.index == gains.astype(float).idxmax()  # first maximum: rows go by size
+    c["best"] = pd.Series(best, index=c.index).astype(bool)
+    return c
+
+
+def flagged_heads(confirmation: pd.DataFrame, column: str) -> list[str]:
+    """The head names of the first row of `confirmation` whose bool `column` is true."""
+    if confirmation.empty or column not in confirmation:
+        return []
+    row = confirmation[confirmation[column].astype(bool)]
+    if row.empty:
+        return []
+    return [h for h in str(row.iloc[0]["heads"]).split(",") if h]
+
+
+def _split_order(clean: dict) -> list[str]:
+    """`select`, then `heldout`, then the side tasks in their recorded order."""
+    return [k for k in ("select", "heldout") if k in clean] + [
+        k for k in clean if k not in ("select", "heldout")
+    ]
 
 
 def _fmt(v) -> str:

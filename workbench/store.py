@@ -12,13 +12,16 @@ table is recorded in `config.json` under `files` with
 `ResultStore` opens a folder for a run: it refuses a path that is a file or not writable, a
 folder holding CEL tables without a `config.json`, and any recorded file that is missing or
 changed, all before anything is written; and it holds an exclusive lock on the folder for
-the whole run, so two runs cannot write into one folder at once.
+the whole run, so two runs cannot write into one folder at once. With `overwrite=True` it
+empties an earlier CEL results folder only once it holds that lock, so `--overwrite` never
+deletes the files of a run that is still writing them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -123,8 +126,9 @@ class ResultStore:
     every recorded file exists with its recorded hash, and no CEL table is unrecorded.
     """
 
-    def __init__(self, folder: str | Path | None) -> None:
+    def __init__(self, folder: str | Path | None, overwrite: bool = False) -> None:
         self.folder = Path(folder) if folder is not None else None
+        self.overwrite = overwrite
         self.previous: dict | None = None
         self.files: dict[str, dict] = {}
         self._lock = None
@@ -145,6 +149,8 @@ class ResultStore:
             raise WorkbenchError(f"results folder {str(folder)!r} is not writable")
         self._acquire()
         try:
+            if self.overwrite:
+                self._empty()
             self._check_contents()
         except BaseException:
             self._release()
@@ -153,6 +159,19 @@ class ResultStore:
 
     def __exit__(self, *exc) -> None:
         self._release()
+
+    def _empty(self) -> None:
+        """Delete everything in an earlier CEL results folder but the lock (held by us)."""
+        if not (self.folder / CONFIG_FILE).is_file():
+            return  # not a results folder: the usual checks decide
+        read_run_file(self.folder)  # only ever delete a CEL results folder
+        for path in self.folder.iterdir():
+            if path.name == LOCK_FILE:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
     def _check_contents(self) -> None:
         folder = self.folder
@@ -250,6 +269,24 @@ class ResultStore:
         for name in self.files:
             (self.folder / f"{name}.csv").unlink(missing_ok=True)
         self.files = {}
+
+
+def check_unlocked(folder: str | Path) -> None:
+    """Raise `WorkbenchError` when another run holds `folder`'s lock (a quick check before a
+    run loads its model; `ResultStore` checks again when it takes the lock)."""
+    path = Path(folder) / LOCK_FILE
+    if fcntl is None or not path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise WorkbenchError(ResultStore(folder)._busy(path)) from None
+    finally:
+        os.close(fd)  # releases the probe's lock
 
 
 def stage_inputs(name: str, config: dict, files: dict[str, dict]) -> str:

@@ -9,7 +9,9 @@ into one table (`sweep.csv`) and one figure (`sweep.png`):
 |--------------------------------|----------------------------------------------------------|
 | `model`, `task`, `kind`        | the cell                                                 |
 | `objective`                    | the metric CEL improved (the task's)                     |
-| `best`, `size`                 | the best head set and its size (`""`, 0 when none)       |
+| `best`, `size`                 | the best head set and its size (`""`, 0 when none); when |
+|                                | no set is significant, the top candidate                 |
+| `significant`                  | whether `best` is significant (`p_holm < 1 - ci`)        |
 | `select_gain`                  | its objective gain on the selection split                |
 | `gain`, `gain_lo`, `gain_hi`   | its held-out gain with the paired bootstrap interval     |
 | `percentile`, `random_share_ge`| its rank among random head sets of the same size          |
@@ -46,7 +48,7 @@ from workbench import distributed
 from workbench.ablation import AblationKind
 from workbench.errors import WorkbenchError
 from workbench.plots import save_figure
-from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult
+from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult, mark_best
 from workbench.tables import save_table
 
 SPLITS = ("auto", "cells", "masks")
@@ -58,6 +60,7 @@ COLUMNS = (
     "kind",
     "objective",
     "best",
+    "significant",
     "size",
     "select_gain",
     "gain",
@@ -175,14 +178,16 @@ def _cell_row(cell: SweepCell, result: CELResult | None) -> dict:
         return row
     obj = result.config.objective
     row["objective"] = obj
-    c = result.confirmation
-    best = c[c["best"].astype(bool)] if "best" in c else c.iloc[0:0]
+    c = mark_best(result.confirmation, obj, result.alpha)
+    significant = bool(c["best"].any()) if "best" in c else False
+    best = c[c["best" if significant else "top_candidate"]] if "best" in c else c.iloc[0:0]
     if best.empty:
-        row.update(best="", size=0)
+        row.update(best="", size=0, significant=False)
         return row
     b = best.iloc[0]
     row.update(
         best=str(b["heads"]),
+        significant=significant,
         size=int(b["size"]),
         select_gain=b.get(f"select_d_{obj}", math.nan),
         gain=b.get(f"d_{obj}", math.nan),
@@ -233,11 +238,13 @@ def sweep_plot(table: pd.DataFrame) -> Figure:
         ]
     )
     ax_gain.errorbar(gain, y, xerr=err, fmt="o", capsize=4)
-    for yi, g, p, best in zip(y, gain, table["percentile"], table["best"], strict=True):
+    for yi, g, p, best, sig in zip(y, gain, table["percentile"], table["best"],
+                                   table["significant"], strict=True):
         if np.isfinite(g):
             pct = f", pct {float(p):.0f}" if pd.notna(p) else ""
+            ns = "" if sig is True or sig == 1 else " (not significant)"
             ax_gain.annotate(
-                f"{best}{pct}", (g, yi), xytext=(0, 6), textcoords="offset points", fontsize=7
+                f"{best}{pct}{ns}", (g, yi), xytext=(0, 6), textcoords="offset points", fontsize=7
             )
     ax_gain.axvline(0.0, color="grey", lw=0.8)
     ax_gain.set_yticks(y, labels, fontsize=8)

@@ -12,6 +12,7 @@ arguments that made them, and saves them as CSV files plus a `config.json`.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from workbench.explain.capture import _as_batch, _capture
 from workbench.explain.circuits import _ov_table, _qk_table
 from workbench.explain.removal import _default_means, _removal_table, ablation_outcomes
 from workbench.heads import HeadSet, HeadSpec
+from workbench.results import CELResult
 from workbench.tables import save_table
 from workbench.tasks import Task, TaskBatch
 
@@ -52,6 +54,8 @@ class HeadExplanation:
         attention: per (example, head), attention by role (`attention_by_role`).
         roles: per head, the mean of `attention` (`summarize_attention`).
         roles_by_outcome: per head and outcome, the same.
+        comparison_roles: per comparison head, the same as `roles` (what heads that were not
+            removed attend to).
         dla: per (example, head), direct logit attribution, removed and comparison heads.
         dla_summary: per head, its mean (`summarize_dla`).
         ov: per (head, source token), the OV circuit's promoted/suppressed tokens.
@@ -66,6 +70,7 @@ class HeadExplanation:
     attention: pd.DataFrame
     roles: pd.DataFrame
     roles_by_outcome: pd.DataFrame
+    comparison_roles: pd.DataFrame
     dla: pd.DataFrame
     dla_summary: pd.DataFrame
     ov: pd.DataFrame
@@ -78,6 +83,7 @@ class HeadExplanation:
         "attention",
         "roles",
         "roles_by_outcome",
+        "comparison_roles",
         "dla",
         "dla_summary",
         "ov",
@@ -98,9 +104,9 @@ class HeadExplanation:
 def explain_heads(
     model,
     task: Task | TaskBatch | str,
-    heads: Iterable[HeadSpec] | HeadSet,
+    heads: Iterable[HeadSpec] | HeadSet | CELResult,
     split: str | None = "heldout",
-    kind: AblationKind | str = "zero",
+    kind: AblationKind | str | None = None,
     means: HeadMeans | None = None,
     per_position: bool = False,
     roles: RoleScheme = "auto",
@@ -117,15 +123,27 @@ def explain_heads(
     functions it calls (`ablation_outcomes`, `attention_by_role`, `direct_logit_attribution`,
     `ov_circuit`, `qk_circuit`, `removal_vs_dla`).
 
+    Args:
+        heads: the heads, or a `CELResult`: its best set, or, when no set is significant, its
+            top candidate, with a warning and `config["significant"] = False` and a
+            `config["note"]` saying so. The result's ablation kind is then the default `kind`
+            (zero ablation for resample runs: the explanation has no counterfactual pass).
+        kind: the ablation kind of the outcomes and the removal table (default zero).
+
     Returns:
         A `HeadExplanation`.
 
     Example:
-        >>> ex = explain_heads(model, "embedded_map", result.best, split="heldout")
+        >>> ex = explain_heads(model, "embedded_map", result, split="heldout")
         >>> ex.roles_by_outcome
     """
     batch = _as_batch(model, task, split)
-    kind = AblationKind.parse(kind)
+    significant, note = None, ""
+    if isinstance(heads, CELResult):
+        heads, kind, per_position, significant, note = _from_result(heads, kind, per_position)
+        if not significant:
+            warnings.warn(note, stacklevel=2)
+    kind = AblationKind.parse(kind or "zero")
     head_set = HeadSet.of(model, heads)
     if not len(head_set):
         raise WorkbenchError("explain_heads needs at least one head")
@@ -136,6 +154,7 @@ def explain_heads(
     cap = _capture(model, batch, batch_size)
     att = _attribute(model, cap)
     attention = _attention_table(cap, head_set, role_lists, outcomes)
+    comparison_attention = _attention_table(cap, comp, role_lists, None) if len(comp) else None
     dla = _dla_table(model, cap, att, head_set, comp)
     return HeadExplanation(
         heads=head_set,
@@ -144,6 +163,8 @@ def explain_heads(
         attention=attention,
         roles=summarize_attention(attention),
         roles_by_outcome=summarize_attention(attention, by="outcome"),
+        comparison_roles=(pd.DataFrame() if comparison_attention is None
+                          else summarize_attention(comparison_attention)),
         dla=dla,
         dla_summary=summarize_dla(dla),
         ov=_ov_table(model, cap, head_set, n_sources, top_k),
@@ -162,5 +183,24 @@ def explain_heads(
             "roles": roles,
             "seed": seed,
             "n_examples": len(batch),
+            **({} if significant is None else {"significant": significant, "note": note}),
         },
     )
+
+
+def _from_result(result: CELResult, kind, per_position: bool):
+    """`(heads, kind, per_position, significant, note)` for explaining a CEL result."""
+    cfg = result.config
+    if kind is None:
+        kind = "zero" if cfg.kind is AblationKind.RESAMPLE else cfg.kind
+        per_position = per_position or (cfg.per_position and kind is AblationKind.MEAN)
+    if result.best:
+        return result.best, kind, per_position, True, ""
+    top = result.top_candidate
+    if not top:
+        raise WorkbenchError("this CEL result has no confirmed head set to explain (its "
+                             "confirmation table is empty; finish the run first)")
+    note = (f"no significant enhancement: no confirmed set has p_holm < {result.alpha:.2g}, so "
+            f"this explains the top candidate {','.join(top)}, whose held-out gain is not "
+            "established")
+    return top, kind, per_position, False, note

@@ -316,7 +316,8 @@ def confirm_cel(model: HookedTransformer, seed: int = 0) -> dict:
     result = run_cel(model, DEFAULT_TASK, others=SIDE_TASKS, max_size=3, seed=seed,
                      progress=False, plots=False)
     conf = result.confirmation
-    best = conf[conf["best"].astype(bool)].iloc[0]
+    # the set the search ranks first (significant or not; its p-value is recorded with it)
+    best = conf[conf["top_candidate"].astype(bool)].iloc[0]
     sets = []
     for _, row in conf.iterrows():
         side = result.side_effects[result.side_effects["size"] == row["size"]]

@@ -1,0 +1,107 @@
+"""The model and task names the workbench knows, checked before anything heavy is imported.
+
+A typo in `--model` or `--task` should cost a second, not the ten it takes to import torch and
+TransformerLens, and it should be reported first, with the name that was probably meant. This
+module therefore imports neither: it knows the embedded model family (`workbench.zoo`), the
+real models the workbench ships (`SHIPPED_REAL`), TransformerLens's official model names and
+aliases (read from the source of `transformer_lens/supported_models.py`, a plain list with no
+imports, without importing the package), and the task files in `tasks/`. Suggestions come from
+`difflib.get_close_matches`.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import importlib.util
+import os
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.zoo import EMBEDDED_FAMILY
+
+# Real pretrained models `load_model` resolves by name without the hub.
+SHIPPED_REAL: tuple[str, ...] = ("smollm2-135m",)
+TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
+
+
+@functools.cache
+def official_names() -> dict[str, str]:
+    """TransformerLens's official model names and aliases: lower-case name -> name as written
+    (empty when TransformerLens is not installed)."""
+    try:
+        spec = importlib.util.find_spec("transformer_lens")  # finds the package, imports nothing
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(spec.submodule_search_locations[0]) / "supported_models.py"
+    if not path.is_file():
+        return {}
+    values = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:  # literals only, never run
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id in ("OFFICIAL_MODEL_NAMES", "MODEL_ALIASES"):
+                    values[t.id] = ast.literal_eval(node.value)
+    names: dict[str, str] = {}
+    for official in values.get("OFFICIAL_MODEL_NAMES", []):
+        names[official.lower()] = official
+        for alias in values.get("MODEL_ALIASES", {}).get(official, []):
+            names[alias.lower()] = alias
+    return names
+
+
+def task_names() -> list[str]:
+    """The names of the task files in `tasks/`."""
+    return sorted(p.stem for p in TASKS_DIR.glob("*.jsonl")) if TASKS_DIR.is_dir() else []
+
+
+def did_you_mean(name: str, choices) -> str:
+    """`"; did you mean 'x'?"` (or `'x' or 'y'`) for close matches of `name`, else `""`."""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(by_lower[c]) for c in close) + "?"
+
+
+def check_model_name(name: str) -> None:
+    """Raise `WorkbenchError` unless `name` is a folder or file on disk, an embedded model, a
+    shipped real model or a TransformerLens model name (checked without importing torch)."""
+    if name in EMBEDDED_FAMILY or name in SHIPPED_REAL or Path(name).expanduser().exists():
+        return
+    official = official_names()
+    if not official or name.lower() in official:
+        return  # without TransformerLens's list, `load_model` decides
+    if name in task_names():
+        raise WorkbenchError(f"{name!r} is a task, not a model; did you mean --task {name}?")
+    hint = did_you_mean(name, [*EMBEDDED_FAMILY, *SHIPPED_REAL, *official.values()])
+    what = ": no such file or folder" if os.sep in name or name.startswith((".", "~")) else ""
+    raise WorkbenchError(
+        f"unknown model {name!r}{what}{hint or ';'} expected a folder on disk, an embedded model "
+        f"({', '.join(EMBEDDED_FAMILY)}), a shipped model ({', '.join(SHIPPED_REAL)}) or a "
+        "TransformerLens model name such as 'gpt2'"
+    )
+
+
+def check_task_name(name: str) -> None:
+    """Raise `WorkbenchError` unless `name` is a task file or a task in `tasks/`."""
+    if Path(name).expanduser().is_file() or (TASKS_DIR / f"{name}.jsonl").is_file():
+        return
+    known = task_names()
+    hint = did_you_mean(name, known)
+    raise WorkbenchError(
+        f"task {name!r} is neither a file nor a task in {TASKS_DIR}{hint} (known tasks: "
+        f"{', '.join(known)})"
+    )
+
+
+CHECKPOINT_CONFIG = "workbench_config.json"  # = workbench.checkpoint.CONFIG_FILE
+
+
+def is_checkpoint_folder(path: str | Path) -> bool:
+    """True when `path` is a folder holding a workbench checkpoint."""
+    return (Path(path) / CHECKPOINT_CONFIG).is_file()
