@@ -1,26 +1,16 @@
-"""Loading models as TransformerLens `HookedTransformer`s, from the hub or from disk.
+"""Local Hugging Face folders (`config.json` + weights), converted offline.
 
-Three sources, one entry point (`load_model`):
-
-- a TransformerLens official name (`"gpt2"`, `"pythia-70m"`, ...): `from_pretrained` with
-  `fold_value_biases=False`. Folding moves each head's value bias `b_V` into the shared
-  output bias `b_O`; zeroing `hook_z` would then leave the head's bias contribution in place,
-  which is not removing the head.
-- a local Hugging Face folder (`config.json` + weights): TransformerLens 3.9 cannot load one
-  offline through `from_pretrained`, so we run its own helpers on the folder: the config is
-  converted from a copy placed under a neutral folder name (TransformerLens picks some
-  architectures by substrings of the name, e.g. "llama"), the weights are converted from the
-  Hugging Face model, and `load_and_process_state_dict` applies the usual processing.
-- a workbench checkpoint folder (see `workbench.checkpoint`), or a name of
-  `workbench.zoo.EMBEDDED_FAMILY` (`"embedded"`, `"embedded_llama"`, `"embedded_neox"`) for
-  the models the project trains and ships. Any other name starting with `embedded` that is not
-  a folder is refused with the list of known names, rather than sent to the hub.
+TransformerLens 3.9 cannot load a local folder offline through `from_pretrained`, so we run
+its own helpers: the config is converted from a copy placed under a neutral folder name
+(TransformerLens picks some architectures by substrings of the name, e.g. "llama"), the
+weights are converted from the Hugging Face model, and `load_and_process_state_dict` applies
+the usual processing (`_process`). Gemma and Gemma-2, which TransformerLens knows only as
+fixed-shape official entries, get their config built from the Hugging Face config here.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,152 +19,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.utilities import softcap_enabled
 
-from workbench.checkpoint import is_checkpoint, load_checkpoint
 from workbench.errors import WorkbenchError
-from workbench.zoo import EMBEDDED_FAMILY, embedded_path
-
-EMBEDDED_NAME = "embedded"
-
-
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """`"auto"` (or None) picks cuda, then mps, then cpu; anything else is checked and returned."""
-    if device is None or str(device) == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise WorkbenchError(
-            f"device {device!r} is not a torch device; expected 'auto', 'cpu', 'cuda', 'cuda:0', "
-            "'mps'"
-        ) from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise WorkbenchError(f"device {device!r} asked for, but CUDA is not available here")
-    if dev.type == "mps" and not (
-        getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    ):
-        raise WorkbenchError(f"device {device!r} asked for, but MPS is not available here")
-    return dev
-
-
-def auto_dtype(device: torch.device) -> torch.dtype:
-    """What `dtype="auto"` picks: bfloat16 on a CUDA GPU that supports it (half the memory of
-    float32 and float32's range), float16 on older CUDA GPUs, float32 elsewhere (CPUs and MPS
-    run bfloat16 slowly or not at all)."""
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
-
-
-def _resolve_dtype(dtype, device: torch.device | None = None) -> torch.dtype | None:
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    if str(dtype) == "auto":
-        return auto_dtype(device if device is not None else resolve_device("auto"))
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float64": torch.float64,
-    }
-    if str(dtype) not in table:
-        raise WorkbenchError(
-            f"dtype {dtype!r} is unknown; expected 'auto' or one of {sorted(table)}"
-        )
-    return table[str(dtype)]
-
-
-def load_model(
-    name_or_path: str | os.PathLike,
-    device: str | torch.device = "auto",
-    dtype: torch.dtype | str | None = None,
-    **kwargs,
-) -> HookedTransformer:
-    """Load a model as a `HookedTransformer` ready for head ablation.
-
-    Args:
-        name_or_path: a name of `workbench.zoo.EMBEDDED_FAMILY` (`"embedded"`,
-            `"embedded_llama"`, `"embedded_neox"`), a workbench checkpoint folder, a local
-            Hugging Face folder, or a TransformerLens official model name.
-        device: `"auto"` (cuda, then mps, then cpu) or any torch device.
-        dtype: `"auto"` (bfloat16 on CUDA GPUs that support it, float16 on older ones,
-            float32 on CPU and MPS), `"float32"`, `"bfloat16"`, `"float16"` (or their short
-            names), a `torch.dtype`, or None for the source's default (float32 for hub names
-            and Hugging Face folders).
-        **kwargs: passed on to `HookedTransformer.from_pretrained` for hub names.
-
-    Returns:
-        The model in eval mode on `device`. Value biases are never folded into `b_O`, so
-        zeroing a head's `hook_z` removes the head's whole output.
-    """
-    dev = resolve_device(device)
-    dt = _resolve_dtype(dtype, dev)
-    name = str(name_or_path)
-    if name in EMBEDDED_FAMILY:
-        return _load_embedded(name, dev, dt)
-    path = Path(name).expanduser()
-    if path.exists():
-        if is_checkpoint(path):
-            return load_checkpoint(path, device=dev, dtype=dt)
-        if (path / "config.json").is_file():
-            return _load_hf_folder(path, dev, dt, **kwargs)
-        raise WorkbenchError(
-            f"{str(path)!r} exists but holds neither a workbench checkpoint "
-            "(workbench_config.json) nor a Hugging Face model (config.json)"
-        )
-    if name.startswith(EMBEDDED_NAME):
-        raise WorkbenchError(
-            f"unknown embedded model {name!r}; expected one of {list(EMBEDDED_FAMILY)} "
-            "(or the path of a workbench checkpoint folder)"
-        )
-    return _load_official(name, dev, dt, **kwargs)
-
-
-def _load_embedded(name: str, device: torch.device, dtype) -> HookedTransformer:
-    path = embedded_path(name)
-    if not is_checkpoint(path):
-        raise WorkbenchError(
-            f"the embedded model {name!r} is not on disk ({str(path)!r}); train it with "
-            f"python -m workbench.zoo.train --arch {name}"
-        )
-    return load_checkpoint(path, device=device, dtype=dtype)
-
-
-def _load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:
-    from transformer_lens.loading_from_pretrained import get_official_model_name
-
-    try:
-        official = get_official_model_name(name)
-    except ValueError:
-        raise WorkbenchError(
-            f"{name!r} is neither a local folder nor a TransformerLens model name. Use an "
-            "official name such as 'gpt2', 'pythia-70m' or 'Qwen/Qwen2.5-0.5B', the path of a "
-            f"local Hugging Face folder or workbench checkpoint, or {EMBEDDED_NAME!r}."
-        ) from None
-    kwargs.setdefault("fold_value_biases", False)
-    if kwargs["fold_value_biases"]:
-        raise WorkbenchError(
-            "fold_value_biases=True moves each head's value bias into b_O, so ablating hook_z "
-            "would not remove the head; load_model always uses fold_value_biases=False"
-        )
-    try:
-        model = HookedTransformer.from_pretrained(
-            official, device=str(device), dtype=dtype or torch.float32, **kwargs
-        )
-    except OSError as e:  # offline hub, missing files, no permission
-        raise WorkbenchError(
-            f"could not fetch {official!r} from the Hugging Face hub ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:200]}). Without internet, download the model elsewhere "
-            "and load it with load_model('/path/to/local/folder')."
-        ) from None
-    model.eval()
-    return model
 
 
 def _neutral_config_dir(hf_config, workdir: Path) -> Path:
