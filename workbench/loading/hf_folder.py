@@ -22,9 +22,10 @@ from transformer_lens.utilities import softcap_enabled
 from workbench.errors import WorkbenchError
 
 
-def _neutral_config_dir(hf_config, workdir: Path) -> Path:
+def _neutral_config_dir(hf_config, arch: str, workdir: Path) -> Path:
     """Write `hf_config` under a folder name that matches none of TransformerLens's
-    name-based architecture branches, filling fields that transformers 5 dropped."""
+    name-based architecture branches, filling fields that transformers 5 dropped and the
+    architecture (`arch`), which configs read from GGUF files lack."""
     if getattr(hf_config, "model_type", None) == "gpt2" and not hasattr(hf_config, "n_ctx"):
         hf_config.n_ctx = hf_config.n_positions
     target = workdir / "local_model"
@@ -32,6 +33,9 @@ def _neutral_config_dir(hf_config, workdir: Path) -> Path:
     cfg = hf_config.to_dict()
     if "n_ctx" not in cfg and hasattr(hf_config, "n_ctx"):
         cfg["n_ctx"] = hf_config.n_ctx
+    # A GGUF-loaded model says it is quantised; its tensors are already plain floats.
+    cfg.pop("quantization_config", None)
+    cfg["architectures"] = [arch]
     (target / "config.json").write_text(json.dumps(cfg))
     return target
 
@@ -140,11 +144,11 @@ _LOCAL_CONFIGS = {
 }
 
 
-def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> HookedTransformer:
-    from transformer_lens.loading_from_pretrained import (
-        get_pretrained_model_config,
-        get_pretrained_state_dict,
-    )
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def load_hf_folder(path: Path, device: torch.device, dtype) -> HookedTransformer:
+    """The Hugging Face model in the folder `path` (and its tokenizer, if the folder has one)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     load_dtype = dtype or torch.float32
@@ -157,38 +161,72 @@ def _load_hf_folder(path: Path, device: torch.device, dtype, **kwargs) -> Hooked
             f"could not load the Hugging Face model in {str(path)!r}: {str(e).splitlines()[0]}"
         ) from None
     tokenizer = None
-    if any(
-        (path / f).exists()
-        for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
-    ):
+    if any((path / f).exists() for f in _TOKENIZER_FILES):
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    arch = (hf_model.config.architectures or ["?"])[0]
-    if arch in _LOCAL_CONFIGS:
-        build_config, official = _LOCAL_CONFIGS[arch]
-        cfg = build_config(hf_model.config, device, load_dtype)
-        cfg.model_name = path.name
-        state_dict = get_pretrained_state_dict(official, cfg, hf_model=hf_model, dtype=load_dtype)
-        return _process(cfg, state_dict, tokenizer, device)
-    with tempfile.TemporaryDirectory(prefix="wb") as tmp:
-        neutral = _neutral_config_dir(hf_model.config, Path(tmp))
-        try:
-            with _rope_fields_on(type(hf_model.config)):
-                cfg = get_pretrained_model_config(
-                    str(neutral), fold_ln=True, device=str(device), dtype=load_dtype
-                )
-        except (KeyError, NotImplementedError, ValueError, AttributeError) as e:
-            raise WorkbenchError(
-                f"TransformerLens cannot convert architecture {arch!r} from {str(path)!r}: {e}"
-            ) from None
-        cfg.model_name = path.name
-        cfg.tokenizer_name = None  # the neutral copy is gone; a local tokenizer is passed below
-        state_dict = get_pretrained_state_dict(
-            str(neutral), cfg, hf_model=hf_model, dtype=load_dtype
-        )
+    return convert_hf_model(hf_model, tokenizer, path.name, device, load_dtype)
+
+
+def convert_hf_model(
+    hf_model, tokenizer, name: str, device: torch.device, dtype: torch.dtype
+) -> HookedTransformer:
+    """An in-memory Hugging Face causal LM (and its tokenizer, or None) as a processed
+    `HookedTransformer` named `name`, on `device`.
+
+    With a tokenizer, `cfg.default_prepend_bos` follows what that tokenizer does
+    (`tokenizer_adds_bos`), so `model.to_tokens(s)` gives exactly `tokenizer(s)`'s ids.
+    """
+    cfg, state_dict = convert_config_and_weights(hf_model, name, device, dtype)
     return _process(cfg, state_dict, tokenizer, device)
 
 
+def convert_config_and_weights(hf_model, name: str, device: torch.device, dtype: torch.dtype):
+    """TransformerLens's `(HookedTransformerConfig, state dict)` for an in-memory Hugging Face
+    causal LM, before processing (`_process` folds the norms and centres the weights)."""
+    from transformer_lens.loading_from_pretrained import (
+        get_pretrained_model_config,
+        get_pretrained_state_dict,
+    )
+
+    arch = (hf_model.config.architectures or [type(hf_model).__name__])[0]
+    if arch in _LOCAL_CONFIGS:
+        build_config, official = _LOCAL_CONFIGS[arch]
+        cfg = build_config(hf_model.config, device, dtype)
+        cfg.model_name = name
+        state_dict = get_pretrained_state_dict(official, cfg, hf_model=hf_model, dtype=dtype)
+        return cfg, state_dict
+    with tempfile.TemporaryDirectory(prefix="wb") as tmp:
+        neutral = _neutral_config_dir(hf_model.config, arch, Path(tmp))
+        try:
+            with _rope_fields_on(type(hf_model.config)):
+                cfg = get_pretrained_model_config(
+                    str(neutral), fold_ln=True, device=str(device), dtype=dtype
+                )
+        except (KeyError, NotImplementedError, ValueError, AttributeError) as e:
+            raise WorkbenchError(
+                f"TransformerLens cannot convert architecture {arch!r} from {name!r}: {e}"
+            ) from None
+        cfg.model_name = name
+        cfg.tokenizer_name = None  # the neutral copy is gone; a local tokenizer is passed below
+        state_dict = get_pretrained_state_dict(str(neutral), cfg, hf_model=hf_model, dtype=dtype)
+    return cfg, state_dict
+
+
+def tokenizer_adds_bos(tokenizer) -> bool:
+    """Whether `tokenizer(text)` starts with the tokenizer's BOS id (and that id is not
+    simply the first token of the text: the same text without special tokens does not)."""
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return False
+    with_special = tokenizer("x")["input_ids"]
+    plain = tokenizer("x", add_special_tokens=False)["input_ids"]
+    return bool(with_special) and with_special[0] == bos and plain[:1] != [bos]
+
+
 def _process(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransformer:
+    if tokenizer is not None:
+        # TransformerLens's configs prepend BOS for most families whatever the tokenizer does;
+        # a model then sees a token its own tokenizer never gives it.
+        cfg.default_prepend_bos = tokenizer_adds_bos(tokenizer)
     model = HookedTransformer(
         cfg,
         tokenizer=tokenizer,

@@ -14,7 +14,7 @@ from workbench.errors import WorkbenchError
 from workbench.loading.shipped import EMBEDDED_NAME
 
 
-def _load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:
+def load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:
     from transformer_lens.loading_from_pretrained import get_official_model_name
 
     try:
