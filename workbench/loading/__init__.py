@@ -133,7 +133,7 @@ def load_model(
         return load_real(name, dev, dt)
     path = Path(name).expanduser()
     if path.is_file():
-        if not is_gguf_file(path):
+        if not (is_gguf_file(path) or path.suffix.lower() == ".gguf"):
             raise WorkbenchError(
                 f"{str(path)!r} is a file but not a GGUF file; expected a .gguf file, a "
                 "workbench checkpoint folder or a Hugging Face folder"
