@@ -79,6 +79,20 @@ def load_gguf(
     """The model in the GGUF file `path` as a `HookedTransformer` on `device`, converted once
     and then loaded from the cache. `name` (default: the file's stem) becomes
     `cfg.model_name`."""
+    model = _load_entry(cache_entry(path), device, dtype)
+    model.cfg.model_name = name or Path(path).stem
+    return model
+
+
+def cache_entry(path: Path, read: tuple | None = None) -> Path:
+    """The cache folder of the GGUF file `path`, converting the file into it first unless a
+    sound entry is there.
+
+    Args:
+        path: a GGUF file.
+        read: `read_gguf(path)`'s `(hf_model, tokenizer)` when the caller holds them already
+            (the tests compare against that same Hugging Face model); else the file is read.
+    """
     path = Path(path)
     if not is_gguf_file(path):
         raise WorkbenchError(
@@ -93,12 +107,10 @@ def load_gguf(
             warnings.warn(
                 f"the cached conversion of {path.name} in {str(entry)!r} is unusable ({problem}); "
                 "converting the GGUF file again",
-                stacklevel=3,
+                stacklevel=4,
             )
-        _build_entry(path, sha, entry)
-    model = _load_entry(entry, device, dtype)
-    model.cfg.model_name = name or path.stem
-    return model
+        _build_entry(path, sha, entry, read)
+    return entry
 
 
 def read_gguf(path: Path):
@@ -120,10 +132,10 @@ def read_gguf(path: Path):
     return hf_model.eval(), tokenizer
 
 
-def _build_entry(path: Path, sha: str, entry: Path) -> None:
+def _build_entry(path: Path, sha: str, entry: Path, read: tuple | None) -> None:
     steps = tqdm(total=3, desc=f"converting {path.name} (once; cached)", leave=False)
     steps.set_postfix_str("reading the GGUF file")
-    hf_model, tokenizer = read_gguf(path)
+    hf_model, tokenizer = read if read is not None else read_gguf(path)
     steps.update()
     steps.set_postfix_str("converting to TransformerLens")
     cpu = torch.device("cpu")
