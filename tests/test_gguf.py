@@ -252,7 +252,13 @@ def test_second_load_uses_the_cache(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncate weights", "flip a weight byte", "delete tokenizer file", "garbage record"],
+    [
+        "truncate weights",
+        "flip a weight byte",
+        "delete tokenizer file",
+        "garbage record",
+        "older transformers",
+    ],
 )
 def test_damaged_cache_entry_is_rebuilt(tmp_path, monkeypatch, damage):
     path = write_tiny_gguf(tmp_path / "m.gguf", "llama")
@@ -268,8 +274,12 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path, monkeypatch, damage):
         weights.write_bytes(bytes(data))
     elif damage == "delete tokenizer file":
         (entry / "tokenizer" / "tokenizer.json").unlink()
-    else:
+    elif damage == "garbage record":
         (entry / gguf_loading.ENTRY_FILE).write_text("{not json")
+    else:
+        record = json.loads((entry / gguf_loading.ENTRY_FILE).read_text())
+        record["converted_with"]["transformers"] = "4.0.0"
+        (entry / gguf_loading.ENTRY_FILE).write_text(json.dumps(record))
     with pytest.warns(UserWarning, match="is unusable .*converting the GGUF file again"):
         rebuilt = load_model(path, device="cpu")
     assert len(calls) == 2

@@ -11,14 +11,17 @@ parsing the file's metadata, so the result is cached on disk, keyed by the file'
 `$WORKBENCH_CACHE/gguf/<sha256>/` (`WORKBENCH_CACHE` defaults to `~/.cache/cel-workbench`)
 holds the TransformerLens config and the processed float32 state dict (`model.safetensors`),
 the tokenizer saved with `save_pretrained` (`tokenizer/`), and `entry.json`, which records
-the SHA-256 of every file. An entry is written in a temporary folder and renamed into place,
-so an interrupted conversion leaves no entry; one whose files do not match their recorded
-hashes (truncated, overwritten, half-deleted) is rebuilt with a warning, never used.
+the SHA-256 of every file and the versions of transformers, TransformerLens and gguf that
+made it. An entry is written in a temporary folder and renamed into place, so an interrupted
+conversion leaves no entry; one whose files do not match their recorded hashes (truncated,
+overwritten, half-deleted), or that other library versions made, is rebuilt with a warning,
+never used.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -48,6 +51,8 @@ _VERSION = 1
 # Config fields that depend on the loading call (device, dtype) or are set again on loading.
 _CALL_FIELDS = {"device", "n_devices", "dtype", "tokenizer_name", "tokenizer_prepends_bos"}
 GGUF_PIP = "pip install gguf  (or pip install 'cel-workbench[real]')"
+# The libraries whose code makes an entry: another version of one may convert differently.
+_CONVERTERS = ("transformers", "transformer_lens", "gguf")
 
 
 def is_gguf_file(path: Path) -> bool:
@@ -158,6 +163,7 @@ def _build_entry(path: Path, sha: str, entry: Path, read: tuple | None) -> None:
             "gguf_sha256": sha,
             "source": path.name,
             "cfg": _cfg_to_json(model.cfg),
+            "converted_with": _converter_versions(),
             "files": _file_hashes(tmp),
         }
         (tmp / ENTRY_FILE).write_text(json.dumps(record, indent=1, sort_keys=True))
@@ -211,6 +217,8 @@ def _entry_problem(entry: Path, sha: str) -> str | None:
         return f"written in another format ({found}; expected {_FORMAT!r} version {_VERSION})"
     if record.get("gguf_sha256") != sha or not isinstance(record.get("cfg"), dict):
         return f"{ENTRY_FILE} describes another file"
+    if record.get("converted_with") != _converter_versions():
+        return f"converted with {record.get('converted_with')}, now {_converter_versions()}"
     expected = record.get("files")
     if not isinstance(expected, dict) or WEIGHTS_FILE not in expected:
         return f"{ENTRY_FILE} records no file hashes"
@@ -219,6 +227,10 @@ def _entry_problem(entry: Path, sha: str) -> str | None:
         if found.get(rel) != digest:
             return f"{rel} is missing" if rel not in found else f"{rel} does not match its hash"
     return None
+
+
+def _converter_versions() -> dict[str, str]:
+    return {name: importlib.metadata.version(name) for name in _CONVERTERS}
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
