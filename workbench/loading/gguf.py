@@ -157,6 +157,13 @@ def _build_entry(path: Path, sha: str, entry: Path, read: tuple | None) -> None:
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS_FILE))
         tokenizer.save_pretrained(tmp / TOKENIZER_DIR)
+        problem = tokenizer_round_trip_problem(tokenizer, tmp / TOKENIZER_DIR)
+        if problem is not None:
+            raise WorkbenchError(
+                f"the tokenizer transformers builds from {path.name} does not survive "
+                f"save_pretrained and reloading ({problem}), so the conversion cannot be cached "
+                "without changing the token ids"
+            )
         record = {
             "format": _FORMAT,
             "version": _VERSION,
@@ -179,6 +186,26 @@ def _build_entry(path: Path, sha: str, entry: Path, read: tuple | None) -> None:
             shutil.rmtree(tmp)
         steps.update()
         steps.close()
+
+
+# Text that exercises spaces, digits, non-ASCII and a lone character.
+_PROBES = ("The capital of France is", "  two  spaces\n", "1732 émigré", "x")
+
+
+def tokenizer_round_trip_problem(tokenizer, folder: Path) -> str | None:
+    """Why the tokenizer saved in `folder` would tokenize differently from `tokenizer`, or
+    None when it gives the same ids (and the same BOS behaviour) on a few probe texts."""
+    from transformers import AutoTokenizer
+
+    try:
+        reloaded = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        for text in _PROBES:
+            ids, again = tokenizer(text)["input_ids"], reloaded(text)["input_ids"]
+            if ids != again:
+                return f"{text!r} gives {again} instead of {ids}"
+    except Exception as e:  # any failure of a third-party round trip means the same here
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
 
 
 def _load_entry(entry: Path, device: torch.device, dtype: torch.dtype | None) -> HookedTransformer:
