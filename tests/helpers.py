@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -161,10 +162,11 @@ def tiny_encoder(seed: int = 5):
     return enc
 
 
-def loop_head_effects(model, batch, kind="zero", means=None, per_position=False):
+def loop_head_effects(model, batch, kind="zero", means=None, per_position=False, heads=None):
     """The slowest obvious reference for screening: for each head, the full model's own
     logits (`model(tokens)`, every position, no prefix reuse, no chunking) with that head
-    ablated; mean over examples of ablated - clean, `{metric: [n_layers, n_heads]}` float64."""
+    ablated; mean over examples of ablated - clean, `{metric: [n_layers, n_heads]}` float64.
+    `heads`: only these `(layer, head)` pairs (the others stay NaN); default every head."""
     from workbench.ablation import ablated
     from workbench.metrics import score_logits
 
@@ -176,11 +178,42 @@ def loop_head_effects(model, batch, kind="zero", means=None, per_position=False)
 
     clean = scores()
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    out = {m: np.zeros((L, H)) for m in clean}
-    for layer in range(L):
-        for head in range(H):
-            with ablated(model, [(layer, head)], kind, means, per_position):
-                ablated_scores = scores()
-            for m, v in ablated_scores.items():
-                out[m][layer, head] = float((v.double() - clean[m].double()).nanmean())
+    out = {m: np.full((L, H), np.nan) for m in clean}
+    for layer, head in heads if heads is not None else np.ndindex(L, H):
+        with ablated(model, [(layer, head)], kind, means, per_position):
+            ablated_scores = scores()
+        for m, v in ablated_scores.items():
+            out[m][layer, head] = float((v.double() - clean[m].double()).nanmean())
     return out
+
+
+@contextmanager
+def hf_head_removed(hf, o_proj: str, layer: int, head: int, d_head: int, mean_z=None):
+    """The Hugging Face model `hf` with `head`'s input columns of layer `layer`'s attention
+    output projection (`o_proj`, a module path with `{l}`) zeroed, and, for mean ablation,
+    the projection's bias increased by that head's mean output `W_O[:, head] @ mean_z`:
+    the Hugging Face side of "removing a head". Edits in place; restored on exit."""
+    proj = hf.get_submodule(o_proj.format(l=layer))
+    cols = slice(head * d_head, (head + 1) * d_head)
+    conv1d = type(proj).__name__ == "Conv1D"  # GPT-2 stores [in, out]
+    weight = proj.weight.detach().clone()
+    bias = proj.bias.detach().clone() if proj.bias is not None else None
+    with torch.no_grad():
+        w_head = (proj.weight[cols, :].T if conv1d else proj.weight[:, cols]).clone()
+        if conv1d:
+            proj.weight[cols, :] = 0.0
+        else:
+            proj.weight[:, cols] = 0.0
+        if mean_z is not None:
+            if proj.bias is None:
+                proj.bias = torch.nn.Parameter(torch.zeros(w_head.shape[0], dtype=w_head.dtype))
+            proj.bias += w_head @ mean_z.to(w_head.dtype)
+    try:
+        yield hf
+    finally:
+        with torch.no_grad():
+            proj.weight.copy_(weight)
+            if bias is None:
+                proj.bias = None
+            else:
+                proj.bias.copy_(bias)

@@ -21,7 +21,6 @@ Run `python -m tests.test_architectures` for the README table of measured differ
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +28,7 @@ import pytest
 import torch
 import transformers as tf
 
-from tests.helpers import loop_head_effects
+from tests.helpers import hf_head_removed, loop_head_effects
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
 from workbench.screening import screen_heads
 from workbench.tables import table_to_matrix
@@ -182,27 +181,6 @@ def _batch(n: int = 12, seed: int = 0) -> TaskBatch:
     )
 
 
-def _edited(hf, o_proj: str, layer: int, head: int, mean_z: torch.Tensor | None):
-    """A copy of `hf` with `head`'s input columns of layer `layer`'s output projection zeroed,
-    and (for mean ablation) the projection's bias increased by that head's mean output."""
-    ref = copy.deepcopy(hf)
-    proj = ref.get_submodule(o_proj.format(l=layer))
-    d_head = D_MODEL // N_HEADS
-    cols = slice(head * d_head, (head + 1) * d_head)
-    conv1d = type(proj).__name__ == "Conv1D"  # GPT-2 stores [in, out]
-    with torch.no_grad():
-        w_head = (proj.weight[cols, :].T if conv1d else proj.weight[:, cols]).clone()
-        if conv1d:
-            proj.weight[cols, :] = 0.0
-        else:
-            proj.weight[:, cols] = 0.0
-        if mean_z is not None:
-            if proj.bias is None:
-                proj.bias = torch.nn.Parameter(torch.zeros(w_head.shape[0]))
-            proj.bias += w_head @ mean_z.to(w_head.dtype)
-    return ref
-
-
 def measure(family: str, tmp_path) -> dict[str, float]:
     """Max abs differences of the four checks for one family (log-softmax, nats)."""
     hf = build(family)
@@ -217,11 +195,14 @@ def measure(family: str, tmp_path) -> dict[str, float]:
     means = compute_head_means(model, batch.tokens, batch.lengths)
     o_proj = FAMILIES[family].o_proj
     ablation, mean_ablation, effect = 0.0, 0.0, 0.0
+    d_head = D_MODEL // N_HEADS
     for layer, head in [(0, 1), (1, 2)]:
+        mean_z = means.averaged[layer, head]
         with torch.no_grad():
-            ref = _edited(hf, o_proj, layer, head, None)(tokens).logits.log_softmax(-1)
-            ref_mean = _edited(hf, o_proj, layer, head, means.averaged[layer, head])
-            ref_mean = ref_mean(tokens).logits.log_softmax(-1)
+            with hf_head_removed(hf, o_proj, layer, head, d_head):
+                ref = hf(tokens).logits.log_softmax(-1)
+            with hf_head_removed(hf, o_proj, layer, head, d_head, mean_z):
+                ref_mean = hf(tokens).logits.log_softmax(-1)
             with ablated(model, [(layer, head)]):
                 hooked = model(tokens).log_softmax(-1)
             with ablated(model, [(layer, head)], "mean", means):

