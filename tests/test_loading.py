@@ -185,3 +185,11 @@ def test_local_folders_prepend_bos_exactly_where_their_tokenizer_does(tmp_path):
             ids = tok(s)["input_ids"]
             assert (ids[0] == tok.bos_token_id) is adds_bos
             assert model.to_tokens(s)[0].tolist() == ids, (folder, s)
+
+
+def test_names_lists_the_shipped_real_models():
+    """The CLI checks model names without importing torch, from its own copy of the list."""
+    from workbench.loading.shipped import REAL_MODELS
+    from workbench.names import SHIPPED_REAL
+
+    assert set(SHIPPED_REAL) == set(REAL_MODELS)
