@@ -305,12 +305,14 @@ def test_cli_passes_dtype_to_load_model(monkeypatch, tmp_path):
 
     monkeypatch.setattr(workbench.loading, "load_model", fake_load_model)
     task = write_task(tmp_path / "t.jsonl")
+    folder = tmp_path / "some" / "folder"  # the CLI checks a model path exists first
+    folder.mkdir(parents=True)
     with pytest.raises(_Stop):
         main(
             [
                 "cel",
                 "--model",
-                "some/folder",
+                str(folder),
                 "--task",
                 str(task),
                 "--dtype",
@@ -319,4 +321,4 @@ def test_cli_passes_dtype_to_load_model(monkeypatch, tmp_path):
                 str(tmp_path / "out"),
             ]
         )
-    assert seen == {"name": "some/folder", "dtype": "bf16"}
+    assert seen == {"name": str(folder), "dtype": "bf16"}
