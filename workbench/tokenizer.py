@@ -126,10 +126,20 @@ class WordTokenizer:
 
 
 class HFTokenizer:
-    """The same interface over a Hugging Face tokenizer (as `model.tokenizer` holds)."""
+    """The same interface over a Hugging Face tokenizer (as `model.tokenizer` holds).
 
-    def __init__(self, tokenizer) -> None:
+    Args:
+        tokenizer: the Hugging Face tokenizer.
+        default_prepend_bos: the model's `cfg.default_prepend_bos`, or None for a bare
+            tokenizer. TransformerLens's `set_tokenizer` swaps a model's tokenizer for a copy
+            that always adds BOS, and its `to_tokens` then drops or adds the BOS as
+            `cfg.default_prepend_bos` says; the workbench's loaders set that flag to what the
+            model's own tokenizer does, so following it gives the own tokenizer's ids.
+    """
+
+    def __init__(self, tokenizer, default_prepend_bos: bool | None = None) -> None:
         self.tokenizer = tokenizer
+        self.default_prepend_bos = default_prepend_bos
 
     @property
     def bos_id(self) -> int | None:
@@ -159,8 +169,10 @@ class HFTokenizer:
         Args:
             text: the prompt.
             prepend_bos: None: the tokenizer's own special tokens before the text (none for
-                SmolLM2 or GPT-2, `<s>` for Llama-2); True: those, or the BOS where the
-                tokenizer adds none; False: the text's tokens alone.
+                SmolLM2 or GPT-2, `<s>` for Llama-2), with the BOS dropped or added as the
+                model's `default_prepend_bos` says, exactly as TransformerLens's
+                `model.to_tokens(text)`; True: those, or the BOS where there are none;
+                False: the text's tokens alone.
 
         A special token the tokenizer appends after the text (an EOS) is left off: the prompt
         is continued, so its last token must be the text's own.
@@ -169,11 +181,15 @@ class HFTokenizer:
         if prepend_bos is False:
             return body, 0
         lead = self._lead(text, body)
-        if prepend_bos and not lead:
+        bos = self.tokenizer.bos_token_id
+        if prepend_bos is None and self.default_prepend_bos is False and lead[:1] == [bos]:
+            lead = lead[1:]
+        if (prepend_bos or self.default_prepend_bos) and not lead:
             if self.bos_id is None:
                 raise WorkbenchError(
-                    "the task asks for a BOS (prepend_bos true) but this tokenizer has neither "
-                    "a bos_token nor an eos_token; set prepend_bos to null or false"
+                    "a BOS is asked for (the task's prepend_bos, or the model's "
+                    "default_prepend_bos) but this tokenizer has neither a bos_token nor an "
+                    "eos_token; set the task's prepend_bos to false"
                 )
             lead = [self.bos_id]
         return [*lead, *body], len(lead)
@@ -220,7 +236,8 @@ def word_level_hf_tokenizer(word: WordTokenizer):
     A `tokenizers` WordLevel model over the same vocabulary, split on whitespace as
     `WordTokenizer.encode` splits (`str.split`), with a post-processor that puts the BOS first,
     as the project's models were trained. `<bos>` also serves as EOS (TransformerLens's
-    `generate` stops at it), and `<pad>` pads. A word outside the vocabulary is an error
+    `generate` stops at it), and `<pad>` pads. `add_bos_token` and `name_or_path` are set so
+    that TransformerLens's `set_tokenizer` keeps this tokenizer instead of reloading one. A word outside the vocabulary is an error
     from `tokenizers`, as it is one from `WordTokenizer`.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
@@ -237,7 +254,7 @@ def word_level_hf_tokenizer(word: WordTokenizer):
     tok.decoder = decoders.WordPiece(prefix="\0", cleanup=False)  # join with single spaces
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=word.bos, eos_token=word.bos, pad_token=word.pad,
-        add_bos_token=True, padding_side="right",
+        add_bos_token=True, padding_side="right", name_or_path="workbench-word-level",
     )
 
 
@@ -248,7 +265,7 @@ def get_tokenizer(model) -> WordTokenizer | HFTokenizer:
         return word
     hf = getattr(model, "tokenizer", None)
     if hf is not None:
-        return HFTokenizer(hf)
+        return HFTokenizer(hf, getattr(model.cfg, "default_prepend_bos", None))
     raise WorkbenchError(
         "this model has no tokenizer: load it with load_model (which attaches one), or set "
         "model.word_tokenizer = WordTokenizer(vocab) before using text tasks"
