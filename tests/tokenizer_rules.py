@@ -6,8 +6,9 @@ what the real vocabularies do for the pieces these tests use (common words, and 
 to three digits for Llama-3 or one digit for Qwen), so the tests exercise the rules, not a
 particular vocabulary:
 
-- Llama-2 / Mistral (SentencePiece, `add_dummy_prefix`): the text gets a leading "▁", every
-  space becomes "▁", and pieces start at each "▁". An answer " cold" encoded alone is then
+- Llama-2 / Mistral (SentencePiece, `add_dummy_prefix`, `split_digits`): the text gets a
+  leading "▁", every space becomes "▁", pieces start at each "▁", and every digit is its own
+  piece (" 1732" = "▁" + "1" + "7" + "3" + "2"). An answer " cold" encoded alone is then
   "▁▁cold" = "▁" + "▁cold", two tokens; after a prompt it is the one piece "▁cold".
 - Llama-3 (tiktoken-style byte-level BPE): numbers are split into groups of up to three
   digits from the left, after a separate space piece: " 1732" = "Ġ" + "173" + "2".
@@ -65,7 +66,12 @@ def sentencepiece_like(corpus: list[str], adds_bos: bool = True, adds_eos: bool 
     """Llama-2 style: prepend "▁", spaces -> "▁", a piece starts at every "▁"; BOS first."""
     tok = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("▁[^▁]*"), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("▁[^▁]*"), behavior="isolated"),
+            pre_tokenizers.Digits(individual_digits=True),
+        ]
+    )
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
     # Every word alone and with a leading space, so "▁" and "▁word" are both in the vocabulary.
     words = [" " + w for text in corpus for w in text.split()]

@@ -85,19 +85,24 @@ _GT_PROMPT = re.compile(
 )
 
 
+# The end years' last digits tried when checking that a token depends on the decade alone.
+_UNITS = (0, 1, 5, 9)
+
+
 def _decade_tokens(tok, base: str, cc: str, cut: int) -> list[str] | None:
     """The decade answer texts for the prompt `base + " " + cc` cut after `cut` characters
-    of " CC", when the next token then depends on the decade alone: the same token for every
-    end year of a decade, ten distinct tokens for the ten decades, and each decade's text one
-    token in context. Else None."""
+    of " CC", when the next token then depends on the decade alone: the same token for the
+    end years CCD0, CCD1, CCD5, CCD9 of each decade, ten distinct tokens for the ten decades,
+    and each decade's text one token in context. Else None."""
     year = f" {cc}"
     prompt = base + year[:cut]
     prompt_ids = tok.encode(prompt)
-    texts = [f"{year}{d}{u}"[cut:] for d in range(10) for u in range(10)]
+    texts = [f"{year}{d}{u}"[cut:] for d in range(10) for u in _UNITS]
     conts = tok.continuation(prompt, prompt_ids, texts)
     if any(c is None or not c for c in conts):
         return None
-    first = [[conts[10 * d + u][0] for u in range(10)] for d in range(10)]
+    k = len(_UNITS)
+    first = [[conts[k * d + j][0] for j in range(k)] for d in range(10)]
     if any(len(set(row)) != 1 for row in first) or len({row[0] for row in first}) != 10:
         return None
     decades = [f"{year}{d}"[cut:] for d in range(10)]
