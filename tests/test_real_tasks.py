@@ -11,10 +11,11 @@ from workbench import WorkbenchError, encode_task, evaluate, load_model, load_ta
 
 pytestmark = pytest.mark.slow
 
-# Answer log-probs, workbench vs transformers, on the same fp32 weights: measured max 2.3e-5
-# (the logits differ by ~2e-5 from another order of the same float32 sums).
+# Answer log-probs, workbench vs transformers, on the same fp32 weights (the logits differ by
+# ~2e-5 from another order of the same float32 sums; a sequence log-prob adds one such error
+# per answer token). Measured max over 6 examples of every hub task: 7.5e-5 (loaded Intel).
 LOGPROB_ATOL = 1e-4
-N_SAMPLE = 3  # examples per task and split compared with HF's forward (CI time)
+N_SAMPLE = 2  # examples per task and split compared with HF's forward (CI time)
 
 
 def _load_smollm2():
@@ -114,7 +115,7 @@ def _hf_scores(hf_model, batch, i: int) -> tuple[float, float | None]:
 
 
 def test_answer_logprobs_equal_hf_on_every_hub_task(smol, smol_hf, batches):
-    worst = 0.0
+    worst = {"first": 0.0, "sequence": 0.0}
     for name in TASK_NAMES:
         batch = batches[name]
         idx = _sample(batch)
@@ -122,9 +123,10 @@ def test_answer_logprobs_equal_hf_on_every_hub_task(smol, smol_hf, batches):
         first_col = "first_logprob" if batch.answer_seqs is not None else "logprob"
         for row, i in enumerate(idx):
             first, seq = _hf_scores(smol_hf, batch, i)
-            diffs = [abs(df[first_col].iloc[row] - first)]
+            diffs = {"first": abs(df[first_col].iloc[row] - first)}
             if seq is not None:
-                diffs.append(abs(df["logprob"].iloc[row] - seq))
-            worst = max(worst, *diffs)
-            assert max(diffs) < LOGPROB_ATOL, (name, batch.task.examples[i].id, diffs)
-    print(f"max |workbench - HF| answer log-prob over hub tasks: {worst:.2e}")
+                diffs["sequence"] = abs(df["logprob"].iloc[row] - seq)
+            for key, d in diffs.items():
+                worst[key] = max(worst[key], d)
+            assert max(diffs.values()) < LOGPROB_ATOL, (name, batch.task.examples[i].id, diffs)
+    print(f"max |workbench - HF| answer log-prob over hub tasks: {worst}")
