@@ -67,8 +67,10 @@ def test_every_hub_task_runs_on_each_tokenizer_style(tokenizers, style, name):
     assert len(batch) >= 0.8 * len(task)
     assert batch.prepend_bos is (style != "qwen")
     if name != "greater_than":
-        # Word-level pieces keep every word whole, so only the number answers change.
-        changed = [e for e, f in zip(task.examples, batch.task.examples) if e != f]
+        # Word-level pieces keep every word whole: nothing is dropped, and only addition's
+        # number answers change.
+        assert not batch.dropped
+        changed = [e for e, f in zip(task.examples, batch.task.examples, strict=True) if e != f]
         assert not changed or name == "addition"
 
 
@@ -138,7 +140,8 @@ def test_drop_unfit_keeps_single_token_answers_and_whole_groups():
     assert {e.group for e in batch.task.examples} == {"g0", "g2"}
     assert set(batch.dropped) == {e.id for e in examples if e.group in ("g1", "g3")}
     assert "is 2 tokens" in batch.dropped["e1"]
-    assert [e.id for e in batch.task.examples] == [e.id for e in examples if e.group in ("g0", "g2")]
+    kept = [e.id for e in examples if e.group in ("g0", "g2")]
+    assert [e.id for e in batch.task.examples] == kept
 
 
 def test_drop_unfit_refuses_a_split_left_too_small():

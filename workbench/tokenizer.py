@@ -237,8 +237,9 @@ def word_level_hf_tokenizer(word: WordTokenizer):
     `WordTokenizer.encode` splits (`str.split`), with a post-processor that puts the BOS first,
     as the project's models were trained. `<bos>` also serves as EOS (TransformerLens's
     `generate` stops at it), and `<pad>` pads. `add_bos_token` and `name_or_path` are set so
-    that TransformerLens's `set_tokenizer` keeps this tokenizer instead of reloading one. A word outside the vocabulary is an error
-    from `tokenizers`, as it is one from `WordTokenizer`.
+    that TransformerLens's `set_tokenizer` keeps this tokenizer instead of reloading one. A
+    word outside the vocabulary is an error from `tokenizers`, as it is one from
+    `WordTokenizer`.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
