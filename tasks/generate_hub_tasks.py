@@ -162,7 +162,6 @@ def _header(
             "answer_scope": "vocab" if candidates is None else "candidates",
             "candidates": None if candidates is None else list(candidates),
             "source": f"python tasks/generate_hub_tasks.py --seed {seed}",
-            "prepend_bos": True,
             "split_by": split_by,
             **extra,
         }
@@ -247,6 +246,7 @@ def make_ioi(seed: int) -> list[dict]:
         "logit_diff",
         seed,
         split_by="group",
+        per_tokenizer="drop_unfit",
     )
     return [header, *_examples("ioi", rows, _group_splits(rows, rng))]
 
@@ -287,6 +287,7 @@ def make_greater_than(seed: int) -> list[dict]:
         split_by="group",
         checks=["year_split"],
         answers_in_context=False,
+        per_tokenizer="greater_than",
     )
     return [header, *_examples("greater_than", rows, _group_splits(rows, rng))]
 
@@ -313,6 +314,7 @@ def make_capitals(seed: int) -> list[dict]:
         "accuracy",
         seed,
         split_by="group",
+        per_tokenizer="drop_unfit",
     )
     return [header, *_examples("capitals", rows, _group_splits(rows, rng))]
 
@@ -331,6 +333,7 @@ def make_addition(seed: int) -> list[dict]:
         "the vocabulary.",
         "accuracy",
         seed,
+        per_tokenizer="digits",
     )
     return [header, *_examples("addition", rows, _splits(len(rows), rng))]
 
@@ -400,6 +403,7 @@ def make_induction(seed: int) -> list[dict]:
         "first half followed by k other words (no repeat). group = sequence length.",
         "accuracy",
         seed,
+        per_tokenizer="drop_unfit",
     )
     return [header, *_examples("induction", rows, _splits(len(rows), rng))]
 

@@ -28,6 +28,10 @@ def test_task_encodes_under_gpt2(name):
     task = load_task(name)
     batch = encode_task(stub_model(TOKENIZER, n_ctx=1024), task)  # raises on any violation
     assert len(batch) == len(task)
+    # GPT-2 fits every hub task as written: per_tokenizer changes nothing, drops nothing.
+    assert batch.task.examples == task.examples and not batch.dropped
+    assert batch.task.answer_tokens == task.answer_tokens
+    assert batch.prepend_bos is False  # GPT-2's own tokenizer adds no BOS
     if name in ICL_NAMES:
         assert batch.answer_seqs is not None
         return

@@ -87,11 +87,12 @@ def test_header(name):
     assert set(header) == {"task"}
     task = header["task"]
     expected = {"name", "description", "metric", "answer_scope", "candidates", "source"}
-    assert expected | {"prepend_bos", "split_by"} <= set(task) <= set(HEADER_KEYS)
+    assert expected | {"split_by"} <= set(task) <= set(HEADER_KEYS)
     assert task["name"] == name
     assert isinstance(task["description"], str) and task["description"]
     assert task["metric"] in METRIC_NAMES
-    assert task["prepend_bos"] is True
+    # No BOS forced: each model gets the ids its own tokenizer gives (issue 20 item 2).
+    assert "prepend_bos" not in task
     assert task.get("answer_tokens", "single") == ("multi" if name in ICL_NAMES else "single")
     assert re.fullmatch(r"python tasks/generate_hub_tasks\.py --seed \d+", task["source"])
     if task["answer_scope"] == "candidates":

@@ -41,11 +41,11 @@ def _write(path, lines):
         ),
         (
             [{"task": {"prepend_bos": "false"}}, {"prompt": "w1", "answer": "w2"}],
-            r"'prepend_bos' must be bool; got 'false' \(str\)",
+            r"'prepend_bos' must be bool or null; got 'false' \(str\)",
         ),
         (
             [{"task": {"prepend_bos": 0}}, {"prompt": "w1", "answer": "w2"}],
-            r"'prepend_bos' must be bool; got 0 \(int\)",
+            r"'prepend_bos' must be bool or null; got 0 \(int\)",
         ),
         ([{"task": {"metric": 3}}, {"prompt": "w1", "answer": "w2"}], "'metric' must be str"),
         (

@@ -11,6 +11,11 @@ A checkpoint is a folder with three files:
 The config also records `weights_sha256`, the hash of `model.safetensors`, so a damaged or
 partly overwritten weights file is refused on loading instead of giving garbage scores.
 
+A loaded model carries the vocabulary twice, with the same ids: as `model.word_tokenizer` (the
+workbench's `WordTokenizer`) and as `model.tokenizer`, a Hugging Face tokenizer built from the
+stored vocabulary (`workbench.tokenizer.word_level_hf_tokenizer`) that puts the BOS first, so
+TransformerLens's `to_tokens`, `to_str_tokens`, `model("text")` and `generate` work on it.
+
 The file name `workbench_config.json` (not `config.json`) keeps such a folder from being
 mistaken for a Hugging Face model folder.
 """
@@ -28,7 +33,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import file_digest
-from workbench.tokenizer import WordTokenizer
+from workbench.tokenizer import WordTokenizer, word_level_hf_tokenizer
 
 CONFIG_FILE = "workbench_config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -105,7 +110,8 @@ def load_checkpoint(
 ) -> HookedTransformer:
     """Load a workbench checkpoint as a `HookedTransformer` with `model.word_tokenizer` set.
 
-    Also sets `model.workbench_meta` to the checkpoint's `meta` dict.
+    Also sets `model.tokenizer` (the same vocabulary as a Hugging Face tokenizer, see
+    `attach_word_tokenizer`) and `model.workbench_meta` to the checkpoint's `meta` dict.
     """
     path = Path(path)
     if not is_checkpoint(path):
@@ -166,6 +172,20 @@ def load_checkpoint(
     if dtype is not None:
         model.to(dtype)
     model.eval()
-    model.word_tokenizer = WordTokenizer.load(path / TOKENIZER_FILE)
+    attach_word_tokenizer(model, WordTokenizer.load(path / TOKENIZER_FILE))
     model.workbench_meta = config.get("meta", {})
+    return model
+
+
+def attach_word_tokenizer(model: HookedTransformer, word: WordTokenizer) -> HookedTransformer:
+    """Give `model` its word vocabulary as `model.word_tokenizer` and, with the same ids, as a
+    Hugging Face `model.tokenizer` that prepends the BOS (`cfg.default_prepend_bos` True, as
+    the project's models were trained), so TransformerLens's string methods work on it."""
+    if len(word) != model.cfg.d_vocab:
+        raise WorkbenchError(
+            f"tokenizer has {len(word)} words but the model's d_vocab is {model.cfg.d_vocab}"
+        )
+    model.word_tokenizer = word
+    model.cfg.default_prepend_bos = True
+    model.set_tokenizer(word_level_hf_tokenizer(word), default_padding_side="right")
     return model

@@ -208,6 +208,7 @@ def run_cel(
             "objective": config.objective,
             "secondary": config.secondary,
             "splits": {"select": run.select.task.ids, "heldout": run.heldout.task.ids},
+            "prepend_bos": run.select.prepend_bos,  # the BOS choice in effect (issue 20)
         })
         result.summary.setdefault("n_examples", {})["select"] = len(run.select)
         result.summary.setdefault("clean", {})["select"] = _means(clean_select)

@@ -8,7 +8,18 @@ against `HEADER_KEYS` (a misspelt key is an error listing the known ones):
 - `answer_scope`: `vocab` (accuracy is the argmax over the whole vocabulary) or `candidates`
   (the argmax over `candidates`, or over each example's answers and wrong answers when no
   list is given); `candidates`: a list of strings or null;
-- `prepend_bos`: a JSON boolean (the string "false" is an error, not true);
+- `prepend_bos`: a JSON boolean or null (the string "false" is an error, not true). Absent or
+  null (the default): the prompt's ids are exactly those the model's own tokenizer gives
+  (`tokenizer(prompt)`, special tokens only where it adds them; the word tokenizer of the
+  project's models adds its BOS); true / false force a BOS on or off. The choice in effect is
+  `TaskBatch.prepend_bos`;
+- `per_tokenizer`: how the task is fitted to the tokenizer of the model it runs on, one of
+  `PER_TOKENIZER` (see `workbench.task_fit`): `drop_unfit` keeps only the examples this
+  tokenizer can write as the task needs (e.g. IOI names and capitals that are one token),
+  whole groups at a time; `greater_than` asks for the end year's decade where a tokenizer
+  does not write years as century + two digits; `digits` moves a lone space token into the
+  prompt and scores numbers that are several tokens as multi-token answers. A task the
+  tokenizer already fits is left exactly as it is;
 - `answer_tokens`: `single` (default: every answer must be one token in context) or `multi`
   (answers may be several tokens: first-token metrics plus teacher-forced sequence metrics);
 - `checks`: names of structural checks from `CHECKS` run on every example once tokenized
@@ -63,6 +74,9 @@ SPLITS = ("select", "heldout")
 ANSWER_SCOPES = ("vocab", "candidates")
 ANSWER_TOKENS = ("single", "multi")
 SPLIT_BY = ("example", "group")
+# The per-tokenizer constructions a task header can name; `workbench.task_fit.FITS` implements
+# each (a test checks they match).
+PER_TOKENIZER = ("drop_unfit", "greater_than", "digits")
 # Header key -> the JSON types it may hold (None: null).
 HEADER_KEYS: dict[str, tuple] = {
     "name": (str,),
@@ -71,7 +85,8 @@ HEADER_KEYS: dict[str, tuple] = {
     "answer_scope": (str,),
     "candidates": (list, type(None)),
     "source": (str,),
-    "prepend_bos": (bool,),
+    "prepend_bos": (bool, type(None)),
+    "per_tokenizer": (str,),
     "answer_tokens": (str,),
     "checks": (list,),
     "split_by": (str,),
@@ -112,6 +127,10 @@ class Task:
         checks: structural checks (names in `CHECKS`) run when the task is encoded.
         split_by: `"example"` or `"group"`: the unit a random split keeps together.
         answers_in_context: encode answers after their prompt (True) or alone (False).
+        prepend_bos: None: a prompt's ids are its model's own tokenizer's; True / False: a
+            BOS is forced on or off.
+        per_tokenizer: a name in `PER_TOKENIZER`: how the task is fitted to a model's
+            tokenizer when encoded (see `workbench.task_fit`), or None.
     """
 
     name: str
@@ -121,12 +140,13 @@ class Task:
     candidates: tuple[str, ...] | None = None
     description: str = ""
     source: str = ""
-    prepend_bos: bool = True
+    prepend_bos: bool | None = None
     meta: dict = field(default_factory=dict)
     answer_tokens: str = "single"
     checks: tuple[str, ...] = ()
     split_by: str = "example"
     answers_in_context: bool = True
+    per_tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         if not self.examples:
@@ -141,6 +161,11 @@ class Task:
                 raise WorkbenchError(
                     f"task {self.name!r}: {key} {value!r} is unknown; expected one of {allowed}"
                 )
+        if self.per_tokenizer is not None and self.per_tokenizer not in PER_TOKENIZER:
+            raise WorkbenchError(
+                f"task {self.name!r}: per_tokenizer {self.per_tokenizer!r} is unknown; expected "
+                f"one of {PER_TOKENIZER}"
+            )
         self.checks = tuple(self.checks)
         unknown = [c for c in self.checks if c not in CHECKS]
         if unknown:
@@ -389,12 +414,13 @@ def task_from_header(
         candidates=tuple(candidates) if candidates else None,
         description=header.get("description", ""),
         source=header.get("source", ""),
-        prepend_bos=header.get("prepend_bos", True),
+        prepend_bos=header.get("prepend_bos"),
         meta=dict(header.get("meta", {})),
         answer_tokens=header.get("answer_tokens", "single"),
         checks=tuple(header.get("checks", ())),
         split_by=split_by,
         answers_in_context=header.get("answers_in_context", True),
+        per_tokenizer=header.get("per_tokenizer"),
     )
 
 
@@ -494,11 +520,16 @@ class TaskBatch:
         candidate_ids: `[batch, max_candidates]` ids the argmax is taken over (padded with
             -1), or None for the whole vocabulary.
         str_tokens: the prompt tokens as strings (BOS included), for tables and plots.
-        roles: per example, the role of every position (BOS is `"bos"`), or None.
+        roles: per example, the role of every position (a leading special token is
+            `"bos"`), or None.
         answer_seqs: with `answer_tokens="multi"`, per example the full token list of every
             acceptable answer (in context); None for single-token tasks.
         counterfactual_tokens: `[batch, pos]` counterfactual prompts (same lengths as
             `tokens`), when every example has one; else None.
+        prepend_bos: whether every prompt starts with a special token (a BOS), the choice in
+            effect for this model's tokenizer and the task's `prepend_bos`.
+        dropped: the examples left out when fitting the task to this tokenizer (id ->
+            reason; see `workbench.task_fit`).
     """
 
     task: Task
@@ -511,6 +542,8 @@ class TaskBatch:
     roles: list[list[str]] | None
     answer_seqs: list[list[list[int]]] | None = None
     counterfactual_tokens: Int[Tensor, "batch pos"] | None = None
+    prepend_bos: bool = False
+    dropped: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -539,6 +572,8 @@ class TaskBatch:
             counterfactual_tokens=None
             if self.counterfactual_tokens is None
             else self.counterfactual_tokens[sel],
+            prepend_bos=self.prepend_bos,
+            dropped=self.dropped,
         )
 
     def counterfactual(self) -> "TaskBatch":
@@ -588,88 +623,127 @@ def _single(ids: list[int], tok, ex: Example, text: str, what: str) -> int:
     return ids[0]
 
 
+@dataclass
+class EncodedExample:
+    """One example tokenized for one model (see `encode_example`)."""
+
+    ids: list[int]
+    n_lead: int  # special tokens before the prompt's own (a BOS)
+    answers: list[int]
+    wrong: list[int]
+    candidates: list[int] | None
+    seqs: list[list[int]] | None
+    roles: list[str] | None
+    counterfactual: list[int] | None
+
+
+def encode_example(
+    tok, task: Task, ex: Example, n_ctx: int, alone: dict[str, list[int]] | None = None
+) -> EncodedExample:
+    """Tokenize one example of `task` as `encode_task` does, or raise a WorkbenchError naming
+    it (`alone` caches the ids of texts encoded alone, when `answers_in_context` is false)."""
+    alone = {} if alone is None else alone
+    shared = list(task.candidates) if task.answer_scope == "candidates" and task.candidates else []
+    body = tok.encode(ex.prompt)
+    ids, n_lead = tok.encode_prompt(ex.prompt, task.prepend_bos)
+    if len(ids) > n_ctx:
+        raise WorkbenchError(
+            f"example {ex.id!r}: the prompt is {len(ids)} tokens but the model's context "
+            f"(n_ctx) is {n_ctx}"
+        )
+    texts = [*ex.answers, *ex.wrong, *shared]
+    if task.answers_in_context:
+        cont = _in_context(tok, ex, body, texts)
+    else:
+        for t in texts:  # alone, a text's ids do not depend on the prompt: cache them
+            if t not in alone:
+                alone[t] = tok.encode(t)
+        cont = alone
+    seqs = None
+    if task.answer_tokens == "multi":
+        first = [cont[a][0] for a in ex.answers]
+        wrong = [cont[w][0] for w in ex.wrong]
+        clash = set(first) & set(wrong)
+        if clash:
+            raise WorkbenchError(
+                f"example {ex.id!r}: an answer and a wrong answer both start with "
+                f"{tok.str_tokens(sorted(clash))}; first-token metrics cannot tell them apart"
+            )
+        seqs = [cont[a] for a in ex.answers]
+    else:
+        first = [_single(cont[a], tok, ex, a, "answer") for a in ex.answers]
+        wrong = [_single(cont[w], tok, ex, w, "wrong answer") for w in ex.wrong]
+    cands = None
+    if task.answer_scope == "candidates":
+        if shared:
+            cands = [_single(cont[c], tok, ex, c, "candidate") for c in shared]
+        else:
+            cands = sorted(set(first) | set(wrong))
+    for name in task.checks:
+        CHECKS[name](tok, ex, body, [cont[a] for a in ex.answers])
+    roles = None
+    if ex.roles is not None:
+        if len(ex.roles) != len(body):
+            raise WorkbenchError(
+                f"example {ex.id!r}: {len(ex.roles)} roles for {len(body)} prompt tokens"
+            )
+        roles = ["bos"] * n_lead + list(ex.roles)
+    cf = None
+    if ex.counterfactual is not None:
+        cf, _ = tok.encode_prompt(ex.counterfactual, task.prepend_bos)
+        if len(cf) != len(ids):
+            raise WorkbenchError(
+                f"example {ex.id!r}: the counterfactual prompt is {len(cf)} tokens but the "
+                f"prompt is {len(ids)}; resample ablation needs equal lengths"
+            )
+    return EncodedExample(ids, n_lead, first, wrong, cands, seqs, roles, cf)
+
+
 def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
-    """Tokenize a task for `model`: answers in context, structural checks, prompts that fit.
+    """Tokenize a task for `model`: prompts as its own tokenizer writes them (BOS only where
+    it adds one, unless the task forces it), answers in context, the task fitted to the
+    tokenizer where its header asks (`per_tokenizer`), structural checks, prompts that fit.
 
     Raises:
         WorkbenchError: naming the example, for an answer that is not a clean continuation of
             its prompt, a multi-token answer in a single-token task, a failed check, an
             over-long prompt, or a counterfactual of another length.
     """
+    from workbench.task_fit import fit_task
+
     task = task.subset(split)
     tok = get_tokenizer(model)
     device = model.cfg.device
     n_ctx = model.cfg.n_ctx
-    multi = task.answer_tokens == "multi"
-    shared = list(task.candidates) if task.answer_scope == "candidates" and task.candidates else []
-    prompts, answers, wrongs, cands, roles, seqs, cfs = [], [], [], [], [], [], []
+    task, dropped = fit_task(task, tok, n_ctx)
     alone: dict[str, list[int]] = {}
-    for ex in task.examples:
-        body = tok.encode(ex.prompt)
-        ids = tok.encode(ex.prompt, prepend_bos=task.prepend_bos)
-        if len(ids) > n_ctx:
-            raise WorkbenchError(
-                f"example {ex.id!r}: the prompt is {len(ids)} tokens but the model's context "
-                f"(n_ctx) is {n_ctx}"
-            )
-        texts = [*ex.answers, *ex.wrong, *shared]
-        if task.answers_in_context:
-            cont = _in_context(tok, ex, body, texts)
-        else:
-            for t in texts:  # alone, a text's ids do not depend on the prompt: cache them
-                if t not in alone:
-                    alone[t] = tok.encode(t)
-            cont = alone
-        if multi:
-            first = [cont[a][0] for a in ex.answers]
-            wrong = [cont[w][0] for w in ex.wrong]
-            clash = set(first) & set(wrong)
-            if clash:
-                raise WorkbenchError(
-                    f"example {ex.id!r}: an answer and a wrong answer both start with "
-                    f"{tok.str_tokens(sorted(clash))}; first-token metrics cannot tell them apart"
-                )
-            seqs.append([cont[a] for a in ex.answers])
-        else:
-            first = [_single(cont[a], tok, ex, a, "answer") for a in ex.answers]
-            wrong = [_single(cont[w], tok, ex, w, "wrong answer") for w in ex.wrong]
-        answers.append(first)
-        wrongs.append(wrong)
-        if task.answer_scope == "candidates":
-            if shared:
-                cands.append([_single(cont[c], tok, ex, c, "candidate") for c in shared])
-            else:
-                cands.append(sorted(set(first) | set(wrong)))
-        for name in task.checks:
-            CHECKS[name](tok, ex, body, [cont[a] for a in ex.answers])
-        if ex.roles is not None:
-            n_prompt = len(ids) - (1 if task.prepend_bos else 0)
-            if len(ex.roles) != n_prompt:
-                raise WorkbenchError(
-                    f"example {ex.id!r}: {len(ex.roles)} roles for {n_prompt} prompt tokens"
-                )
-            roles.append((["bos"] if task.prepend_bos else []) + list(ex.roles))
-        if ex.counterfactual is not None:
-            cf = tok.encode(ex.counterfactual, prepend_bos=task.prepend_bos)
-            if len(cf) != len(ids):
-                raise WorkbenchError(
-                    f"example {ex.id!r}: the counterfactual prompt is {len(cf)} tokens but the "
-                    f"prompt is {len(ids)}; resample ablation needs equal lengths"
-                )
-            cfs.append(cf)
-        prompts.append(ids)
+    rows = [encode_example(tok, task, ex, n_ctx, alone) for ex in task.examples]
+    leads = {r.n_lead for r in rows}
+    if len(leads) > 1:
+        raise WorkbenchError(
+            f"task {task.name!r}: the tokenizer puts {sorted(leads)} special tokens before "
+            "different prompts; set the task's prepend_bos to true or false"
+        )
+    prompts = [r.ids for r in rows]
+    cfs = [r.counterfactual for r in rows if r.counterfactual is not None]
+    roles = [r.roles for r in rows if r.roles is not None]
+    wrongs = [r.wrong for r in rows]
     pad_id = tok.pad_id
     return TaskBatch(
         task=task,
         tokens=_pad(prompts, pad_id, device),
         lengths=torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device),
-        answer_ids=_pad(answers, -1, device),
+        answer_ids=_pad([r.answers for r in rows], -1, device),
         wrong_ids=_pad(wrongs, -1, device)
         if any(wrongs)
         else torch.empty(len(prompts), 0, dtype=torch.long, device=device),
-        candidate_ids=_pad(cands, -1, device) if task.answer_scope == "candidates" else None,
+        candidate_ids=_pad([r.candidates for r in rows], -1, device)
+        if task.answer_scope == "candidates"
+        else None,
         str_tokens=[tok.str_tokens(p) for p in prompts],
         roles=roles if len(roles) == len(prompts) else None,
-        answer_seqs=seqs if multi else None,
+        answer_seqs=[r.seqs for r in rows] if task.answer_tokens == "multi" else None,
         counterfactual_tokens=_pad(cfs, pad_id, device) if len(cfs) == len(prompts) else None,
+        prepend_bos=leads.pop() > 0,
+        dropped=dropped,
     )

@@ -5,7 +5,16 @@ carry as `model.tokenizer`) and the project's `WordTokenizer` (a fixed whitespac
 used by the embedded model) are both reached through `get_tokenizer(model)`, which returns an
 object with `encode`, `decode`, `str_tokens`, `bos_id` and `continuation`. `load_model`
 attaches a `WordTokenizer` to the models it loads from workbench checkpoints as
-`model.word_tokenizer`.
+`model.word_tokenizer`, and the same vocabulary as a Hugging Face tokenizer
+(`word_level_hf_tokenizer`) as `model.tokenizer`, so TransformerLens's string methods
+(`to_tokens`, `to_str_tokens`, `model("text")`, `generate`) work on them with the same ids.
+
+A prompt is encoded as the model's own tokenizer encodes it (`encode_prompt`): a Hugging Face
+tokenizer's `tokenizer(prompt)["input_ids"]`, special tokens only where that tokenizer adds
+them (SmolLM2 adds none, Llama-2 and Llama-3 add their BOS; GPT-2's tokenizer adds none
+either), and the word tokenizer's BOS, which the project's models were trained with. A task
+may force a BOS on or off (`prepend_bos`). A special token a tokenizer appends after the text
+(an EOS) is left off: the prompt is continued, so its last token must be the text's.
 
 Answers are tokenized in context. A subword tokenizer does not, in general, encode a prompt
 followed by an answer as the prompt's tokens followed by the answer's own tokens: SentencePiece
@@ -78,6 +87,12 @@ class WordTokenizer:
         ids = [self.token_id(w) for w in text.split()]
         return [self.bos_id, *ids] if prepend_bos else ids
 
+    def encode_prompt(self, text: str, prepend_bos: bool | None = None) -> tuple[list[int], int]:
+        """A prompt's ids and how many special tokens lead them: BOS first unless
+        `prepend_bos` is False (the project's models were trained with it)."""
+        bos = True if prepend_bos is None else prepend_bos
+        return self.encode(text, prepend_bos=bos), int(bos)
+
     def decode(self, ids) -> str:
         return " ".join(self.vocab[int(i)] for i in ids)
 
@@ -111,10 +126,20 @@ class WordTokenizer:
 
 
 class HFTokenizer:
-    """The same interface over a Hugging Face tokenizer (as `model.tokenizer` holds)."""
+    """The same interface over a Hugging Face tokenizer (as `model.tokenizer` holds).
 
-    def __init__(self, tokenizer) -> None:
+    Args:
+        tokenizer: the Hugging Face tokenizer.
+        default_prepend_bos: the model's `cfg.default_prepend_bos`, or None for a bare
+            tokenizer. TransformerLens's `set_tokenizer` swaps a model's tokenizer for a copy
+            that always adds BOS, and its `to_tokens` then drops or adds the BOS as
+            `cfg.default_prepend_bos` says; the workbench's loaders set that flag to what the
+            model's own tokenizer does, so following it gives the own tokenizer's ids.
+    """
+
+    def __init__(self, tokenizer, default_prepend_bos: bool | None = None) -> None:
         self.tokenizer = tokenizer
+        self.default_prepend_bos = default_prepend_bos
 
     @property
     def bos_id(self) -> int | None:
@@ -138,6 +163,51 @@ class HFTokenizer:
             ids = [self.bos_id, *ids]
         return ids
 
+    def encode_prompt(self, text: str, prepend_bos: bool | None = None) -> tuple[list[int], int]:
+        """A prompt's ids as `tokenizer(text)` gives them, and how many special tokens lead.
+
+        Args:
+            text: the prompt.
+            prepend_bos: None: the tokenizer's own special tokens before the text (none for
+                SmolLM2 or GPT-2, `<s>` for Llama-2), with the BOS dropped or added as the
+                model's `default_prepend_bos` says, exactly as TransformerLens's
+                `model.to_tokens(text)`; True: those, or the BOS where there are none;
+                False: the text's tokens alone.
+
+        A special token the tokenizer appends after the text (an EOS) is left off: the prompt
+        is continued, so its last token must be the text's own.
+        """
+        body = self.encode(text)
+        if prepend_bos is False:
+            return body, 0
+        lead = self._lead(text, body)
+        bos = self.tokenizer.bos_token_id
+        if prepend_bos is None and self.default_prepend_bos is False and lead[:1] == [bos]:
+            lead = lead[1:]
+        if (prepend_bos or self.default_prepend_bos) and not lead:
+            if self.bos_id is None:
+                raise WorkbenchError(
+                    "a BOS is asked for (the task's prepend_bos, or the model's "
+                    "default_prepend_bos) but this tokenizer has neither a bos_token nor an "
+                    "eos_token; set the task's prepend_bos to false"
+                )
+            lead = [self.bos_id]
+        return [*lead, *body], len(lead)
+
+    def _lead(self, text: str, body: list[int]) -> list[int]:
+        """The special tokens `tokenizer(text)` puts before the text's own tokens."""
+        full = list(self.tokenizer(text)["input_ids"])
+        special = set(self.tokenizer.all_special_ids)
+        n = len(body)
+        for k in range(len(full) - n + 1):
+            if full[k : k + n] == body and all(t in special for t in full[:k] + full[k + n :]):
+                return full[:k]
+        raise WorkbenchError(
+            f"the tokenizer's encoding of {text[:40]!r} with special tokens is not its encoding "
+            f"without them plus special tokens around it ({len(full)} vs {n} tokens); set the "
+            "task's prepend_bos to true or false to choose the prompt's ids explicitly"
+        )
+
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids])
 
@@ -160,6 +230,35 @@ class HFTokenizer:
         return [self.tokenizer.decode([int(i)]) for i in ids]
 
 
+def word_level_hf_tokenizer(word: WordTokenizer):
+    """The word tokenizer as a Hugging Face `PreTrainedTokenizerFast`, with the same ids.
+
+    A `tokenizers` WordLevel model over the same vocabulary, split on whitespace as
+    `WordTokenizer.encode` splits (`str.split`), with a post-processor that puts the BOS first,
+    as the project's models were trained. `<bos>` also serves as EOS (TransformerLens's
+    `generate` stops at it), and `<pad>` pads. `add_bos_token` and `name_or_path` are set so
+    that TransformerLens's `set_tokenizer` keeps this tokenizer instead of reloading one. A
+    word outside the vocabulary is an error from `tokenizers`, as it is one from
+    `WordTokenizer`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    ids = {w: i for i, w in enumerate(word.vocab)}
+    # WordLevel needs an unk token; the vocabulary has none, so any unknown word fails.
+    tok = Tokenizer(models.WordLevel(ids, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{word.bos} $A", pair=f"{word.bos} $A {word.bos} $B",
+        special_tokens=[(word.bos, word.bos_id)],
+    )
+    tok.decoder = decoders.WordPiece(prefix="\0", cleanup=False)  # join with single spaces
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=word.bos, eos_token=word.bos, pad_token=word.pad,
+        add_bos_token=True, padding_side="right", name_or_path="workbench-word-level",
+    )
+
+
 def get_tokenizer(model) -> WordTokenizer | HFTokenizer:
     """The tokenizer of a model: its `word_tokenizer` if it has one, else its HF tokenizer."""
     word = getattr(model, "word_tokenizer", None)
@@ -167,7 +266,7 @@ def get_tokenizer(model) -> WordTokenizer | HFTokenizer:
         return word
     hf = getattr(model, "tokenizer", None)
     if hf is not None:
-        return HFTokenizer(hf)
+        return HFTokenizer(hf, getattr(model.cfg, "default_prepend_bos", None))
     raise WorkbenchError(
         "this model has no tokenizer: load it with load_model (which attaches one), or set "
         "model.word_tokenizer = WordTokenizer(vocab) before using text tasks"

@@ -39,14 +39,14 @@ def _task_roles(batch: TaskBatch, i: int) -> list[str]:
 
 
 def _positional_roles(batch: TaskBatch, i: int) -> list[str]:
-    """`bos` (position 0 when the task prepends BOS), `self` (the answer position),
+    """`bos` (position 0 when the prompts start with a BOS), `self` (the answer position),
     `previous` (the position before it), `other` (everything else)."""
     n = int(batch.lengths[i])
     roles = ["other"] * n
     if n >= 2:
         roles[n - 2] = "previous"
     roles[n - 1] = "self"
-    if batch.task.prepend_bos and n >= 2:
+    if batch.prepend_bos and n >= 2:
         roles[0] = "bos"
     return roles
 
