@@ -249,7 +249,9 @@ def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                          others=run.others, metric=run.metric, means=run.means,
                          n_boot=config.n_boot, ci=config.ci, seed=config.seed,
                          progress=c.progress, per_position=config.per_position,
+                         race_on=run.order[0] if config.adaptive else None,
                          **c.scorer_options())
+    result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
     if config.method == "attribution" and config.check_attribution:
         _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
                                      run.metric, progress=c.progress, desc="exact check",
@@ -275,13 +277,14 @@ def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                         max_size=config.max_size, top_m=config.top_m,
                         beam_width=config.beam_width, n_masks=config.n_masks,
                         knockout_p=config.knockout_p, budget=config.search_budget,
-                        seed=config.seed,
+                        seed=config.seed, adaptive=config.adaptive, ci=config.ci,
                         progress=run.compute.progress,
                         pool=search_pool(result.heads, run.order[0]))
     for name in config.strategies:
         get_strategy(name)(space)
     space.scorer.release()
     result.summary.update(space.notes)
+    result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
     return pd.DataFrame(space.records)
 
 
@@ -308,7 +311,8 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
         config.secondary, others, best_size, select_gains, config.n_random, config.n_boot,
         config.ci, config.seed, run.compute.progress,
         pool=search_pool(result.heads, run.order[0]), groups=groups["heldout"],
-        other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None})
+        other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None},
+        adaptive=config.adaptive)
     for scorer in (heldout, *others.values()):
         scorer.release()
     result.summary["best_heads"] = sets.get(best_size, "") if best_size else ""

@@ -273,17 +273,21 @@ class AnalyticScorer:
         masks: Float[Tensor, "n_masks layer head_index"],
         progress: bool = False,
         desc: str = "masks",
+        rows: Tensor | None = None,
     ) -> dict[str, Float[Tensor, "n_masks batch"]]:
-        """Per-example scores with each mask's heads ablated (1 = ablated)."""
+        """Per-example scores with each mask's heads ablated (1 = ablated), on `rows` only
+        when given (as `MaskScorer.score`)."""
         self.clean()
         flat = masks.reshape(masks.shape[0], -1).cpu()
         out: dict[str, list[Tensor]] = {}
         for s in range(0, flat.shape[0], 256):
             for m, v in self._score(flat[s : s + 256]).items():
                 out.setdefault(m, []).append(v)
+        n_out = len(self.data) if rows is None else len(rows)
         if not out:
-            return {m: torch.empty(0, len(self.data)) for m in self.clean()}
-        return {m: torch.cat(v) for m, v in out.items()}
+            return {m: torch.empty(0, n_out) for m in self.clean()}
+        full = {m: torch.cat(v) for m, v in out.items()}
+        return full if rows is None else {m: v[:, torch.as_tensor(rows).cpu()] for m, v in full.items()}
 
 
 def screen_scorer(scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:

@@ -75,6 +75,7 @@ from workbench.metrics import (
     shortformer_kwargs,
     unembed_at,
 )
+from workbench.racing import OpenFn, clearly_hurts, race, sign_clear
 from workbench.stats import effect_summary
 from workbench.tables import head_table
 from workbench.tasks import Task, TaskBatch, encode_task, load_task
@@ -443,34 +444,78 @@ class MaskScorer:
         masks: Float[Tensor, "n_masks layer head_index"],
         progress: bool = False,
         desc: str = "masks",
+        rows: Tensor | None = None,
     ) -> dict[str, Float[Tensor, "n_masks batch"]]:
         """Per-example scores with each mask's heads ablated (1 = ablated).
+
+        Args:
+            masks: 0/1 masks, 1 = ablated.
+            rows: score only these examples (indices into the data, in this order); the
+                forwards then run on those rows alone, so a slice of the split costs its share
+                of a full pass. None scores every example.
+
+        Returns:
+            `{metric: [n_masks, n_rows]}` (`n_rows` = all examples, or `len(rows)`).
 
         Under torch.distributed the masks are split across ranks and the scores gathered
         (`workbench.distributed.score_sharded`); the numbers are the same.
         """
         if distributed.shards_masks():
-            return distributed.score_sharded(self, masks, progress, desc)
+            return distributed.score_sharded(self, masks, progress, desc, rows=rows)
         clean = self.clean()
         masks = masks.to(self.model.cfg.device)
         n = masks.shape[0]
         n_ex = next(iter(clean.values())).shape[0]
+        column = self._columns(rows, n_ex)
+        n_out = n_ex if rows is None else len(rows)
         out = {
-            name: torch.empty(n, n_ex, device=v.device, dtype=v.dtype) for name, v in clean.items()
+            name: torch.empty(n, n_out, device=v.device, dtype=v.dtype)
+            for name, v in clean.items()
         }
-        if n == 0:
+        if n == 0 or n_out == 0:
             return out
         bar = tqdm(total=n, desc=desc, disable=not progress, leave=False)
         try:
-            if self.metric is not None:
-                self._score_metric(masks, out, bar)
+            if self.metric is not None:  # custom data cannot be sliced: score all, keep rows
+                full = {name: torch.empty(n, n_ex, device=v.device, dtype=v.dtype)
+                        for name, v in clean.items()}
+                self._score_metric(masks, full, bar)
+                for name, v in full.items():
+                    out[name] = v if rows is None else v[:, rows.to(v.device)]
             elif self.reuse_prefix:
-                self._score_prefix(masks, out, bar)
+                self._score_prefix(masks, out, bar, column)
             else:
-                self._score_naive(masks, out, bar)
+                self._score_naive(masks, out, bar, column)
         finally:
             bar.close()
         return out
+
+    def _columns(self, rows: Tensor | None, n_ex: int) -> Tensor:
+        """Output column of every example (-1: not scored)."""
+        device = self.data.tokens.device if isinstance(self.data, TaskBatch) else "cpu"
+        if rows is None:
+            return torch.arange(n_ex, device=device)
+        rows = torch.as_tensor(rows, dtype=torch.long).to(device)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_ex):
+            raise WorkbenchError(f"rows must index the {n_ex} examples; got {rows.tolist()[:8]}...")
+        if len(set(rows.tolist())) != len(rows):
+            raise WorkbenchError("rows must not repeat an example")
+        column = torch.full((n_ex,), -1, dtype=torch.long, device=device)
+        column[rows] = torch.arange(len(rows), device=device)
+        return column
+
+    def _selected(self, column: Tensor) -> list[tuple[int, _Chunk, Tensor, Tensor]]:
+        """`(chunk index, sub-chunk, positions within the chunk, output columns)` for every
+        chunk with a scored row; the sub-chunk keeps the chunk's padded width."""
+        found = []
+        for c, chunk in enumerate(self._chunks()):
+            cols = column[chunk.rows]
+            keep = (cols >= 0).nonzero().flatten()
+            if len(keep) == 0:
+                continue
+            sub = chunk if len(keep) == len(chunk.rows) else _Chunk(chunk.rows[keep], chunk.width)
+            found.append((c, sub, keep, cols[keep]))
+        return found
 
     def _score_metric(self, masks, out, bar) -> None:
         with torch.no_grad():
@@ -486,12 +531,12 @@ class MaskScorer:
                         out[name][i] = v
                 bar.update(1)
 
-    def _score_naive(self, masks, out, bar) -> None:
+    def _score_naive(self, masks, out, bar, column) -> None:
         model, batch = self.model, self.data
         heads = [[(int(l), int(h)) for l, h in m.nonzero().tolist()] for m in masks.cpu()]
         with torch.no_grad():
             for i, head_list in enumerate(heads):
-                for chunk in self._chunks():
+                for _, chunk, _, cols in self._selected(column):
                     hooks = ablation_hooks(model, head_list, self.kind, self.means,
                                            self.per_position, resample=self._resample(chunk))
                     logits = model.run_with_hooks(
@@ -501,10 +546,10 @@ class MaskScorer:
                     at_answer = logits[torch.arange(logits.shape[0], device=logits.device), pos]
                     targets = _Targets.of(batch, rows=chunk.rows)
                     for name, v in score_logits(at_answer, targets).items():
-                        out[name][i, chunk.rows.to(v.device)] = v
+                        out[name][i, cols.to(v.device)] = v
                 bar.update(1)
 
-    def _score_prefix(self, masks, out, bar) -> None:
+    def _score_prefix(self, masks, out, bar, column) -> None:
         model, batch, L = self.model, self.data, self.n_layers
         any_layer = masks.flatten(2).amax(-1) > 0  # (M, L)
         # The first ablated layer of each mask; L (no layer) for the empty mask.
@@ -514,19 +559,27 @@ class MaskScorer:
             torch.full_like(any_layer[:, 0], L, dtype=torch.long),
         ).cpu()
         clean = self.clean()
+        scored = (column >= 0).nonzero().flatten()
+        order = column[scored].argsort()
+        scored = scored[order]  # the scored examples in output order
         if L in set(first.tolist()):
             idx = (first == L).nonzero().flatten()
             for name, v in clean.items():
-                out[name][idx.to(v.device)] = v
+                out[name][idx.to(v.device)] = v[scored.to(v.device)]
             bar.update(len(idx))
         layers = sorted(set(first.tolist()) - {L})
         if not layers:
             return
         if not self._cache_built:
             self._fill_cache()
-        chunks = self._chunks()
-        for c, chunk in enumerate(chunks):
-            prefix = self._prefix(c, layers)
+        chunks = self._selected(column)
+        for j, (c, chunk, keep, cols) in enumerate(chunks):
+            if c in self._cache:
+                prefix = self._prefix(c, layers)
+                if len(keep) < len(self._chunks()[c].rows):
+                    prefix = {l: r[keep.to(r.device)] for l, r in prefix.items()}
+            else:  # not cached: the clean prefix of the scored rows only
+                prefix = self._compute_prefix(chunk, layers)
             b = len(chunk.rows)
             sub_tokens = chunk.tokens(batch)
             resample = self._resample(chunk)
@@ -559,10 +612,8 @@ class MaskScorer:
                         logits = unembed_at(model, final, pos)
                     targets = _Targets.of(batch, k, chunk.rows)
                     for name, v in score_logits(logits, targets).items():
-                        out[name][chunk_masks[:, None], chunk.rows.to(v.device)[None]] = v.view(
-                            k, b
-                        )
-                    if c == len(chunks) - 1:
+                        out[name][chunk_masks[:, None], cols.to(v.device)[None]] = v.view(k, b)
+                    if j == len(chunks) - 1:
                         bar.update(k)
             del prefix
 
@@ -786,10 +837,18 @@ def single_head_diffs(
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     offload: bool = False,
+    open_fn: OpenFn | None = None,
+    seed: int = 0,
+    ci: float = 0.95,
+    counter: dict | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Clean scores `{metric: [batch]}` and per-example single-head effects
     `{metric: [n_layers * n_heads, batch]}` (NaN rows for heads not in `heads`). The
-    scorer's residual cache is freed before returning."""
+    scorer's residual cache is freed before returning.
+
+    With `open_fn` (exact and naive methods) the heads are raced (`workbench.racing.race`,
+    example order seeded by `seed`, looks at level `ci`): a head `open_fn` closes keeps NaN
+    for the examples it was not scored on. `counter["forward_eq"]` adds up the passes spent."""
     method = ScreenMethod.parse(method)
     if method is ScreenMethod.ATTRIBUTION:
         return attribution_effects(
@@ -812,13 +871,16 @@ def single_head_diffs(
         offload=offload,
     )
     clean = scorer.clean()
-    ablated = scorer.score(masks_of(model, [[h] for h in chosen]), progress, desc)
+    raced = race(scorer, masks_of(model, [[h] for h in chosen]), open_fn, seed, ci,
+                 progress=progress, desc=desc)
     scorer.release()
+    if counter is not None:
+        counter["forward_eq"] = counter.get("forward_eq", 0.0) + raced.forward_eq
     rows = torch.tensor([l * H + h for l, h in chosen], device=model.cfg.device, dtype=torch.long)
     diffs = {}
-    for name, v in ablated.items():
+    for name, v in raced.diffs.items():
         full = torch.full((L * H, v.shape[1]), float("nan"), device=v.device, dtype=v.dtype)
-        full[rows] = v - clean[name][None]
+        full[rows.to(v.device)] = v
         diffs[name] = full
     return clean, diffs
 
@@ -843,6 +905,7 @@ def screen_heads(
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     offload: bool = False,
+    race_on: str | None = None,
 ) -> pd.DataFrame:
     """The effect of removing each head alone, on a task and on extra tasks.
 
@@ -864,10 +927,15 @@ def screen_heads(
         per_position: mean ablation with the mean `z` at each position (needs equal-length
             prompts: `HeadMeans.per_position`) instead of the mean over all positions.
         token_budget, cache_bytes, offload: memory bounds of exact screening (`MaskScorer`).
+        race_on: a metric to race exact screening on (`workbench.racing`): on the task a head
+            stops being scored once its removal clearly hurts that metric; on each of `others`
+            once the sign of its effect there is clear. None scores every head on every
+            example. The `d_<m>_n` columns say how many examples each number rests on.
 
     Returns:
         A per-head table (see the module docstring). `df.attrs` holds `clean` (the clean mean
-        of each metric per task), `n_examples` per task, `method` and `kind`.
+        of each metric per task), `n_examples` per task, `method`, `kind` and `forward_eq`
+        (passes over each task's examples spent).
 
     Example:
         >>> df = screen_heads(model, "ioi", kind="mean")
@@ -890,6 +958,7 @@ def screen_heads(
         "kind": kind.value,
         "task": name,
         "per_position": per_position,
+        "forward_eq": {},
     }
     items = [(None, data, name)]
     for other_name, other in _other_items(others):
@@ -900,6 +969,10 @@ def screen_heads(
         item_means = means
         if suffix is not None and kind is AblationKind.MEAN and isinstance(d, TaskBatch):
             item_means = compute_head_means(model, d.tokens, d.lengths)  # its own prompts
+        rule = None
+        if race_on is not None:
+            rule = clearly_hurts(race_on) if suffix is None else sign_clear(race_on)
+        counter: dict = {}
         clean, diffs = single_head_diffs(
             model,
             d,
@@ -916,7 +989,12 @@ def screen_heads(
             token_budget=token_budget,
             cache_bytes=cache_bytes,
             offload=offload,
+            open_fn=rule if metric is None else None,  # custom data cannot be sliced
+            seed=seed,
+            ci=ci,
+            counter=counter,
         )
+        attrs["forward_eq"][label] = counter.get("forward_eq", float("nan"))
         attrs["clean"][label] = {m: float(torch.nanmean(v.float())) for m, v in clean.items()}
         attrs["n_examples"][label] = int(next(iter(clean.values())).shape[0])
         for m, diff in diffs.items():
