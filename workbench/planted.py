@@ -45,6 +45,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
 from workbench.metrics import score_logits
+from workbench.racing import clearly_hurts, race
 from workbench.screening import _Targets, effect_column, masks_of
 from workbench.stats import effect_summary
 from workbench.tables import head_name, head_table
@@ -290,17 +291,20 @@ class AnalyticScorer:
         return full if rows is None else {m: v[:, torch.as_tensor(rows).cpu()] for m, v in full.items()}
 
 
-def screen_scorer(scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+def screen_scorer(
+    scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, race_on: str | None = None
+) -> pd.DataFrame:
     """The single-head screening table (`screen_heads`'s schema for the main task) from any
-    scorer with `clean()` / `score(masks)`, e.g. an `AnalyticScorer`."""
+    scorer with `clean()` / `score(masks, rows=...)`, e.g. an `AnalyticScorer`; raced on
+    `race_on` as `screen_heads` races (None: every head on every example)."""
     model = scorer.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
     heads = [(l, h) for l in range(L) for h in range(H)]
-    clean = scorer.clean()
-    scores = scorer.score(masks_of(model, [[h] for h in heads]))
+    rule = clearly_hurts(race_on) if race_on is not None else None
+    raced = race(scorer, masks_of(model, [[h] for h in heads]), rule, seed, ci)
     columns = {}
-    for m, v in scores.items():
-        for stat, values in effect_summary(v - clean[m][None], n_boot, seed, ci).items():
+    for m, d in raced.diffs.items():
+        for stat, values in effect_summary(d, n_boot, seed, ci).items():
             columns[effect_column(m, stat)] = values.view(L, H)
     return head_table(columns, L, H)
 
