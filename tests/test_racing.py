@@ -187,3 +187,48 @@ def test_separated_sets_are_decided_only_when_their_interval_excludes_the_value(
     assert hurts({"a": torch.tensor([-1.0])}, {"a": torch.tensor([0.2])}, 2.0,
                  torch.arange(1)).tolist() == [False]
     assert np.isfinite(look_z(0.99, 10))
+
+
+def test_gpu_token_budget_tiles_many_masks_per_forward():
+    """On an accelerator the default budget comes from free memory: SmolLM2's shape with
+    100 GiB free puts >= 64 masks of a 150 x 30-token split in one forward (the CPU keeps
+    the measured one mask per pass)."""
+    from types import SimpleNamespace
+
+    from workbench.screening import (
+        DEFAULT_TOKEN_BUDGET,
+        GPU_TOKEN_CAP,
+        _default_masks_per_pass,
+        device_token_budget,
+    )
+
+    cfg = SimpleNamespace(device="cuda", dtype=torch.bfloat16, d_model=576, d_mlp=1536, n_heads=9)
+    budget = device_token_budget(cfg, free_bytes=100 << 30)
+    assert DEFAULT_TOKEN_BUDGET < budget <= GPU_TOKEN_CAP
+    model = SimpleNamespace(cfg=cfg)
+    assert _default_masks_per_pass(model, 150, 30, budget) >= 64
+    assert device_token_budget(SimpleNamespace(**{**vars(cfg), "device": "cpu"})) == (
+        DEFAULT_TOKEN_BUDGET)
+    small = device_token_budget(cfg, free_bytes=1 << 20)  # nearly full: never below the CPU's
+    assert small == DEFAULT_TOKEN_BUDGET
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tiles_many_masks_per_forward_and_matches_the_cpu(tiny_task):
+    """On CUDA the default scorer puts many masks in one forward, with the CPU's numbers.
+    Tolerance 1e-4: float32 on both (no TF32 in PyTorch's default matmul); not yet measured
+    on a GPU, where reductions run in another order."""
+    from tests.helpers import tiny_model
+
+    scores = {}
+    for device in ("cpu", "cuda"):
+        model = tiny_model(attn_only=False, seed=1, device=device)
+        batch = encode_task(model, tiny_task, "select")
+        masks = (torch.rand(40, model.cfg.n_layers, model.cfg.n_heads,
+                            generator=torch.Generator().manual_seed(0)) < 0.3).float()
+        scorer = MaskScorer(model, batch)
+        if device == "cuda":
+            assert scorer.masks_per_pass(scorer._chunks()[0]) >= 16
+        scores[device] = {m: v.cpu() for m, v in scorer.score(masks).items()}
+    for m in METRICS:
+        assert_close(scores["cuda"][m], scores["cpu"][m], atol=1e-4, msg=m)

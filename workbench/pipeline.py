@@ -37,7 +37,6 @@ from workbench.metrics import NORMALIZED_METRICS, multi_token_metric
 from workbench.results import CELResult
 from workbench.screening import (
     DEFAULT_CACHE_BYTES,
-    DEFAULT_TOKEN_BUDGET,
     CustomMetric,
     MaskScorer,
     resolve_task,
@@ -64,17 +63,18 @@ class Compute:
     """How a run computes, not what it computes (not part of the config).
 
     Attributes:
-        max_rows: the most rows (masks x examples) per forward.
+        max_rows: the most rows (masks x examples) per forward; None picks per device.
         masks_per_pass: masks per tiled forward; None picks per device.
-        token_budget: the most tokens (rows x padded length) per forward.
+        token_budget: the most tokens (rows x padded length) per forward; None picks per
+            device (`workbench.screening.device_token_budget`).
         cache_bytes: the most bytes of cached residuals a scorer keeps between calls.
         offload: keep those caches in CPU memory.
         progress: show progress bars.
     """
 
-    max_rows: int = 1024
+    max_rows: int | None = None
     masks_per_pass: int | None = None
-    token_budget: int = DEFAULT_TOKEN_BUDGET
+    token_budget: int | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
     offload: bool = False
     progress: bool = True

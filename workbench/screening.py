@@ -155,6 +155,34 @@ DEFAULT_TOKEN_BUDGET = 16384
 DEFAULT_CACHE_BYTES = 1 << 30
 
 
+GPU_TOKEN_CAP = 1 << 20  # a bound on one forward even on the largest accelerator
+GPU_MEMORY_SHARE = 0.3  # of the free accelerator memory one forward's activations may take
+
+
+def device_token_budget(cfg, free_bytes: int | None = None) -> int:
+    """The default token budget of one forward on `cfg.device`: `DEFAULT_TOKEN_BUDGET` on a
+    CPU (more rows per pass bought nothing there, see `_default_masks_per_pass`); on an
+    accelerator as many tokens as `GPU_MEMORY_SHARE` of its free memory holds, so that many
+    masks share one forward.
+
+    Per token a forward keeps about `8 d_model + 2 d_mlp` activations plus `2 n_heads x 256`
+    attention scores (prompts up to 256 tokens) alive at once, in the model's dtype.
+    `free_bytes` overrides the measured free memory (for tests).
+    """
+    device = torch.device(cfg.device)
+    if device.type == "cpu":
+        return DEFAULT_TOKEN_BUDGET
+    if free_bytes is None:
+        if device.type != "cuda":
+            return DEFAULT_TOKEN_BUDGET * 4
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+    elem = torch.empty((), dtype=cfg.dtype).element_size()
+    d_mlp = cfg.d_mlp or 0
+    per_token = elem * (8 * cfg.d_model + 2 * d_mlp + 2 * cfg.n_heads * 256)
+    return int(max(DEFAULT_TOKEN_BUDGET, min(GPU_TOKEN_CAP, free_bytes * GPU_MEMORY_SHARE
+                                              // per_token)))
+
+
 def _default_masks_per_pass(model, n_examples: int, n_tokens: int, token_budget: int) -> int:
     # Measured on a 2-core CPU (GPT-2-small shape, 64 x 20 tokens, 6 layers): one mask per pass
     # 3.06 s, four tiled masks 3.22 s per mask. A GPU is underused by one small batch; the
@@ -249,9 +277,11 @@ class MaskScorer:
             the whole model with full logits per mask (the naive reference).
         masks_per_pass: masks evaluated in one tiled forward; None picks per device. Always
             capped by `token_budget` and `max_rows`.
-        max_rows: the most rows (masks x examples) in one forward.
+        max_rows: the most rows (masks x examples) in one forward (None: 1024 on a CPU, the
+            token budget elsewhere).
         per_position: mean ablation with the means at each position (`HeadMeans.per_position`).
-        token_budget: the most tokens (rows x padded length) in one forward.
+        token_budget: the most tokens (rows x padded length) in one forward (None: per device,
+            `device_token_budget`: 16384 on a CPU, a share of the free memory on a GPU).
         cache_bytes: the most bytes of cached residuals kept between `score` calls.
         offload: keep the cached residuals in CPU memory and move each to the device when used.
 
@@ -271,9 +301,9 @@ class MaskScorer:
         metric: CustomMetric | None = None,
         reuse_prefix: bool = True,
         masks_per_pass: int | None = None,
-        max_rows: int = 1024,
+        max_rows: int | None = None,
         per_position: bool = False,
-        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        token_budget: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         offload: bool = False,
     ) -> None:
@@ -286,6 +316,13 @@ class MaskScorer:
                 f"without a custom metric the data must be an encoded TaskBatch; got "
                 f"{type(data).__name__}"
             )
+        # None: per device (`device_token_budget`; rows are then bounded by tokens alone off
+        # the CPU, where 1024 rows per forward was the measured sweet spot)
+        if token_budget is None:
+            token_budget = device_token_budget(model.cfg)
+        if max_rows is None:
+            on_cpu = torch.device(model.cfg.device).type == "cpu"
+            max_rows = 1024 if on_cpu else token_budget
         for label, value in (("max_rows", max_rows), ("token_budget", token_budget)):
             if not isinstance(value, int) or value < 1:
                 raise WorkbenchError(f"{label} must be an integer >= 1; got {value!r}")
@@ -689,9 +726,9 @@ def attribution_effects(
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
     metric: CustomMetric | None = None,
-    max_rows: int = 1024,
+    max_rows: int | None = 1024,
     per_position: bool = False,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = DEFAULT_TOKEN_BUDGET,
 ) -> tuple[dict[str, Tensor], dict[str, Float[Tensor, "n_heads batch"]]]:
     """First-order estimates of every head's per-example effect.
 
@@ -706,6 +743,8 @@ def attribution_effects(
             "attribution screening supports zero and mean ablation; use method 'exact' for "
             "resample ablation"
         )
+    # the backward keeps every layer's activations: the CPU budgets, whatever the device
+    token_budget, max_rows = token_budget or DEFAULT_TOKEN_BUDGET, max_rows or 1024
     L, H = model.cfg.n_layers, model.cfg.n_heads
     names = [f"blocks.{l}.attn.hook_z" for l in range(L)]
     if metric is None and not isinstance(data, TaskBatch):
@@ -829,12 +868,12 @@ def single_head_diffs(
     means: HeadMeans | None = None,
     metric: CustomMetric | None = None,
     heads=None,
-    max_rows: int = 1024,
+    max_rows: int | None = None,
     masks_per_pass: int | None = None,
     progress: bool = False,
     desc: str = "screening",
     per_position: bool = False,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     offload: bool = False,
     open_fn: OpenFn | None = None,
@@ -898,11 +937,11 @@ def screen_heads(
     n_boot: int = 1000,
     ci: float = 0.95,
     seed: int = 0,
-    max_rows: int = 1024,
+    max_rows: int | None = None,
     masks_per_pass: int | None = None,
     progress: bool = False,
     per_position: bool = False,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     offload: bool = False,
     race_on: str | None = None,
