@@ -232,3 +232,22 @@ def test_cuda_tiles_many_masks_per_forward_and_matches_the_cpu(tiny_task):
         scores[device] = {m: v.cpu() for m, v in scorer.score(masks).items()}
     for m in METRICS:
         assert_close(scores["cuda"][m], scores["cpu"][m], atol=1e-4, msg=m)
+
+
+def test_side_task_columns_rest_on_the_first_slice(gpt2_like_model, tiny_task):
+    """Raced screening scores a side task on its first racing slice only, with the exact
+    numbers of those examples, and says so in `d_<m>_n_<task>`."""
+    from workbench.racing import first_slice
+    from workbench.stats import mean_se
+
+    model = gpt2_like_model
+    side = encode_task(model, tiny_task)
+    raced = screen_heads(model, tiny_task, others={"side": side}, n_boot=50, race_on="logprob")
+    k = first_slice(len(side))
+    assert k < len(side) and (raced["d_logprob_n_side"] == k).all()
+    rows = example_order(len(side), seed=0)[:k]
+    scorer = MaskScorer(model, side)
+    heads = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    scores = scorer.score(masks_of(model, [[h] for h in heads]), rows=rows)
+    expected = mean_se(scores["logprob"] - scorer.clean()["logprob"][rows][None])[0]
+    assert_close(raced["d_logprob_side"], expected)

@@ -52,8 +52,8 @@ class CELConfig:
             `group` labels (`"group"`, at least 8 groups), or groups when a split has at least
             8 of them and examples otherwise (`"auto"`).
         adaptive: race candidates on slices of a split (`workbench.racing`): exact screening
-            stops scoring a head once its removal clearly hurts the objective (on a side task:
-            once its sign is clear), the search's knockouts use the first slice and its sets
+            stops scoring a head once its removal clearly hurts the objective (side tasks'
+            per-head columns use the first slice), the search's knockouts use it too, its sets
             are raced within each size, and a random baseline set stops once its interval
             leaves the found set's gain. The `n` columns say what each number rests on. False
             scores every candidate on every example.

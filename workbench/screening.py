@@ -75,7 +75,7 @@ from workbench.metrics import (
     shortformer_kwargs,
     unembed_at,
 )
-from workbench.racing import OpenFn, clearly_hurts, race, sign_clear
+from workbench.racing import OpenFn, clearly_hurts, first_slice, race
 from workbench.stats import effect_summary
 from workbench.tables import head_table
 from workbench.tasks import Task, TaskBatch, encode_task, load_task
@@ -880,6 +880,7 @@ def single_head_diffs(
     seed: int = 0,
     ci: float = 0.95,
     counter: dict | None = None,
+    max_examples: int | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Clean scores `{metric: [batch]}` and per-example single-head effects
     `{metric: [n_layers * n_heads, batch]}` (NaN rows for heads not in `heads`). The
@@ -887,7 +888,8 @@ def single_head_diffs(
 
     With `open_fn` (exact and naive methods) the heads are raced (`workbench.racing.race`,
     example order seeded by `seed`, looks at level `ci`): a head `open_fn` closes keeps NaN
-    for the examples it was not scored on. `counter["forward_eq"]` adds up the passes spent."""
+    for the examples it was not scored on; `max_examples` scores every head on that many
+    examples of the racing order only. `counter["forward_eq"]` adds up the passes spent."""
     method = ScreenMethod.parse(method)
     if method is ScreenMethod.ATTRIBUTION:
         return attribution_effects(
@@ -911,7 +913,7 @@ def single_head_diffs(
     )
     clean = scorer.clean()
     raced = race(scorer, masks_of(model, [[h] for h in chosen]), open_fn, seed, ci,
-                 progress=progress, desc=desc)
+                 progress=progress, desc=desc, max_examples=max_examples)
     scorer.release()
     if counter is not None:
         counter["forward_eq"] = counter.get("forward_eq", 0.0) + raced.forward_eq
@@ -967,9 +969,10 @@ def screen_heads(
             prompts: `HeadMeans.per_position`) instead of the mean over all positions.
         token_budget, cache_bytes, offload: memory bounds of exact screening (`MaskScorer`).
         race_on: a metric to race exact screening on (`workbench.racing`): on the task a head
-            stops being scored once its removal clearly hurts that metric; on each of `others`
-            once the sign of its effect there is clear. None scores every head on every
-            example. The `d_<m>_n` columns say how many examples each number rests on.
+            stops being scored once its removal clearly hurts that metric; each of `others` is
+            scored on its first racing slice only (its per-head columns decide nothing). None
+            scores every head on every example. The `d_<m>_n` columns say how many examples
+            each number rests on.
 
     Returns:
         A per-head table (see the module docstring). `df.attrs` holds `clean` (the clean mean
@@ -1008,9 +1011,15 @@ def screen_heads(
         item_means = means
         if suffix is not None and kind is AblationKind.MEAN and isinstance(d, TaskBatch):
             item_means = compute_head_means(model, d.tokens, d.lengths)  # its own prompts
-        rule = None
-        if race_on is not None:
-            rule = clearly_hurts(race_on) if suffix is None else sign_clear(race_on)
+        # the main task races on its decision; a side task's per-head columns decide nothing
+        # (the found sets' side effects are measured on every example in confirmation), so
+        # they rest on the first racing slice alone
+        rule, limit = None, None
+        if race_on is not None and metric is None:
+            if suffix is None:
+                rule = clearly_hurts(race_on)
+            else:
+                limit = first_slice(len(d))
         counter: dict = {}
         clean, diffs = single_head_diffs(
             model,
@@ -1028,10 +1037,11 @@ def screen_heads(
             token_budget=token_budget,
             cache_bytes=cache_bytes,
             offload=offload,
-            open_fn=rule if metric is None else None,  # custom data cannot be sliced
+            open_fn=rule,
             seed=seed,
             ci=ci,
             counter=counter,
+            max_examples=limit,
         )
         attrs["forward_eq"][label] = counter.get("forward_eq", float("nan"))
         attrs["clean"][label] = {m: float(torch.nanmean(v.float())) for m, v in clean.items()}
