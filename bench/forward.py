@@ -4,8 +4,9 @@ Loads one Hugging Face folder twice, as `workbench.load_model` gives it (a Hooke
 and as `transformers.AutoModelForCausalLM` gives it, runs the same token batch through each
 in interleaved rounds (ours, theirs, ours, ...) and prints the median time of each and their
 ratio (the target is <= 1.3), with the largest log-probability difference as a check that
-both compute the same thing. Times are wall-clock and process CPU time; on a shared machine the CPU time
-is the steadier of the two (the load is printed). Nothing is downloaded: give a local folder.
+both compute the same thing. Times are wall-clock and process CPU time; on a shared machine
+the CPU time is the steadier of the two (the load is printed). Nothing is downloaded: give a
+local folder.
 
     .venv/bin/python bench/forward.py /path/to/hf-folder --batch 64 --tokens 24 --rounds 5
 """

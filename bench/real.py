@@ -19,7 +19,8 @@ The pipeline before racing (`adaptive=False`: every candidate on every example) 
 
 Machine load is printed (`os.getloadavg`); the figures compare within one run.
 
-    .venv/bin/python bench/real.py --model /path/to/smollm2-hf --task induction --others greater_than
+    .venv/bin/python bench/real.py --model /path/to/smollm2-hf --task induction \
+        --others greater_than
     .venv/bin/python bench/real.py --model embedded --old run
 """
 
@@ -30,12 +31,14 @@ import contextlib
 import math
 import os
 import time
+from itertools import combinations
 
 import numpy as np
 import torch
 
 import workbench.pipeline as pipeline
 from workbench.confirmation import pool_random_head_sets, random_head_sets
+from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.screening import MaskScorer, masks_of, resolve_task
 from workbench.search import default_budget, search_pool
@@ -114,9 +117,7 @@ def old_estimate(model, result, main, others, n_select: int, n_heldout: int) -> 
     x = rng.random((n_masks, len(pool))) < (config.knockout_p or 0.3)
     x[~x.any(1), 0] = True
     knock = masks_of(model, [[pool[j] for j in np.flatnonzero(r)] for r in x])
-    finalists = [(int(n[1:].split("H")[0]), int(n.split("H")[1])) for n in notes.get("finalists", [])]
-    from itertools import combinations
-
+    finalists = [HeadSet.of(model, [n]).heads[0] for n in notes.get("finalists", [])]
     sets = [c for s in range(1, config.max_size + 1) for c in combinations(finalists, s)]
     search = layer_passes(knock, L) + layer_passes(masks_of(model, sets), L)
     confirm = 0.0
@@ -126,7 +127,8 @@ def old_estimate(model, result, main, others, n_select: int, n_heldout: int) -> 
         p = pool_random_head_sets(pool, size, config.n_random, config.seed)
         if p and [sorted(a) for a in p] != [sorted(a) for a in r]:
             confirm += layer_passes(masks_of(model, p), L)
-    confirm = confirm * n_heldout / n_select + config.max_size * (1 + sum(sizes.values()) / n_select)
+    side = config.max_size * (1 + sum(sizes.values()) / n_select)  # found sets, side effects
+    confirm = confirm * n_heldout / n_select + side
     return {"screen": screen, "search": search, "confirm": confirm}
 
 

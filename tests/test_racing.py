@@ -148,7 +148,7 @@ def test_raced_search_finds_the_exhaustive_best_sets(micro, strategy):
     combos = found[True][2]
     n_select = int(combos["n"].max())
     sets, _ = found[True][0]
-    for size, names in sets.items():
+    for names in sets.values():
         row = combos[combos["heads"] == names].iloc[-1]
         assert row["n"] == n_select
 

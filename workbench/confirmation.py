@@ -15,8 +15,9 @@ size on the **held-out split**, which played no part in screening or search, and
   enhancement sits near 100. With `adaptive=True` the random sets are raced: only those whose
   interval still overlaps the found set's gain see more held-out examples (the percentile is
   the exhaustive one whenever the intervals separate; `n_random_complete` counts the sets
-  scored on every example, `random_forward_eq` the passes spent). The objective may be coarse (accuracy on few examples, with
-  ties at a ceiling), so the percentile on the secondary metric is reported too;
+  scored on every example, `random_forward_eq` the passes spent). The objective may be coarse
+  (accuracy on few examples, with ties at a ceiling), so the percentile on the secondary metric
+  is reported too;
 - side effects: the same sets' effects on each other task, on all of its examples.
 
 Honest-null additions (issue 11), each optional so older callers keep their columns:

@@ -288,7 +288,9 @@ class AnalyticScorer:
         if not out:
             return {m: torch.empty(0, n_out) for m in self.clean()}
         full = {m: torch.cat(v) for m, v in out.items()}
-        return full if rows is None else {m: v[:, torch.as_tensor(rows).cpu()] for m, v in full.items()}
+        if rows is None:
+            return full
+        return {m: v[:, torch.as_tensor(rows).cpu()] for m, v in full.items()}
 
 
 def screen_scorer(

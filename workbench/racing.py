@@ -186,18 +186,6 @@ def clearly_hurts(metric: str) -> OpenFn:
     return open_fn
 
 
-def sign_clear(metric: str) -> OpenFn:
-    """Open until the interval of `metric`'s effect excludes 0 on either side."""
-
-    def open_fn(means, ses, z, active):
-        if metric not in means:
-            return torch.ones_like(next(iter(means.values())), dtype=torch.bool)
-        lo, hi = interval(means[metric], ses[metric], z)
-        return ~((hi < -ATOL) | (lo > ATOL))
-
-    return open_fn
-
-
 def separated_from(values: dict[str, float]) -> OpenFn:
     """Open while the interval of any metric's effect still contains `values[metric]` (the
     found set's gain a random baseline ranks against): a set clearly below or above it on
