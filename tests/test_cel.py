@@ -205,10 +205,12 @@ def test_mean_ablation_and_attribution_runs(micro, tmp_path):
 
 def test_side_effects_use_each_tasks_own_means(attn_model, tiny_task, tmp_path):
     """Mean ablation on a side task replaces z by the mean over that task's prompts, in the
-    single-head screen and in the confirmed sets' side effects."""
+    single-head screen and in the confirmed sets' side effects. Unraced, so that the per-head
+    side columns rest on every example (raced they rest on the first slice:
+    test_racing.test_side_task_columns_rest_on_the_first_slice)."""
     side = load_task(write_task(tmp_path / "side.jsonl", n=24, n_words=8, seed=1))
     result = run_cel(attn_model, tiny_task, others=[side], kind="mean", max_size=2, top_m=3,
-                     **FAST)
+                     adaptive=False, **FAST)
     own = compute_head_means(attn_model, side)
     main = compute_head_means(attn_model, tiny_task, split="select")
     for _, row in result.side_effects.iterrows():
