@@ -19,8 +19,15 @@ function per entry of `STRATEGIES`:
   scored exactly. On planted models (`bench/recall.py`) it is the only strategy that finds
   OR pairs and triples, at 144 to 1024 heads, within `6 n + 1000` forward-equivalents.
 
-Every evaluated set is recorded (`strategy, size, heads, score, d_<metric>`), and strategies
-share one cache, so a set is scored once.
+Every evaluated set is recorded (`strategy, size, heads, score, n, d_<metric>`; `n` the
+examples its score rests on), and strategies share one cache, so a set is scored once.
+
+With `adaptive=True` (the pipeline's default, `workbench.racing`) the sets a strategy compares
+are raced within each size: all on a first slice of the selection split, then only those whose
+interval still reaches the best lower bound of their size on more examples, up to all of them;
+the interaction search's knockout masks, which only rank heads, are scored on the first slice.
+On planted models this gives the same best sets at 0.30-0.32 of the forward-equivalents
+(`bench/recall.py`, `docs/speed.md`).
 
 Choices (measured or argued, see the README):
 
