@@ -11,9 +11,13 @@ Per strategy and model size, over `--seeds` random plants: the share of plants w
 of each size (by `best_sets`, objective logit_diff, tie-break logprob, as the pipeline ranks)
 is exactly the planted one; forward-equivalents on the selection split (masks scored: the n
 single-head screens plus the search; the target is <= 6 n + 1000); and the search's CPU time.
-The first row is the current default pipeline's search (`exhaustive` over the `top_m = 8`
-candidates of `select_candidates`); `greedy`, `beam` and `compressed_sensing` use the same
-candidates and defaults as `run_cel`; `interaction` searches the pool of `search_pool`.
+`exhaustive`, `greedy`, `beam` and `compressed_sensing` use the `top_m = 8` candidates of
+`select_candidates` and the defaults of `run_cel`; `interaction` searches the pool of
+`search_pool`, once with every set scored on every example and once raced as `run_cel` does
+by default (`adaptive`: knockouts on the first slice of examples, sets raced within each size,
+`workbench.racing`). Screening is raced as in `run_cel` (`--exhaustive-screen`: not); a
+forward-equivalent is one pass over the selection split, so a mask scored on a slice of it
+counts its share.
 
 Scores come from `AnalyticScorer` (the planted numbers pushed through the same
 `score_logits`, equal to the model's forward pass to 2e-5, checked by `--check`), so a
@@ -50,11 +54,12 @@ from workbench.tasks import encode_task
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}
 FIRST, SECOND = "logit_diff", "logprob"
 ROWS = {
-    "pipeline default (exhaustive, top_m 8)": ("exhaustive", {}),
+    "exhaustive, top_m 8": ("exhaustive", {}),
     "greedy": ("greedy", {}),
     "beam": ("beam", {}),
     "compressed_sensing": ("compressed_sensing", {}),
-    "interaction": ("interaction", {}),
+    "interaction, every set on every example": ("interaction", {"adaptive": False}),
+    "interaction (pipeline default: raced)": ("interaction", {}),
 }
 # The interaction search's design choices, each changed alone (`--variants`).
 VARIANTS = {
@@ -66,17 +71,19 @@ VARIANTS = {
 
 
 class CountingScorer:
-    """Counts masks scored (forward-equivalents: rows scored / examples)."""
+    """Counts forward-equivalents: masks x examples scored / examples in the split."""
 
     def __init__(self, scorer) -> None:
-        self.inner, self.model, self.count = scorer, scorer.model, 0
+        self.inner, self.model, self.count = scorer, scorer.model, 0.0
+        self.data = scorer.data
 
     def clean(self):
         return self.inner.clean()
 
-    def score(self, masks, progress: bool = False, desc: str = "masks"):
-        self.count += int(masks.shape[0])
-        return self.inner.score(masks, progress, desc)
+    def score(self, masks, progress: bool = False, desc: str = "masks", rows=None):
+        n = len(self.data)
+        self.count += int(masks.shape[0]) * (n if rows is None else len(rows)) / n
+        return self.inner.score(masks, progress, desc, rows=rows)
 
 
 def check_forward(pm, n_masks: int = 8, seed: int = 0) -> float:
@@ -91,13 +98,14 @@ def check_forward(pm, n_masks: int = 8, seed: int = 0) -> float:
 
 
 def run_plant(
-    n_heads: int, seed: int, rows: dict[str, tuple], max_size: int = 3, noise_sd: float = 0.1
+    n_heads: int, seed: int, rows: dict[str, tuple], max_size: int = 3, noise_sd: float = 0.1,
+    adaptive: bool = True,
 ) -> list[dict]:
     L, H = SHAPES[n_heads]
     pm = planted_model(PlantSpec(n_layers=L, n_heads=H, seed=seed, noise_sd=noise_sd))
     screen = CountingScorer(pm.scorer("select"))
     t0 = time.process_time()
-    heads = screen_scorer(screen, n_boot=200, seed=seed)
+    heads = screen_scorer(screen, n_boot=200, seed=seed, race_on=FIRST if adaptive else None)
     t_screen = time.process_time() - t0
     heads = select_candidates(heads, FIRST, SECOND, 8)
     pool = search_pool(heads, FIRST)
@@ -105,7 +113,7 @@ def run_plant(
     for label, (name, kw) in rows.items():
         scorer = CountingScorer(pm.scorer("select"))
         scorer.clean()
-        kw = {"pool": pool, **kw}
+        kw = {"pool": pool, "adaptive": adaptive, **kw}
         if kw.get("knockout_p") == "5/n":
             kw["knockout_p"] = min(0.25, 5.0 / n_heads)
         space = SearchSpace(
@@ -120,6 +128,7 @@ def run_plant(
             "strategy": label,
             "seed": seed,
             "forward_eq": screen.count + scorer.count,
+            "screen_eq": screen.count,
             "cpu_s": cpu + t_screen,
             "pool": len(pool),
             "candidates": len(space.candidates),
@@ -134,14 +143,15 @@ def table(df: pd.DataFrame, max_size: int = 3) -> str:
     lines = [
         "| heads | strategy | "
         + " | ".join(f"size {s} found" for s in range(1, max_size + 1))
-        + " | fwd-eq mean (max) | 6n+1000 | CPU s / plant |",
-        "|---|---|" + "---|" * max_size + "---|---|---|",
+        + " | fwd-eq mean (max) | of which screening | 6n+1000 | CPU s / plant | n plants |",
+        "|---|---|" + "---|" * max_size + "---|---|---|---|---|",
     ]
     for (n, label), g in df.groupby(["heads", "strategy"], sort=False):
         hits = " | ".join(f"{int(g[f'hit_{s}'].sum())}/{len(g)}" for s in range(1, max_size + 1))
         lines.append(
-            f"| {n} | {label} | {hits} | {g['forward_eq'].mean():.0f} ({g['forward_eq'].max()}) "
-            f"| {6 * n + 1000} | {g['cpu_s'].mean():.1f} |"
+            f"| {n} | {label} | {hits} | {g['forward_eq'].mean():.0f} "
+            f"({g['forward_eq'].max():.0f}) | {g['screen_eq'].mean():.0f} | {6 * n + 1000} "
+            f"| {g['cpu_s'].mean():.1f} | {len(g)} |"
         )
     return "\n".join(lines)
 
@@ -156,6 +166,8 @@ def main() -> None:
     p.add_argument("--noise-sd", type=float, default=0.1, help="noise heads' largest sd")
     p.add_argument("--check", action="store_true", help="check analytic scores by forwards")
     p.add_argument("--csv", default=None, help="also write the per-plant rows here")
+    p.add_argument("--exhaustive-screen", action="store_true",
+                   help="screen every head on every example (default: raced, as run_cel)")
     args = p.parse_args()
     torch.set_num_threads(1)
     sizes = args.heads or ([144] if args.quick else sorted(SHAPES))
@@ -170,13 +182,14 @@ def main() -> None:
     records = []
     for n in sizes:
         for seed in range(n_seeds):
-            rows_done = run_plant(n, seed, rows, noise_sd=args.noise_sd)
+            rows_done = run_plant(n, seed, rows, noise_sd=args.noise_sd,
+                                  adaptive=not args.exhaustive_screen)
             records += rows_done
             for r in rows_done:  # per plant, so a long run that is cut short still reports
                 hits = "".join("x" if r[f"hit_{s}"] else "." for s in (1, 2, 3))
                 print(
                     f"{n} heads, plant {seed}, {r['strategy']}: sizes 1-3 found {hits}, "
-                    f"fwd-eq {r['forward_eq']}, CPU {r['cpu_s']:.1f} s",
+                    f"fwd-eq {r['forward_eq']:.0f}, CPU {r['cpu_s']:.1f} s",
                     flush=True,
                 )
     df = pd.DataFrame(records)

@@ -341,14 +341,16 @@ def test_pool_random_sets_come_from_the_pool_only():
 # The null: screen -> interaction search -> held-out confirmation with Holm across sizes
 
 
-def _pipeline(pm, n_random=40, alpha=0.05, cluster=True):
-    """What `run_cel` does, with the interaction search and the honest confirmation. Scores
-    come from the analytic scorer (equal to the forward pass, tested above) to keep 20 null
-    models within seconds."""
+def _pipeline(pm, n_random=40, alpha=0.05, cluster=True, adaptive=True):
+    """What `run_cel` does by default (raced screening, raced interaction search, honest
+    confirmation with raced baselines). Scores come from the analytic scorer (equal to the
+    forward pass, tested above) to keep 20 null models within seconds."""
     model = pm.model
     select = pm.scorer("select")
     heldout = pm.scorer("heldout")
-    heads = select_candidates(screen_scorer(select, n_boot=200), FIRST, SECOND, 8)
+    heads = select_candidates(
+        screen_scorer(select, n_boot=200, race_on=FIRST if adaptive else None), FIRST, SECOND, 8
+    )
     pool = search_pool(heads, FIRST)
     space = SearchSpace(
         select,
@@ -358,6 +360,7 @@ def _pipeline(pm, n_random=40, alpha=0.05, cluster=True):
         max_size=3,
         seed=0,
         pool=pool,
+        adaptive=adaptive,
     )
     get_strategy("interaction")(space)
     sets, best = best_sets(pd.DataFrame(space.records), FIRST, SECOND, 3)
@@ -371,15 +374,19 @@ def _pipeline(pm, n_random=40, alpha=0.05, cluster=True):
         n_boot=200,
         pool=pool,
         groups=example_groups(heldout.data) if cluster else None,
+        adaptive=adaptive,
     )
     return conf, bool((conf["p_holm"] < alpha).any())
 
 
-def test_null_models_rarely_declare_an_enhancement():
-    """20 null plants (helpful and noise heads only): at most 1 declares a significant gain.
-    The noise is shared by the examples of a filler, so the test clusters by filler."""
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_null_models_rarely_declare_an_enhancement(adaptive):
+    """20 null plants (helpful and noise heads only): at most 1 declares a significant gain,
+    raced (the default) or not. The noise is shared by the examples of a filler, so the test
+    clusters by filler."""
     declared = [
-        _pipeline(planted_model(PlantSpec.null(n_layers=4, n_heads=4, seed=s)), n_random=0)[1]
+        _pipeline(planted_model(PlantSpec.null(n_layers=4, n_heads=4, seed=s)), n_random=0,
+                  adaptive=adaptive)[1]
         for s in range(20)
     ]
     assert sum(declared) <= 1

@@ -51,6 +51,12 @@ class CELConfig:
         cluster: held-out intervals and p-values resample examples (`"none"`), the tasks'
             `group` labels (`"group"`, at least 8 groups), or groups when a split has at least
             8 of them and examples otherwise (`"auto"`).
+        adaptive: race candidates on slices of a split (`workbench.racing`): exact screening
+            stops scoring a head once its removal clearly hurts the objective (side tasks'
+            per-head columns use the first slice), the search's knockouts use it too, its sets
+            are raced within each size, and a random baseline set stops once its interval
+            leaves the found set's gain. The `n` columns say what each number rests on. False
+            scores every candidate on every example.
     """
 
     model: str
@@ -75,6 +81,7 @@ class CELConfig:
     seed: int = 0
     check_attribution: bool = True
     cluster: str = "auto"
+    adaptive: bool = True
     model_fingerprint: str = ""
     task_fingerprint: str = ""
     others_fingerprint: str = ""
@@ -91,8 +98,9 @@ class CELConfig:
             raise WorkbenchError(
                 f"cluster {self.cluster!r} is unknown; expected one of {list(CLUSTER_MODES)}"
             )
-        if not isinstance(self.per_position, bool):
-            raise WorkbenchError(f"per_position must be true or false; got {self.per_position!r}")
+        for name in ("per_position", "adaptive"):
+            if not isinstance(getattr(self, name), bool):
+                raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
         if self.per_position and self.kind is not AblationKind.MEAN:
             raise WorkbenchError("per_position applies to mean ablation only; got kind "
                                  f"{self.kind.value!r}")

@@ -12,8 +12,12 @@ size on the **held-out split**, which played no part in screening or search, and
   gain, the found set's percentile among them (ties count half) and `random_share_ge`, the
   share of them that do at least as well (the found set itself counts where it is among
   them). A set that merely removes "some heads" scores near the 50th percentile; a real
-  enhancement sits near 100. The objective may be coarse (accuracy on few examples, with
-  ties at a ceiling), so the percentile on the secondary metric is reported too;
+  enhancement sits near 100. With `adaptive=True` the random sets are raced: only those whose
+  interval still overlaps the found set's gain see more held-out examples (the percentile is
+  the exhaustive one whenever the intervals separate; `n_random_complete` counts the sets
+  scored on every example, `random_forward_eq` the passes spent). The objective may be coarse
+  (accuracy on few examples, with ties at a ceiling), so the percentile on the secondary metric
+  is reported too;
 - side effects: the same sets' effects on each other task, on all of its examples.
 
 Honest-null additions (issue 11), each optional so older callers keep their columns:
@@ -47,10 +51,12 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
+from workbench.racing import race, separated_from
 from workbench.screening import MaskScorer, masks_of
 from workbench.stats import (
     clustered_bootstrap,
     effect_summary,
+    example_counts,
     holm,
     mean_se,
     percentile_of,
@@ -106,9 +112,9 @@ def _effect_row(
         else:
             mean, se = mean_se(d[None])
             lo, hi = clustered_bootstrap(d[None], groups, n_boot, seed, ci)
-            stats = {"": mean, "_se": se, "_lo": lo, "_hi": hi}
+            stats = {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(d[None])}
         for stat, v in stats.items():
-            row[f"d_{m}{stat}"] = float(v[0])
+            row[f"d_{m}{stat}"] = int(v[0]) if stat == "_n" else float(v[0])
     return row
 
 
@@ -153,6 +159,7 @@ def confirm_sets(
     groups=None,
     other_groups: Mapping[str, list] | None = None,
     n_flips: int = 10000,
+    adaptive: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
 
@@ -170,6 +177,11 @@ def confirm_sets(
             for independent examples.
         other_groups: the same for each side-effect task.
         n_flips: sign patterns for the p-values when there are more than that.
+        adaptive: race the random sets (`workbench.racing`): a set is scored on more held-out
+            examples only while its interval still contains the found set's gain (on the
+            objective or the secondary), so the percentiles and shares equal the exhaustive
+            ones whenever the looks' intervals are right; `random_mean` / `random_q95` are then
+            means over each set's own examples (`n_random_complete` saw all of them).
 
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
@@ -193,12 +205,11 @@ def confirm_sets(
         row["p_value"] = sign_flip_pvalue(diffs[objective], groups, n_flips, seed)
         if n_random > 0:
             random_sets = random_head_sets(L, H, size, n_random, seed)
-            r = heldout.score(masks_of(model, random_sets), progress, f"random sets, size {size}")
-            gains = {
-                m: torch.nanmean(r[m] - clean[m][None], dim=-1).cpu().numpy()
-                for m in (objective, secondary)
-                if m is not None
-            }
+            ranked = {m: row[f"d_{m}"] for m in (objective, secondary) if m is not None}
+            r = race(heldout, masks_of(model, random_sets),
+                     separated_from(ranked) if adaptive else None, seed, ci,
+                     progress=progress, desc=f"random sets, size {size}")
+            gains = {m: v.cpu().numpy() for m, v in r.means().items() if m in ranked}
             row["random_mean"] = float(np.nanmean(gains[objective]))
             row["random_q95"] = float(np.nanquantile(gains[objective], 0.95))
             row["percentile"] = percentile_of(row[f"d_{objective}"], gains[objective])
@@ -208,19 +219,25 @@ def confirm_sets(
                     row[f"d_{secondary}"], gains[secondary]
                 )
             row["n_random"] = len(random_sets)
+            row["n_random_complete"] = int(r.complete.sum())
+            row["random_forward_eq"] = r.forward_eq
             row["random_exhaustive"] = len(random_sets) == math.comb(L * H, min(size, L * H))
             pool_sets = pool_random_head_sets(pool, size, n_random, seed) if pool else []
             if pool_sets:
                 if [sorted(p) for p in pool_sets] == [sorted(p) for p in random_sets]:
-                    g = gains[objective]  # the pool is every head: the same sets, scored above
+                    g, pr = gains[objective], r  # the pool is every head: the sets scored above
                 else:
-                    r = heldout.score(masks_of(model, pool_sets), progress,
-                                      f"pool sets, size {size}")
-                    g = torch.nanmean(r[objective] - clean[objective][None], dim=-1).cpu().numpy()
+                    value = {objective: row[f"d_{objective}"]}
+                    pr = race(heldout, masks_of(model, pool_sets),
+                              separated_from(value) if adaptive else None, seed, ci,
+                              progress=progress, desc=f"pool sets, size {size}")
+                    g = pr.means()[objective].cpu().numpy()
                 row["pool_random_mean"] = float(np.nanmean(g))
                 row["pool_percentile"] = percentile_of(row[f"d_{objective}"], g)
                 row["pool_share_ge"] = share_at_least(row[f"d_{objective}"], g)
                 row["n_pool_random"] = len(pool_sets)
+                row["n_pool_random_complete"] = int(pr.complete.sum())
+                row["pool_forward_eq"] = pr.forward_eq if pr is not r else 0.0
         rows.append(row)
         for task, scorer in (others or {}).items():
             other_clean = scorer.clean()

@@ -300,8 +300,10 @@ def score_sharded(
     masks: Float[Tensor, "n_masks layer head_index"],
     progress: bool = False,
     desc: str = "masks",
+    rows: Tensor | None = None,
 ) -> dict[str, Float[Tensor, "n_masks batch"]]:
-    """`scorer.score(masks)` with the masks split across ranks and the scores gathered.
+    """`scorer.score(masks, rows=rows)` with the masks split across ranks and the scores
+    gathered.
 
     Every rank must call it with the same masks (checked). The result equals one process's,
     bit for bit on CPU: each rank scores its shard through the same code path, and shards
@@ -310,12 +312,12 @@ def score_sharded(
     _check_same_masks(masks)
     if masks.shape[0] == 0:
         with local():
-            return scorer.score(masks, progress=False, desc=desc)
+            return scorer.score(masks, progress=False, desc=desc, rows=rows)
     order, bounds = shard_plan(scorer, masks, world_size())
     start, stop = bounds[rank()]
     mine = order[start:stop].to(masks.device)
     with local():
-        own = scorer.score(masks[mine], progress=progress and is_main(), desc=desc)
+        own = scorer.score(masks[mine], progress=progress and is_main(), desc=desc, rows=rows)
     longest = max(b - a for a, b in bounds)
     dev = _comm_device()
     out = {}

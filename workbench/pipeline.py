@@ -37,7 +37,6 @@ from workbench.metrics import NORMALIZED_METRICS, multi_token_metric
 from workbench.results import CELResult, flagged_heads, mark_best
 from workbench.screening import (
     DEFAULT_CACHE_BYTES,
-    DEFAULT_TOKEN_BUDGET,
     CustomMetric,
     MaskScorer,
     resolve_task,
@@ -64,17 +63,18 @@ class Compute:
     """How a run computes, not what it computes (not part of the config).
 
     Attributes:
-        max_rows: the most rows (masks x examples) per forward.
+        max_rows: the most rows (masks x examples) per forward; None picks per device.
         masks_per_pass: masks per tiled forward; None picks per device.
-        token_budget: the most tokens (rows x padded length) per forward.
+        token_budget: the most tokens (rows x padded length) per forward; None picks per
+            device (`workbench.screening.device_token_budget`).
         cache_bytes: the most bytes of cached residuals a scorer keeps between calls.
         offload: keep those caches in CPU memory.
         progress: show progress bars.
     """
 
-    max_rows: int = 1024
+    max_rows: int | None = None
     masks_per_pass: int | None = None
-    token_budget: int = DEFAULT_TOKEN_BUDGET
+    token_budget: int | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
     offload: bool = False
     progress: bool = True
@@ -258,7 +258,9 @@ def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                          others=run.others, metric=run.metric, means=run.means,
                          n_boot=config.n_boot, ci=config.ci, seed=config.seed,
                          progress=c.progress, per_position=config.per_position,
+                         race_on=run.order[0] if config.adaptive else None,
                          **c.scorer_options())
+    result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
     if config.method == "attribution" and config.check_attribution:
         _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
                                      run.metric, progress=c.progress, desc="exact check",
@@ -284,13 +286,14 @@ def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                         max_size=config.max_size, top_m=config.top_m,
                         beam_width=config.beam_width, n_masks=config.n_masks,
                         knockout_p=config.knockout_p, budget=config.search_budget,
-                        seed=config.seed,
+                        seed=config.seed, adaptive=config.adaptive, ci=config.ci,
                         progress=run.compute.progress,
                         pool=search_pool(result.heads, run.order[0]))
     for name in config.strategies:
         get_strategy(name)(space)
     space.scorer.release()
     result.summary.update(space.notes)
+    result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
     return pd.DataFrame(space.records)
 
 
@@ -317,7 +320,8 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
         config.secondary, others, best_size, select_gains, config.n_random, config.n_boot,
         config.ci, config.seed, run.compute.progress,
         pool=search_pool(result.heads, run.order[0]), groups=groups["heldout"],
-        other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None})
+        other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None},
+        adaptive=config.adaptive)
     for scorer in (heldout, *others.values()):
         scorer.release()
     result.summary["best_heads"] = sets.get(best_size, "") if best_size else ""

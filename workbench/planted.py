@@ -45,6 +45,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
 from workbench.metrics import score_logits
+from workbench.racing import clearly_hurts, race
 from workbench.screening import _Targets, effect_column, masks_of
 from workbench.stats import effect_summary
 from workbench.tables import head_name, head_table
@@ -273,30 +274,39 @@ class AnalyticScorer:
         masks: Float[Tensor, "n_masks layer head_index"],
         progress: bool = False,
         desc: str = "masks",
+        rows: Tensor | None = None,
     ) -> dict[str, Float[Tensor, "n_masks batch"]]:
-        """Per-example scores with each mask's heads ablated (1 = ablated)."""
+        """Per-example scores with each mask's heads ablated (1 = ablated), on `rows` only
+        when given (as `MaskScorer.score`)."""
         self.clean()
         flat = masks.reshape(masks.shape[0], -1).cpu()
         out: dict[str, list[Tensor]] = {}
         for s in range(0, flat.shape[0], 256):
             for m, v in self._score(flat[s : s + 256]).items():
                 out.setdefault(m, []).append(v)
+        n_out = len(self.data) if rows is None else len(rows)
         if not out:
-            return {m: torch.empty(0, len(self.data)) for m in self.clean()}
-        return {m: torch.cat(v) for m, v in out.items()}
+            return {m: torch.empty(0, n_out) for m in self.clean()}
+        full = {m: torch.cat(v) for m, v in out.items()}
+        if rows is None:
+            return full
+        return {m: v[:, torch.as_tensor(rows).cpu()] for m, v in full.items()}
 
 
-def screen_scorer(scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+def screen_scorer(
+    scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, race_on: str | None = None
+) -> pd.DataFrame:
     """The single-head screening table (`screen_heads`'s schema for the main task) from any
-    scorer with `clean()` / `score(masks)`, e.g. an `AnalyticScorer`."""
+    scorer with `clean()` / `score(masks, rows=...)`, e.g. an `AnalyticScorer`; raced on
+    `race_on` as `screen_heads` races (None: every head on every example)."""
     model = scorer.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
     heads = [(l, h) for l in range(L) for h in range(H)]
-    clean = scorer.clean()
-    scores = scorer.score(masks_of(model, [[h] for h in heads]))
+    rule = clearly_hurts(race_on) if race_on is not None else None
+    raced = race(scorer, masks_of(model, [[h] for h in heads]), rule, seed, ci)
     columns = {}
-    for m, v in scores.items():
-        for stat, values in effect_summary(v - clean[m][None], n_boot, seed, ci).items():
+    for m, d in raced.diffs.items():
+        for stat, values in effect_summary(d, n_boot, seed, ci).items():
             columns[effect_column(m, stat)] = values.view(L, H)
     return head_table(columns, L, H)
 

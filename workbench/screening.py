@@ -75,6 +75,7 @@ from workbench.metrics import (
     shortformer_kwargs,
     unembed_at,
 )
+from workbench.racing import OpenFn, clearly_hurts, first_slice, race
 from workbench.stats import effect_summary
 from workbench.tables import head_table
 from workbench.tasks import Task, TaskBatch, encode_task, load_task
@@ -152,6 +153,34 @@ def _as_score_dict(out, where: str) -> dict[str, Tensor]:
 
 DEFAULT_TOKEN_BUDGET = 16384
 DEFAULT_CACHE_BYTES = 1 << 30
+
+
+GPU_TOKEN_CAP = 1 << 20  # a bound on one forward even on the largest accelerator
+GPU_MEMORY_SHARE = 0.3  # of the free accelerator memory one forward's activations may take
+
+
+def device_token_budget(cfg, free_bytes: int | None = None) -> int:
+    """The default token budget of one forward on `cfg.device`: `DEFAULT_TOKEN_BUDGET` on a
+    CPU (more rows per pass bought nothing there, see `_default_masks_per_pass`); on an
+    accelerator as many tokens as `GPU_MEMORY_SHARE` of its free memory holds, so that many
+    masks share one forward.
+
+    Per token a forward keeps about `8 d_model + 2 d_mlp` activations plus `2 n_heads x 256`
+    attention scores (prompts up to 256 tokens) alive at once, in the model's dtype.
+    `free_bytes` overrides the measured free memory (for tests).
+    """
+    device = torch.device(cfg.device)
+    if device.type == "cpu":
+        return DEFAULT_TOKEN_BUDGET
+    if free_bytes is None:
+        if device.type != "cuda":
+            return DEFAULT_TOKEN_BUDGET * 4
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+    elem = torch.empty((), dtype=cfg.dtype).element_size()
+    d_mlp = cfg.d_mlp or 0
+    per_token = elem * (8 * cfg.d_model + 2 * d_mlp + 2 * cfg.n_heads * 256)
+    return int(max(DEFAULT_TOKEN_BUDGET, min(GPU_TOKEN_CAP, free_bytes * GPU_MEMORY_SHARE
+                                              // per_token)))
 
 
 def _default_masks_per_pass(model, n_examples: int, n_tokens: int, token_budget: int) -> int:
@@ -248,9 +277,11 @@ class MaskScorer:
             the whole model with full logits per mask (the naive reference).
         masks_per_pass: masks evaluated in one tiled forward; None picks per device. Always
             capped by `token_budget` and `max_rows`.
-        max_rows: the most rows (masks x examples) in one forward.
+        max_rows: the most rows (masks x examples) in one forward (None: 1024 on a CPU, the
+            token budget elsewhere).
         per_position: mean ablation with the means at each position (`HeadMeans.per_position`).
-        token_budget: the most tokens (rows x padded length) in one forward.
+        token_budget: the most tokens (rows x padded length) in one forward (None: per device,
+            `device_token_budget`: 16384 on a CPU, a share of the free memory on a GPU).
         cache_bytes: the most bytes of cached residuals kept between `score` calls.
         offload: keep the cached residuals in CPU memory and move each to the device when used.
 
@@ -270,9 +301,9 @@ class MaskScorer:
         metric: CustomMetric | None = None,
         reuse_prefix: bool = True,
         masks_per_pass: int | None = None,
-        max_rows: int = 1024,
+        max_rows: int | None = None,
         per_position: bool = False,
-        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        token_budget: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         offload: bool = False,
     ) -> None:
@@ -285,6 +316,13 @@ class MaskScorer:
                 f"without a custom metric the data must be an encoded TaskBatch; got "
                 f"{type(data).__name__}"
             )
+        # None: per device (`device_token_budget`; rows are then bounded by tokens alone off
+        # the CPU, where 1024 rows per forward was the measured sweet spot)
+        if token_budget is None:
+            token_budget = device_token_budget(model.cfg)
+        if max_rows is None:
+            on_cpu = torch.device(model.cfg.device).type == "cpu"
+            max_rows = 1024 if on_cpu else token_budget
         for label, value in (("max_rows", max_rows), ("token_budget", token_budget)):
             if not isinstance(value, int) or value < 1:
                 raise WorkbenchError(f"{label} must be an integer >= 1; got {value!r}")
@@ -443,34 +481,78 @@ class MaskScorer:
         masks: Float[Tensor, "n_masks layer head_index"],
         progress: bool = False,
         desc: str = "masks",
+        rows: Tensor | None = None,
     ) -> dict[str, Float[Tensor, "n_masks batch"]]:
         """Per-example scores with each mask's heads ablated (1 = ablated).
+
+        Args:
+            masks: 0/1 masks, 1 = ablated.
+            rows: score only these examples (indices into the data, in this order); the
+                forwards then run on those rows alone, so a slice of the split costs its share
+                of a full pass. None scores every example.
+
+        Returns:
+            `{metric: [n_masks, n_rows]}` (`n_rows` = all examples, or `len(rows)`).
 
         Under torch.distributed the masks are split across ranks and the scores gathered
         (`workbench.distributed.score_sharded`); the numbers are the same.
         """
         if distributed.shards_masks():
-            return distributed.score_sharded(self, masks, progress, desc)
+            return distributed.score_sharded(self, masks, progress, desc, rows=rows)
         clean = self.clean()
         masks = masks.to(self.model.cfg.device)
         n = masks.shape[0]
         n_ex = next(iter(clean.values())).shape[0]
+        column = self._columns(rows, n_ex)
+        n_out = n_ex if rows is None else len(rows)
         out = {
-            name: torch.empty(n, n_ex, device=v.device, dtype=v.dtype) for name, v in clean.items()
+            name: torch.empty(n, n_out, device=v.device, dtype=v.dtype)
+            for name, v in clean.items()
         }
-        if n == 0:
+        if n == 0 or n_out == 0:
             return out
         bar = tqdm(total=n, desc=desc, disable=not progress, leave=False)
         try:
-            if self.metric is not None:
-                self._score_metric(masks, out, bar)
+            if self.metric is not None:  # custom data cannot be sliced: score all, keep rows
+                full = {name: torch.empty(n, n_ex, device=v.device, dtype=v.dtype)
+                        for name, v in clean.items()}
+                self._score_metric(masks, full, bar)
+                for name, v in full.items():
+                    out[name] = v if rows is None else v[:, rows.to(v.device)]
             elif self.reuse_prefix:
-                self._score_prefix(masks, out, bar)
+                self._score_prefix(masks, out, bar, column)
             else:
-                self._score_naive(masks, out, bar)
+                self._score_naive(masks, out, bar, column)
         finally:
             bar.close()
         return out
+
+    def _columns(self, rows: Tensor | None, n_ex: int) -> Tensor:
+        """Output column of every example (-1: not scored)."""
+        device = self.data.tokens.device if isinstance(self.data, TaskBatch) else "cpu"
+        if rows is None:
+            return torch.arange(n_ex, device=device)
+        rows = torch.as_tensor(rows, dtype=torch.long).to(device)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_ex):
+            raise WorkbenchError(f"rows must index the {n_ex} examples; got {rows.tolist()[:8]}...")
+        if len(set(rows.tolist())) != len(rows):
+            raise WorkbenchError("rows must not repeat an example")
+        column = torch.full((n_ex,), -1, dtype=torch.long, device=device)
+        column[rows] = torch.arange(len(rows), device=device)
+        return column
+
+    def _selected(self, column: Tensor) -> list[tuple[int, _Chunk, Tensor, Tensor]]:
+        """`(chunk index, sub-chunk, positions within the chunk, output columns)` for every
+        chunk with a scored row; the sub-chunk keeps the chunk's padded width."""
+        found = []
+        for c, chunk in enumerate(self._chunks()):
+            cols = column[chunk.rows]
+            keep = (cols >= 0).nonzero().flatten()
+            if len(keep) == 0:
+                continue
+            sub = chunk if len(keep) == len(chunk.rows) else _Chunk(chunk.rows[keep], chunk.width)
+            found.append((c, sub, keep, cols[keep]))
+        return found
 
     def _score_metric(self, masks, out, bar) -> None:
         with torch.no_grad():
@@ -486,12 +568,12 @@ class MaskScorer:
                         out[name][i] = v
                 bar.update(1)
 
-    def _score_naive(self, masks, out, bar) -> None:
+    def _score_naive(self, masks, out, bar, column) -> None:
         model, batch = self.model, self.data
         heads = [[(int(l), int(h)) for l, h in m.nonzero().tolist()] for m in masks.cpu()]
         with torch.no_grad():
             for i, head_list in enumerate(heads):
-                for chunk in self._chunks():
+                for _, chunk, _, cols in self._selected(column):
                     hooks = ablation_hooks(model, head_list, self.kind, self.means,
                                            self.per_position, resample=self._resample(chunk))
                     logits = model.run_with_hooks(
@@ -501,10 +583,10 @@ class MaskScorer:
                     at_answer = logits[torch.arange(logits.shape[0], device=logits.device), pos]
                     targets = _Targets.of(batch, rows=chunk.rows)
                     for name, v in score_logits(at_answer, targets).items():
-                        out[name][i, chunk.rows.to(v.device)] = v
+                        out[name][i, cols.to(v.device)] = v
                 bar.update(1)
 
-    def _score_prefix(self, masks, out, bar) -> None:
+    def _score_prefix(self, masks, out, bar, column) -> None:
         model, batch, L = self.model, self.data, self.n_layers
         any_layer = masks.flatten(2).amax(-1) > 0  # (M, L)
         # The first ablated layer of each mask; L (no layer) for the empty mask.
@@ -514,19 +596,27 @@ class MaskScorer:
             torch.full_like(any_layer[:, 0], L, dtype=torch.long),
         ).cpu()
         clean = self.clean()
+        scored = (column >= 0).nonzero().flatten()
+        order = column[scored].argsort()
+        scored = scored[order]  # the scored examples in output order
         if L in set(first.tolist()):
             idx = (first == L).nonzero().flatten()
             for name, v in clean.items():
-                out[name][idx.to(v.device)] = v
+                out[name][idx.to(v.device)] = v[scored.to(v.device)]
             bar.update(len(idx))
         layers = sorted(set(first.tolist()) - {L})
         if not layers:
             return
         if not self._cache_built:
             self._fill_cache()
-        chunks = self._chunks()
-        for c, chunk in enumerate(chunks):
-            prefix = self._prefix(c, layers)
+        chunks = self._selected(column)
+        for j, (c, chunk, keep, cols) in enumerate(chunks):
+            if c in self._cache:
+                prefix = self._prefix(c, layers)
+                if len(keep) < len(self._chunks()[c].rows):
+                    prefix = {l: r[keep.to(r.device)] for l, r in prefix.items()}
+            else:  # not cached: the clean prefix of the scored rows only
+                prefix = self._compute_prefix(chunk, layers)
             b = len(chunk.rows)
             sub_tokens = chunk.tokens(batch)
             resample = self._resample(chunk)
@@ -559,10 +649,8 @@ class MaskScorer:
                         logits = unembed_at(model, final, pos)
                     targets = _Targets.of(batch, k, chunk.rows)
                     for name, v in score_logits(logits, targets).items():
-                        out[name][chunk_masks[:, None], chunk.rows.to(v.device)[None]] = v.view(
-                            k, b
-                        )
-                    if c == len(chunks) - 1:
+                        out[name][chunk_masks[:, None], cols.to(v.device)[None]] = v.view(k, b)
+                    if j == len(chunks) - 1:
                         bar.update(k)
             del prefix
 
@@ -638,9 +726,9 @@ def attribution_effects(
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
     metric: CustomMetric | None = None,
-    max_rows: int = 1024,
+    max_rows: int | None = 1024,
     per_position: bool = False,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = DEFAULT_TOKEN_BUDGET,
 ) -> tuple[dict[str, Tensor], dict[str, Float[Tensor, "n_heads batch"]]]:
     """First-order estimates of every head's per-example effect.
 
@@ -655,6 +743,8 @@ def attribution_effects(
             "attribution screening supports zero and mean ablation; use method 'exact' for "
             "resample ablation"
         )
+    # the backward keeps every layer's activations: the CPU budgets, whatever the device
+    token_budget, max_rows = token_budget or DEFAULT_TOKEN_BUDGET, max_rows or 1024
     L, H = model.cfg.n_layers, model.cfg.n_heads
     names = [f"blocks.{l}.attn.hook_z" for l in range(L)]
     if metric is None and not isinstance(data, TaskBatch):
@@ -778,18 +868,28 @@ def single_head_diffs(
     means: HeadMeans | None = None,
     metric: CustomMetric | None = None,
     heads=None,
-    max_rows: int = 1024,
+    max_rows: int | None = None,
     masks_per_pass: int | None = None,
     progress: bool = False,
     desc: str = "screening",
     per_position: bool = False,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     offload: bool = False,
+    open_fn: OpenFn | None = None,
+    seed: int = 0,
+    ci: float = 0.95,
+    counter: dict | None = None,
+    max_examples: int | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Clean scores `{metric: [batch]}` and per-example single-head effects
     `{metric: [n_layers * n_heads, batch]}` (NaN rows for heads not in `heads`). The
-    scorer's residual cache is freed before returning."""
+    scorer's residual cache is freed before returning.
+
+    With `open_fn` (exact and naive methods) the heads are raced (`workbench.racing.race`,
+    example order seeded by `seed`, looks at level `ci`): a head `open_fn` closes keeps NaN
+    for the examples it was not scored on; `max_examples` scores every head on that many
+    examples of the racing order only. `counter["forward_eq"]` adds up the passes spent."""
     method = ScreenMethod.parse(method)
     if method is ScreenMethod.ATTRIBUTION:
         return attribution_effects(
@@ -812,13 +912,16 @@ def single_head_diffs(
         offload=offload,
     )
     clean = scorer.clean()
-    ablated = scorer.score(masks_of(model, [[h] for h in chosen]), progress, desc)
+    raced = race(scorer, masks_of(model, [[h] for h in chosen]), open_fn, seed, ci,
+                 progress=progress, desc=desc, max_examples=max_examples)
     scorer.release()
+    if counter is not None:
+        counter["forward_eq"] = counter.get("forward_eq", 0.0) + raced.forward_eq
     rows = torch.tensor([l * H + h for l, h in chosen], device=model.cfg.device, dtype=torch.long)
     diffs = {}
-    for name, v in ablated.items():
+    for name, v in raced.diffs.items():
         full = torch.full((L * H, v.shape[1]), float("nan"), device=v.device, dtype=v.dtype)
-        full[rows] = v - clean[name][None]
+        full[rows.to(v.device)] = v
         diffs[name] = full
     return clean, diffs
 
@@ -836,13 +939,14 @@ def screen_heads(
     n_boot: int = 1000,
     ci: float = 0.95,
     seed: int = 0,
-    max_rows: int = 1024,
+    max_rows: int | None = None,
     masks_per_pass: int | None = None,
     progress: bool = False,
     per_position: bool = False,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     offload: bool = False,
+    race_on: str | None = None,
 ) -> pd.DataFrame:
     """The effect of removing each head alone, on a task and on extra tasks.
 
@@ -864,10 +968,16 @@ def screen_heads(
         per_position: mean ablation with the mean `z` at each position (needs equal-length
             prompts: `HeadMeans.per_position`) instead of the mean over all positions.
         token_budget, cache_bytes, offload: memory bounds of exact screening (`MaskScorer`).
+        race_on: a metric to race exact screening on (`workbench.racing`): on the task a head
+            stops being scored once its removal clearly hurts that metric; each of `others` is
+            scored on its first racing slice only (its per-head columns decide nothing). None
+            scores every head on every example. The `d_<m>_n` columns say how many examples
+            each number rests on.
 
     Returns:
         A per-head table (see the module docstring). `df.attrs` holds `clean` (the clean mean
-        of each metric per task), `n_examples` per task, `method` and `kind`.
+        of each metric per task), `n_examples` per task, `method`, `kind` and `forward_eq`
+        (passes over each task's examples spent).
 
     Example:
         >>> df = screen_heads(model, "ioi", kind="mean")
@@ -890,6 +1000,7 @@ def screen_heads(
         "kind": kind.value,
         "task": name,
         "per_position": per_position,
+        "forward_eq": {},
     }
     items = [(None, data, name)]
     for other_name, other in _other_items(others):
@@ -900,6 +1011,16 @@ def screen_heads(
         item_means = means
         if suffix is not None and kind is AblationKind.MEAN and isinstance(d, TaskBatch):
             item_means = compute_head_means(model, d.tokens, d.lengths)  # its own prompts
+        # the main task races on its decision; a side task's per-head columns decide nothing
+        # (the found sets' side effects are measured on every example in confirmation), so
+        # they rest on the first racing slice alone
+        rule, limit = None, None
+        if race_on is not None and metric is None:
+            if suffix is None:
+                rule = clearly_hurts(race_on)
+            else:
+                limit = first_slice(len(d))
+        counter: dict = {}
         clean, diffs = single_head_diffs(
             model,
             d,
@@ -916,7 +1037,13 @@ def screen_heads(
             token_budget=token_budget,
             cache_bytes=cache_bytes,
             offload=offload,
+            open_fn=rule,
+            seed=seed,
+            ci=ci,
+            counter=counter,
+            max_examples=limit,
         )
+        attrs["forward_eq"][label] = counter.get("forward_eq", float("nan"))
         attrs["clean"][label] = {m: float(torch.nanmean(v.float())) for m, v in clean.items()}
         attrs["n_examples"][label] = int(next(iter(clean.values())).shape[0])
         for m, diff in diffs.items():

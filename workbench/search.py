@@ -19,8 +19,15 @@ function per entry of `STRATEGIES`:
   scored exactly. On planted models (`bench/recall.py`) it is the only strategy that finds
   OR pairs and triples, at 144 to 1024 heads, within `6 n + 1000` forward-equivalents.
 
-Every evaluated set is recorded (`strategy, size, heads, score, d_<metric>`), and strategies
-share one cache, so a set is scored once.
+Every evaluated set is recorded (`strategy, size, heads, score, n, d_<metric>`; `n` the
+examples its score rests on), and strategies share one cache, so a set is scored once.
+
+With `adaptive=True` (the pipeline's default, `workbench.racing`) the sets a strategy compares
+are raced within each size: all on a first slice of the selection split, then only those whose
+interval still reaches the best lower bound of their size on more examples, up to all of them;
+the interaction search's knockout masks, which only rank heads, are scored on the first slice.
+On planted models this gives the same best sets at 0.30-0.32 of the forward-equivalents
+(`bench/recall.py`, `docs/speed.md`).
 
 Choices (measured or argued, see the README):
 
@@ -61,6 +68,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
+from workbench.racing import ATOL, example_order, first_slice, interval, race
 from workbench.screening import (
     MaskScorer,
     masks_of,
@@ -106,8 +114,11 @@ class SearchSpace:
     progress: bool = False
     pool: list[Head] | None = None
     budget: int | None = None
+    adaptive: bool = False
+    ci: float = 0.95
     records: list[dict] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
+    forward_eq: float = 0.0
     _cache: dict[HeadTuple, dict[str, float]] = field(default_factory=dict)
 
     @property
@@ -119,21 +130,81 @@ class SearchSpace:
         """The metrics sets are ranked by: (first, tie-break)."""
         return rank_order(self.objective, self.secondary, self.rank_by)
 
-    def evaluate(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
-        """Score head sets (once each, cached), record them, return their sort keys."""
+    @property
+    def n_examples(self) -> int:
+        return int(next(iter(self.scorer.clean().values())).shape[0])
+
+    def first_rows(self) -> torch.Tensor:
+        """The examples of the first racing look (`workbench.racing`), in racing order."""
+        n = self.n_examples
+        return example_order(n, self.seed)[: first_slice(n)]
+
+    def evaluate(
+        self, sets: Sequence[Iterable[Head]], strategy: str, rows: torch.Tensor | None = None
+    ) -> list[tuple]:
+        """Score head sets (once each, cached), record them, return their sort keys.
+
+        With `rows` the sets are scored on those examples only (and recorded with their `n`);
+        a set cached from fewer examples than asked is scored again.
+        """
         sets = [tuple(sorted(set(s))) for s in sets]
-        new = list(dict.fromkeys(s for s in sets if s not in self._cache))
+        n_ex = self.n_examples
+        want = n_ex if rows is None else len(rows)
+        new = list(dict.fromkeys(s for s in sets if self._cache.get(s, {}).get("n", -1) < want))
         if new:
             clean = self.scorer.clean()
-            scores = self.scorer.score(masks_of(self.model, new), self.progress, strategy)
-            gains = {m: torch.nanmean(v - clean[m][None], dim=-1) for m, v in scores.items()}
-            clean_mean = float(torch.nanmean(clean[self.objective].float()))
-            host = {m: g.cpu().numpy() for m, g in gains.items()}
-            for i, s in enumerate(new):
-                entry = {m: float(host[m][i]) for m in host}
-                entry["score"] = clean_mean + entry[self.objective]
-                self._cache[s] = entry
+            kw = {} if rows is None else {"rows": rows}
+            scores = self.scorer.score(masks_of(self.model, new), self.progress, strategy, **kw)
+            picked = {m: c if rows is None else c[rows.to(c.device)] for m, c in clean.items()}
+            gains = {m: torch.nanmean(v - picked[m][None], dim=-1) for m, v in scores.items()}
+            self.forward_eq += len(new) * want / n_ex
+            self._store(new, {m: g.cpu().numpy() for m, g in gains.items()}, [want] * len(new))
+        return self._record(sets, strategy)
+
+    def score_sets(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
+        """Score sets to compare them: raced when `adaptive` (`race_sets`), else exactly."""
+        return self.race_sets(sets, strategy) if self.adaptive else self.evaluate(sets, strategy)
+
+    def race_sets(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
+        """Race sets of each size on the objective (`workbench.racing.race`): a set stops once
+        its interval lies below the best lower bound of its size; the others see every
+        example. Sort keys rank sets that saw every example first.
+        """
+        sets = [tuple(sorted(set(s))) for s in sets]
+        n_ex = self.n_examples
+        new = list(dict.fromkeys(s for s in sets if self._cache.get(s, {}).get("n", -1) < n_ex))
+        if new:
+            first = self.order[0]
+            sizes = torch.tensor([len(s) for s in new])
+
+            def open_fn(means, ses, z, active):
+                lo, hi = interval(means[first].cpu(), ses[first].cpu(), z)
+                of_size = sizes[active]
+                still = torch.ones(len(active), dtype=torch.bool)
+                for k in of_size.unique().tolist():
+                    mine = of_size == k
+                    best_lo = torch.nan_to_num(lo[mine], nan=-math.inf).max()
+                    still[mine] = ~(hi[mine] < best_lo - ATOL)
+                return still
+
+            result = race(self.scorer, masks_of(self.model, new), open_fn, self.seed, self.ci,
+                          progress=self.progress, desc=strategy)
+            self.forward_eq += result.forward_eq
+            means = {m: v.cpu().numpy() for m, v in result.means().items()}
+            self._store(new, means, result.n.tolist())
+        return self._record(sets, strategy)
+
+    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int]) -> None:
+        clean_mean = float(torch.nanmean(self.scorer.clean()[self.objective].float()))
+        for i, s in enumerate(new):
+            entry = {m: float(gains[m][i]) for m in gains}
+            entry["score"] = clean_mean + entry[self.objective]
+            entry["n"] = int(ns[i])
+            self._cache[s] = entry
+
+    def _record(self, sets: list[HeadTuple], strategy: str) -> list[tuple]:
         keys = []
+        n_ex = self.n_examples
         for s in sets:
             entry = self._cache[s]
             self.records.append(
@@ -142,10 +213,11 @@ class SearchSpace:
                     "size": len(s),
                     "heads": _names(s),
                     "score": entry["score"],
-                    **{f"d_{m}": v for m, v in entry.items() if m != "score"},
+                    "n": entry["n"],
+                    **{f"d_{m}": v for m, v in entry.items() if m not in ("score", "n")},
                 }
             )
-            keys.append(sort_key(entry, *self.order))
+            keys.append((entry["n"] == n_ex, *sort_key(entry, *self.order)))
         return keys
 
 
@@ -153,7 +225,7 @@ def exhaustive(space: SearchSpace) -> None:
     """Every set of size 1..max_size among the first `top_m` candidates."""
     pool = space.candidates[: space.top_m]
     sets = [c for k in range(1, space.max_size + 1) for c in combinations(pool, k)]
-    space.evaluate(sets, "exhaustive")
+    space.score_sets(sets, "exhaustive")
 
 
 def greedy(space: SearchSpace) -> None:
@@ -163,7 +235,7 @@ def greedy(space: SearchSpace) -> None:
         trials = [current + (h,) for h in space.candidates if h not in current]
         if not trials:
             return
-        keys = space.evaluate(trials, "greedy")
+        keys = space.score_sets(trials, "greedy")
         current = tuple(sorted(trials[max(range(len(trials)), key=keys.__getitem__)]))
 
 
@@ -178,7 +250,7 @@ def beam(space: SearchSpace) -> None:
         )
         if not trials:
             return
-        keys = space.evaluate(trials, "beam")
+        keys = space.score_sets(trials, "beam")
         order = sorted(range(len(trials)), key=lambda i: keys[i], reverse=True)
         beams = [trials[i] for i in order[: space.beam_width]]
 
@@ -207,7 +279,7 @@ def compressed_sensing(space: SearchSpace) -> None:
     pool = [heads[j] for j in order[: space.top_m]]
     sets = [c for k in range(1, space.max_size + 1) for c in combinations(pool, k)]
     if sets:
-        space.evaluate(sets, "compressed_sensing")
+        space.score_sets(sets, "compressed_sensing")
 
 
 def search_pool(heads: pd.DataFrame, first: str, atol: float = 1e-5) -> list[Head]:
@@ -280,7 +352,9 @@ def interaction(space: SearchSpace) -> None:
     x = rng.random((n_masks, len(pool))) < p
     x[~x.any(1), 0] = True  # no empty mask: the clean run is no measurement
     sets = [[pool[j] for j in np.flatnonzero(row)] for row in x]
-    space.evaluate(sets, "interaction")
+    # adaptive: the knockouts only rank heads for the finalists, so one slice of examples each
+    space.evaluate(sets, "interaction", rows=space.first_rows() if space.adaptive else None)
+    knockout_eq = space.forward_eq
     target = (
         space.secondary if space.objective == "accuracy" and space.secondary else space.objective
     )
@@ -299,10 +373,13 @@ def interaction(space: SearchSpace) -> None:
         "target": target,
         "finalists": [head_name(*h) for h in finalists],
         "effects": {head_name(*pool[j]): float(coef[j]) for j in order[: max(k, 20)]},
+        "knockout_examples": len(space.first_rows()) if space.adaptive else space.n_examples,
     }
     sets = [c for s in range(1, space.max_size + 1) for c in combinations(finalists, s)]
     if sets:
-        space.evaluate(sets, "interaction")
+        space.score_sets(sets, "interaction")
+    space.notes["interaction"]["forward_eq"] = {
+        "knockouts": knockout_eq, "finalists": space.forward_eq - knockout_eq}
 
 
 Strategy = Callable[[SearchSpace], None]
@@ -421,11 +498,16 @@ def best_sets(
     combos: pd.DataFrame, first: str, second: str | None, max_size: int
 ) -> tuple[dict[int, str], int | None]:
     """The best set of each size (by `sort_key`) and the size of the overall best: the
-    smallest size whose best set has the largest gain on `first`."""
+    smallest size whose best set has the largest gain on `first`. Where `combos` has an `n`
+    column (examples a score rests on), only the sets of a size scored on the most examples
+    compete: a set a race dropped early keeps a slice estimate, not a score to rank by."""
+    most = combos.groupby("size")["n"].max().to_dict() if "n" in combos and len(combos) else {}
     best: dict[int, tuple[tuple, str]] = {}
     for row in combos.itertuples(index=False):
         size = int(row.size)
         if not 1 <= size <= max_size:
+            continue
+        if most and int(row.n) < most[size]:
             continue
         gains = {first: getattr(row, f"d_{first}")}
         if second:

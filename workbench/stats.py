@@ -7,7 +7,8 @@ the differences. Resampling is done with multinomial count weights shared by all
 the intervals of a thousand head sets cost one matrix product, on the model's device.
 
 Conventions: intervals are percentile intervals at level `ci` (default 95 %); NaN entries
-(e.g. `logit_diff` on an example without a wrong answer) are left out of every mean; the
+(e.g. `logit_diff` on an example without a wrong answer, or an example a race did not score,
+see `workbench.racing`) are left out of every mean, and `n` counts the examples left; the
 standard error is `std(ddof=1) / sqrt(n)`.
 """
 
@@ -77,10 +78,16 @@ def paired_bootstrap(
 def effect_summary(
     diffs: Float[Tensor, "n_rows batch"], n_boot: int = 1000, seed: int = 0, ci: float = 0.95
 ) -> dict[str, Tensor]:
-    """`{"": mean, "_se": se, "_lo": lo, "_hi": hi}`: the suffixes of a `d_<metric>` column."""
+    """`{"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": n}`: the suffixes of a `d_<metric>`
+    column; `n` is the number of examples each row's numbers rest on (its non-NaN entries)."""
     mean, se = mean_se(diffs)
     lo, hi = paired_bootstrap(diffs, n_boot, seed, ci)
-    return {"": mean, "_se": se, "_lo": lo, "_hi": hi}
+    return {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(diffs)}
+
+
+def example_counts(diffs: Float[Tensor, "n_rows batch"]) -> Tensor:
+    """The examples each row rests on: its non-NaN entries (an integer tensor `[n_rows]`)."""
+    return (~torch.isnan(diffs)).sum(-1)
 
 
 def _non_nan(samples) -> np.ndarray:

@@ -1,0 +1,200 @@
+"""Benchmark: a whole CEL run on a real model, per stage, against the pipeline before racing.
+
+Runs `run_cel` with its defaults (every head screened exactly, the interaction search, held-out
+confirmation with 200 random sets per size from all heads and from the pool, side effects) and
+prints, per stage, wall time and forward-equivalents: one forward-equivalent is one pass of
+the whole model over the selection split, a masked pass that restarts at layer `l` of `L`
+counts `(L - l) / L` of one, and a pass over `r` of the split's `N` examples counts `r / N`
+(side tasks and the held-out split count their examples against the selection split's).
+
+The pipeline before racing (`adaptive=False`: every candidate on every example) is
+
+- **run** in the same process when `--old run` (small models: the embedded ones), or
+- **estimated** (`--old estimate`, the default): its masks are rebuilt exactly as it would
+  draw them (every head for screening, on the main task and each side task; the interaction
+  search's seeded knockout masks over the same pool and the finalist sets of the new run;
+  the seeded random sets of confirmation), their forward-equivalents are counted the same
+  way, and the time is the forward-equivalents times the seconds per forward-equivalent the
+  new run measured in the same stage. On SmolLM2 an old run takes hours, hence the estimate.
+
+Machine load is printed (`os.getloadavg`); the figures compare within one run.
+
+    .venv/bin/python bench/real.py --model /path/to/smollm2-hf --task induction \
+        --others greater_than
+    .venv/bin/python bench/real.py --model embedded --old run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import time
+from itertools import combinations
+
+import numpy as np
+import torch
+
+import workbench.pipeline as pipeline
+from workbench.confirmation import pool_random_head_sets, random_head_sets
+from workbench.heads import HeadSet
+from workbench.loading import load_model
+from workbench.screening import MaskScorer, masks_of, resolve_task
+from workbench.search import default_budget, search_pool
+from workbench.tasks import encode_task
+
+STAGES = ("screen", "search", "confirm")
+
+
+class Meter:
+    """Counts forward-equivalents of every `MaskScorer.score` call, by stage."""
+
+    def __init__(self, n_select: int) -> None:
+        self.n_select = n_select
+        self.stage = "setup"
+        self.eq: dict[str, float] = {}
+
+    def add(self, scorer: MaskScorer, masks: torch.Tensor, rows) -> None:
+        n_rows = len(scorer.data) if rows is None else len(rows)
+        self.eq[self.stage] = self.eq.get(self.stage, 0.0) + layer_passes(
+            masks, scorer.model.cfg.n_layers) * n_rows / self.n_select
+
+
+def layer_passes(masks: torch.Tensor, n_layers: int) -> float:
+    """Sum over masks of `(L - first ablated layer) / L` (the empty mask costs nothing)."""
+    if masks.shape[0] == 0:
+        return 0.0
+    any_layer = masks.flatten(2).amax(-1) > 0  # (M, L)
+    first = torch.where(any_layer.any(-1), any_layer.float().argmax(-1),
+                        torch.full_like(any_layer[:, 0], n_layers, dtype=torch.long))
+    return float((n_layers - first).sum()) / n_layers
+
+
+@contextlib.contextmanager
+def metered(meter: Meter):
+    """Count every score call and label it with the stage running."""
+    score = MaskScorer.score
+
+    def counting(self, masks, progress=False, desc="masks", rows=None):
+        meter.add(self, masks, rows)
+        return score(self, masks, progress, desc, rows=rows)
+
+    originals = {s: getattr(pipeline, f"{s}_stage") for s in STAGES}
+
+    def staged(name):
+        def run(*args, **kwargs):
+            meter.stage = name
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                meter.stage = "setup"
+        return run
+
+    MaskScorer.score = counting
+    for s in STAGES:
+        setattr(pipeline, f"{s}_stage", staged(s))
+    try:
+        yield meter
+    finally:
+        MaskScorer.score = score
+        for s, fn in originals.items():
+            setattr(pipeline, f"{s}_stage", fn)
+
+
+def old_estimate(model, result, main, others, n_select: int, n_heldout: int) -> dict:
+    """Forward-equivalents the pipeline without racing spends on the same run."""
+    cfg, config = model.cfg, result.config
+    L, H = cfg.n_layers, cfg.n_heads
+    singles = masks_of(model, [[(l, h)] for l in range(L) for h in range(H)])
+    sizes = {name: len(encode_task(model, t)) for name, t in others.items()}
+    screen = layer_passes(singles, L) * (1 + sum(sizes.values()) / n_select)
+    pool = search_pool(result.heads, config.objective)
+    notes = result.summary.get("interaction", {})
+    budget = config.search_budget or default_budget(L * H)
+    n_masks = config.n_masks or max(64, min(4 * L * H, budget // 2))
+    rng = np.random.default_rng([config.seed, 13])
+    x = rng.random((n_masks, len(pool))) < (config.knockout_p or 0.3)
+    x[~x.any(1), 0] = True
+    knock = masks_of(model, [[pool[j] for j in np.flatnonzero(r)] for r in x])
+    finalists = [HeadSet.of(model, [n]).heads[0] for n in notes.get("finalists", [])]
+    sets = [c for s in range(1, config.max_size + 1) for c in combinations(finalists, s)]
+    search = layer_passes(knock, L) + layer_passes(masks_of(model, sets), L)
+    confirm = 0.0
+    for size in range(1, config.max_size + 1):
+        r = random_head_sets(L, H, size, config.n_random, config.seed)
+        confirm += layer_passes(masks_of(model, r), L)
+        p = pool_random_head_sets(pool, size, config.n_random, config.seed)
+        if p and [sorted(a) for a in p] != [sorted(a) for a in r]:
+            confirm += layer_passes(masks_of(model, p), L)
+    side = config.max_size * (1 + sum(sizes.values()) / n_select)  # found sets, side effects
+    confirm = confirm * n_heldout / n_select + side
+    return {"screen": screen, "search": search, "confirm": confirm}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="a load_model name or a local folder")
+    p.add_argument("--task", default=None, help="main task (default: the embedded default)")
+    p.add_argument("--others", nargs="*", default=[], help="side tasks")
+    p.add_argument("--old", choices=["estimate", "run"], default="estimate")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="auto")
+    args = p.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    model = load_model(args.model, device=args.device)
+    load_s = time.perf_counter() - t0
+    task, other_names = args.task, args.others
+    if task is None:  # the embedded model's main job, as `workbench cel` runs it
+        from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
+
+        task, other_names = DEFAULT_TASK, other_names or list(SIDE_TASKS)
+    main_task = resolve_task(task)
+    others = {t.name: t for t in (resolve_task(o) for o in other_names)}
+    n_select = len(encode_task(model, main_task, "select"))
+    n_heldout = len(encode_task(model, main_task, "heldout"))
+    runs = {}
+    for label, adaptive in (("new", True), ("old", False)):
+        if label == "old" and args.old != "run":
+            continue
+        meter = Meter(n_select)
+        start = time.perf_counter()
+        with metered(meter):
+            result = pipeline.run_cel(model, main_task, list(others.values()), adaptive=adaptive,
+                                      progress=True, plots=False)
+        runs[label] = (result, dict(meter.eq), time.perf_counter() - start)
+    new, new_eq, new_wall = runs["new"]
+    print(f"model {args.model}: {model.cfg.n_layers} x {model.cfg.n_heads} heads, task "
+          f"{main_task.name} ({n_select} select, {n_heldout} held out), others "
+          f"{list(others)}; load {os.getloadavg()}; {args.threads} threads; model load "
+          f"{load_s:.0f} s")
+    if "old" in runs:
+        old, old_eq, old_wall = runs["old"]
+        old_t = {s: old.timings.get(s, float("nan")) for s in STAGES}
+        how = "run in the same process"
+    else:
+        old_eq = old_estimate(model, new, main_task, others, n_select, n_heldout)
+        old_t = {s: old_eq[s] * new.timings.get(s, 0.0) / max(new_eq.get(s, 0.0), 1e-9)
+                 for s in STAGES}
+        old_wall = sum(old_t.values()) + new.timings.get("setup", 0.0)
+        how = "estimated: its forward-equivalents x this run's seconds per forward-equivalent"
+    print(f"old pipeline (adaptive=False): {how}")
+    print("| stage | new s | new fwd-eq | old s | old fwd-eq | old / new |")
+    print("|---|---|---|---|---|---|")
+    for s in STAGES:
+        t_new = new.timings.get(s, float("nan"))
+        print(f"| {s} | {t_new:.0f} | {new_eq.get(s, 0.0):.1f} | {old_t[s]:.0f} | "
+              f"{old_eq.get(s, 0.0):.1f} | {old_t[s] / t_new if t_new else math.nan:.1f} |")
+    print(f"| total wall | {new_wall:.0f} | {sum(new_eq.values()):.1f} | {old_wall:.0f} | "
+          f"{sum(old_eq.values()):.1f} | {old_wall / new_wall:.1f} |")
+    conf = new.confirmation
+    cols = [c for c in ("size", "heads", f"d_{new.config.objective}",
+                        f"d_{new.config.objective}_n", "percentile", "n_random_complete",
+                        "p_holm") if c in conf]
+    print(conf[cols].to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

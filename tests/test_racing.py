@@ -1,0 +1,253 @@
+"""Adaptive evaluation against the exhaustive computation: slices, raced screening, raced sets,
+raced random baselines (planted models, where the answer is known, and the naive loop)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.helpers import assert_close, loop_head_effects
+from workbench import WorkbenchError
+from workbench.confirmation import confirm_sets, random_head_sets
+from workbench.heads import HeadSet
+from workbench.planted import PlantSpec, planted_model, screen_scorer
+from workbench.racing import (
+    MIN_SLICE,
+    clearly_hurts,
+    example_order,
+    look_z,
+    race,
+    separated_from,
+    slice_ends,
+)
+from workbench.screening import MaskScorer, masks_of, screen_heads
+from workbench.search import SearchSpace, best_sets, get_strategy, search_pool, select_candidates
+from workbench.stats import percentile_of, share_at_least
+from workbench.tables import table_to_matrix
+from workbench.tasks import encode_task
+
+FIRST, SECOND = "logit_diff", "logprob"
+METRICS = ("accuracy", "logprob", "logit_diff")
+MICRO = PlantSpec(
+    n_layers=6, n_heads=4, single_gains=(2.0,), pair_gains=(5.0,), triple_gains=(9.0,), seed=3
+)
+
+
+@pytest.fixture(scope="module")
+def micro():
+    return planted_model(MICRO)
+
+
+def test_slices_double_and_end_at_the_split():
+    assert slice_ends(150) == [19, 38, 76, 150]
+    assert slice_ends(64) == [MIN_SLICE, 32, 64]
+    assert slice_ends(10) == [10]
+    assert_close(look_z(0.95, 1), 1.959964, atol=1e-6)
+    assert look_z(0.95, 4) > look_z(0.95, 2) > look_z(0.95, 1)
+    order = example_order(50, seed=3)
+    assert sorted(order.tolist()) == list(range(50))
+    assert torch.equal(order, example_order(50, seed=3))
+    assert not torch.equal(order, example_order(50, seed=4))
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 30])
+@pytest.mark.parametrize("masks_per_pass,token_budget", [(1, 16384), (3, 40)])
+def test_scoring_a_slice_equals_the_full_scores_at_those_rows(
+    gpt2_like_model, tiny_task, cache_bytes, masks_per_pass, token_budget
+):
+    """Rows across several length buckets, cached or recomputed prefixes, tiled masks."""
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, "select")
+    masks = masks_of(model, [["L0H1"], ["L1H0", "L1H3"], [], ["L1H2", "L0H0"]])
+    options = dict(masks_per_pass=masks_per_pass, token_budget=token_budget,
+                   cache_bytes=cache_bytes)
+    full = MaskScorer(model, batch, **options).score(masks)
+    rows = example_order(len(batch), seed=1)[:7]
+    part = MaskScorer(model, batch, **options).score(masks, rows=rows)
+    naive = MaskScorer(model, batch, reuse_prefix=False).score(masks, rows=rows)
+    for m in METRICS:
+        assert part[m].shape == (4, 7)
+        assert_close(part[m], full[m][:, rows], msg=m)
+        assert_close(naive[m], full[m][:, rows], msg=m)
+    with pytest.raises(WorkbenchError, match="must not repeat"):
+        MaskScorer(model, batch).score(masks, rows=torch.tensor([0, 0]))
+
+
+def test_race_without_a_rule_is_the_exhaustive_computation(gpt2_like_model, tiny_task):
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, "select")
+    scorer = MaskScorer(model, batch)
+    masks = masks_of(model, [["L0H1"], ["L1H0", "L1H3"]])
+    result = race(scorer, masks, None)
+    full, clean = scorer.score(masks), scorer.clean()
+    for m in METRICS:
+        assert_close(result.diffs[m], full[m] - clean[m][None], msg=m)
+    assert result.n.tolist() == [len(batch)] * 2 and result.forward_eq == 2.0
+
+
+def test_raced_screening_equals_the_naive_loop_where_undecided(gpt2_like_model, tiny_task):
+    """Heads the race never closes have the loop's numbers; closed heads clearly hurt in the
+    exhaustive table too, and the search pool is the same."""
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, "select")
+    raced = screen_heads(model, batch, split=None, n_boot=200, race_on="logprob")
+    exact = screen_heads(model, batch, split=None, n_boot=200)
+    loop = loop_head_effects(model, batch)
+    n = table_to_matrix(raced, "d_logprob_n").ravel()
+    done = n == len(batch)
+    assert done.any()
+    for m in METRICS:
+        assert_close(table_to_matrix(raced, f"d_{m}").ravel()[done], loop[m].ravel()[done],
+                     msg=m)
+    assert (table_to_matrix(exact, "d_logprob_hi").ravel()[~done] < 0).all()
+    assert search_pool(raced, "logprob") == search_pool(exact, "logprob")
+    assert (table_to_matrix(exact, "d_logprob_n") == len(batch)).all()
+
+
+def test_raced_screening_on_a_planted_model_closes_only_hurting_heads(micro):
+    """At 24 heads, 64 selection examples: heads stop early only where removing them clearly
+    hurts in the exhaustive table too, every planted enhancing head sees every example, and
+    the pool and candidates equal the exhaustive ones."""
+    exact = select_candidates(screen_heads(micro.model, micro.task, n_boot=200), FIRST, SECOND, 8)
+    raced = select_candidates(
+        screen_heads(micro.model, micro.task, n_boot=200, race_on=FIRST), FIRST, SECOND, 8
+    )
+    n_select = int(exact["d_logit_diff_n"].max())
+    stopped = raced[raced["d_logit_diff_n"] < n_select]
+    assert len(stopped) > 0
+    assert (exact.loc[stopped.index, "d_logit_diff_hi"] < 0).all()
+    roles = {f"L{l}H{h}": r for (l, h), r in micro.roles.items()}
+    enhancing = ("single", "member", "backup_a", "backup_b")
+    assert not any(roles.get(name) in enhancing for name in stopped["head_name"])
+    assert {roles.get(name) for name in stopped["head_name"]} >= {"helpful"}
+    assert search_pool(raced, FIRST) == search_pool(exact, FIRST)
+    assert list(raced["candidate"]) == list(exact["candidate"])
+    done = raced["d_logit_diff_n"] == n_select
+    assert_close(raced.loc[done, "d_logit_diff"], exact.loc[done, "d_logit_diff"])
+    assert raced.attrs["forward_eq"][micro.task.name] < exact.attrs["forward_eq"][micro.task.name]
+
+
+@pytest.mark.parametrize("strategy", ["interaction", "exhaustive"])
+def test_raced_search_finds_the_exhaustive_best_sets(micro, strategy):
+    heads = select_candidates(screen_scorer(micro.scorer("select"), n_boot=200), FIRST, SECOND, 8)
+    found = {}
+    for adaptive in (False, True):
+        space = SearchSpace(micro.scorer("select"), list(heads[heads.candidate].sort_values(
+            "candidate_rank")[["layer", "head"]].itertuples(index=False, name=None)),
+            FIRST, SECOND, max_size=3, seed=0, pool=search_pool(heads, FIRST), adaptive=adaptive)
+        get_strategy(strategy)(space)
+        combos = pd.DataFrame(space.records)
+        found[adaptive] = (best_sets(combos, FIRST, SECOND, 3), space.forward_eq, combos)
+    assert found[True][0] == found[False][0]
+    if strategy == "interaction":
+        assert found[True][0][0] == micro.best
+    assert found[True][1] < found[False][1]
+    # every best set saw every example; the sets that did not are below their size's best
+    combos = found[True][2]
+    n_select = int(combos["n"].max())
+    sets, _ = found[True][0]
+    for names in sets.values():
+        row = combos[combos["heads"] == names].iloc[-1]
+        assert row["n"] == n_select
+
+
+def test_raced_random_baseline_percentile_equals_the_exhaustive_one(micro):
+    """The found sets (gains 2, 5, 9) against 60 random sets of each size: the raced
+    percentile and share equal those of the 60 exact gains, at a fraction of the rows."""
+    scorer = micro.scorer("heldout")
+    sets = {s: HeadSet.of(micro.model, micro.best[s]) for s in (1, 2, 3)}
+    runs = {a: confirm_sets(scorer, sets, FIRST, SECOND, n_random=60, n_boot=100, adaptive=a)[0]
+            for a in (False, True)}
+    exact, raced = runs[False], runs[True]
+    L, H = MICRO.n_layers, MICRO.n_heads
+    clean = scorer.clean()
+    for i, size in enumerate((1, 2, 3)):
+        random_sets = random_head_sets(L, H, size, 60, 0)
+        r = scorer.score(masks_of(micro.model, random_sets))
+        for m, col in ((FIRST, "percentile"), (SECOND, f"percentile_{SECOND}")):
+            gains = (r[m] - clean[m][None]).mean(-1).numpy()
+            assert_close(raced[col][i], percentile_of(raced[f"d_{m}"][i], gains))
+            assert_close(raced[col][i], exact[col][i])
+        gains = (r[FIRST] - clean[FIRST][None]).mean(-1).numpy()
+        assert_close(raced["random_share_ge"][i], share_at_least(raced[f"d_{FIRST}"][i], gains))
+    assert (raced["random_forward_eq"] < exact["random_forward_eq"]).all()
+    assert (raced["n_random_complete"] < raced["n_random"]).any()
+    assert (exact["n_random_complete"] == exact["n_random"]).all()
+
+
+def test_separated_sets_are_decided_only_when_their_interval_excludes_the_value():
+    rule = separated_from({"a": 1.0})
+    means = {"a": torch.tensor([0.0, 0.9, 3.0, 1.0])}
+    ses = {"a": torch.tensor([0.1, 0.1, 0.5, float("nan")])}
+    assert rule(means, ses, 2.0, torch.arange(4)).tolist() == [False, True, False, True]
+    hurts = clearly_hurts("a")
+    assert hurts(means, ses, 2.0, torch.arange(4)).tolist() == [True, True, True, True]
+    assert hurts({"a": torch.tensor([-1.0])}, {"a": torch.tensor([0.2])}, 2.0,
+                 torch.arange(1)).tolist() == [False]
+    assert np.isfinite(look_z(0.99, 10))
+
+
+def test_gpu_token_budget_tiles_many_masks_per_forward():
+    """On an accelerator the default budget comes from free memory: SmolLM2's shape with
+    100 GiB free puts >= 64 masks of a 150 x 30-token split in one forward (the CPU keeps
+    the measured one mask per pass)."""
+    from types import SimpleNamespace
+
+    from workbench.screening import (
+        DEFAULT_TOKEN_BUDGET,
+        GPU_TOKEN_CAP,
+        _default_masks_per_pass,
+        device_token_budget,
+    )
+
+    cfg = SimpleNamespace(device="cuda", dtype=torch.bfloat16, d_model=576, d_mlp=1536, n_heads=9)
+    budget = device_token_budget(cfg, free_bytes=100 << 30)
+    assert DEFAULT_TOKEN_BUDGET < budget <= GPU_TOKEN_CAP
+    model = SimpleNamespace(cfg=cfg)
+    assert _default_masks_per_pass(model, 150, 30, budget) >= 64
+    assert device_token_budget(SimpleNamespace(**{**vars(cfg), "device": "cpu"})) == (
+        DEFAULT_TOKEN_BUDGET)
+    small = device_token_budget(cfg, free_bytes=1 << 20)  # nearly full: never below the CPU's
+    assert small == DEFAULT_TOKEN_BUDGET
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tiles_many_masks_per_forward_and_matches_the_cpu(tiny_task):
+    """On CUDA the default scorer puts many masks in one forward, with the CPU's numbers.
+    Tolerance 1e-4: float32 on both (no TF32 in PyTorch's default matmul); not yet measured
+    on a GPU, where reductions run in another order."""
+    from tests.helpers import tiny_model
+
+    scores = {}
+    for device in ("cpu", "cuda"):
+        model = tiny_model(attn_only=False, seed=1, device=device)
+        batch = encode_task(model, tiny_task, "select")
+        masks = (torch.rand(40, model.cfg.n_layers, model.cfg.n_heads,
+                            generator=torch.Generator().manual_seed(0)) < 0.3).float()
+        scorer = MaskScorer(model, batch)
+        if device == "cuda":
+            assert scorer.masks_per_pass(scorer._chunks()[0]) >= 16
+        scores[device] = {m: v.cpu() for m, v in scorer.score(masks).items()}
+    for m in METRICS:
+        assert_close(scores["cuda"][m], scores["cpu"][m], atol=1e-4, msg=m)
+
+
+def test_side_task_columns_rest_on_the_first_slice(gpt2_like_model, tiny_task):
+    """Raced screening scores a side task on its first racing slice only, with the exact
+    numbers of those examples, and says so in `d_<m>_n_<task>`."""
+    from workbench.racing import first_slice
+    from workbench.stats import mean_se
+
+    model = gpt2_like_model
+    side = encode_task(model, tiny_task)
+    raced = screen_heads(model, tiny_task, others={"side": side}, n_boot=50, race_on="logprob")
+    k = first_slice(len(side))
+    assert k < len(side) and (raced["d_logprob_n_side"] == k).all()
+    rows = example_order(len(side), seed=0)[:k]
+    scorer = MaskScorer(model, side)
+    heads = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    scores = scorer.score(masks_of(model, [[h] for h in heads]), rows=rows)
+    expected = mean_se(scores["logprob"] - scorer.clean()["logprob"][rows][None])[0]
+    assert_close(raced["d_logprob_side"], expected)

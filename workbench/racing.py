@@ -1,0 +1,203 @@
+"""Adaptive evaluation (racing): spend examples only on the candidates still undecided.
+
+Most candidates of a CEL stage are decided long before every example has been scored: a head
+whose removal wrecks the task, a random head set far below the found one, a finalist set far
+behind the best of its size. Racing (Maron & Moore 1994; successive halving) scores every
+candidate on a first slice of the split, drops those whose question is already answered, and
+scores the rest on the next slice, doubling, until the survivors have seen every example. The
+last look uses the whole split, so a candidate that is never decided gets exactly the
+exhaustive numbers; a dropped one keeps the numbers of the examples it was scored on, and
+every table says how many that was (`n`).
+
+A candidate is decided at an intermediate look when a normal interval `mean +- z se` over the
+examples scored so far lies on one side of the decision's threshold. `z` is Bonferroni
+corrected over the looks (`look_z`: 2.50 for a 95 % level and 4 looks), so that a decision the
+exhaustive computation would not make at its own level is rare; a slice is at least
+`MIN_SLICE` examples, so that a standard error is not made of a handful of values. The order
+of the examples is a seeded permutation (`example_order`), the same for every candidate, so
+the looks compare candidates on the same examples, as the paired statistics need.
+
+The slices are rows of the split scored by `MaskScorer.score(masks, rows=...)`, which runs the
+model on those rows only, so a slice of an eighth of the split costs an eighth of a pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from workbench.errors import WorkbenchError
+from workbench.stats import mean_se
+
+MIN_SLICE = 16  # examples in the first slice, at least (or the whole split when smaller)
+ATOL = 1e-5  # an effect within float error of 0 through a forward pass is 0 (as search_pool)
+
+# `open_fn(means, ses, z, active) -> Bool[n_active]`: which active candidates (`active`: their
+# indices among all candidates) are still undecided, from `{metric: [n_active]}` means and
+# standard errors over the examples scored so far and the look's interval quantile `z`.
+OpenFn = Callable[[dict[str, Tensor], dict[str, Tensor], float, Tensor], Tensor]
+
+
+def example_order(n: int, seed: int) -> Tensor:
+    """The seeded order in which racing scores the `n` examples of a split."""
+    g = torch.Generator().manual_seed(int(seed) * 7919 + 101)
+    return torch.randperm(n, generator=g)
+
+
+def first_slice(n: int) -> int:
+    """Examples in the first look: an eighth of the split, at least `MIN_SLICE`."""
+    return min(n, max(MIN_SLICE, math.ceil(n / 8)))
+
+
+def slice_ends(n: int, first: int | None = None) -> list[int]:
+    """Cumulative examples at each look: `first`, then doubling, the last always `n`."""
+    first = first_slice(n) if first is None else min(n, max(1, int(first)))
+    ends = [first]
+    while ends[-1] < n:
+        ends.append(min(n, 2 * ends[-1]))
+    return ends
+
+
+def look_z(ci: float, n_looks: int) -> float:
+    """The normal quantile of a two-sided interval at level `ci`, Bonferroni corrected over
+    `n_looks` looks."""
+    if not 0.0 < ci < 1.0:
+        raise WorkbenchError(f"ci must be in (0, 1); got {ci}")
+    return NormalDist().inv_cdf(1.0 - (1.0 - ci) / (2.0 * max(1, n_looks)))
+
+
+@dataclass
+class Race:
+    """What a race measured.
+
+    Attributes:
+        diffs: `{metric: [n_candidates, n_examples]}` ablated minus clean per example, in the
+            data's row order, NaN where a candidate was not scored (or the metric is undefined).
+        n: `[n_candidates]` examples each candidate was scored on.
+        rows_scored: candidate-examples scored in all (forward-equivalents x examples).
+        n_examples: examples in the split.
+        looks: examples seen at each look.
+    """
+
+    diffs: dict[str, Float[Tensor, "n_masks batch"]]
+    n: Tensor
+    rows_scored: int
+    n_examples: int
+    looks: list[int]
+
+    @property
+    def forward_eq(self) -> float:
+        """Full passes over the split this race cost (masks x examples scored / examples)."""
+        return self.rows_scored / max(1, self.n_examples)
+
+    def means(self) -> dict[str, Tensor]:
+        """Each candidate's mean effect over the examples it was scored on."""
+        return {m: mean_se(d)[0] for m, d in self.diffs.items()}
+
+    @property
+    def complete(self) -> Tensor:
+        """`[n_candidates]` True where a candidate saw every example."""
+        return self.n == self.n_examples
+
+
+def race(
+    scorer,
+    masks: Float[Tensor, "n_masks layer head_index"],
+    open_fn: OpenFn | None,
+    seed: int = 0,
+    ci: float = 0.95,
+    first: int | None = None,
+    progress: bool = False,
+    desc: str = "masks",
+    max_examples: int | None = None,
+) -> Race:
+    """Score head masks look by look, each look on the next slice of examples, keeping only
+    the masks `open_fn` leaves open.
+
+    Args:
+        scorer: a `MaskScorer` (anything with `clean()` and `score(masks, rows=...)`).
+        masks: 0/1 masks, 1 = ablated.
+        open_fn: decides which masks stay open after a look (see `OpenFn`); None scores every
+            mask on every example (the exhaustive computation, one look).
+        seed: the example order (`example_order`).
+        ci: the level the looks' intervals are corrected to (`look_z`).
+        first: examples in the first look (default `first_slice`).
+        max_examples: stop after this many examples even for open masks (None: all).
+
+    Returns:
+        A `Race`; masks never decided have the exhaustive numbers.
+    """
+    clean = scorer.clean()
+    n_ex = int(next(iter(clean.values())).shape[0])
+    n_masks = int(masks.shape[0])
+    limit = n_ex if max_examples is None else min(n_ex, max(1, int(max_examples)))
+    ends = [limit] if open_fn is None else [e for e in slice_ends(limit, first)]
+    z = look_z(ci, len(ends))
+    order = example_order(n_ex, seed)
+    device = next(iter(clean.values())).device
+    diffs = {m: torch.full((n_masks, n_ex), float("nan"), device=device, dtype=v.dtype)
+             for m, v in clean.items()}
+    n = torch.zeros(n_masks, dtype=torch.long)
+    active = torch.arange(n_masks)
+    rows_scored, start = 0, 0
+    for k, end in enumerate(ends):
+        rows = order[start:end]
+        if len(active):
+            scores = scorer.score(masks[active.to(masks.device)], progress,
+                                  f"{desc} ({end}/{n_ex} examples)", rows=rows)
+            dev_rows = rows.to(device)
+            for m, v in scores.items():
+                diffs[m][active.to(device)[:, None], dev_rows[None]] = (
+                    v.to(device) - clean[m][dev_rows][None]
+                )
+            n[active] = end
+            rows_scored += len(active) * len(rows)
+        start = end
+        if k == len(ends) - 1 or not len(active):
+            break
+        stats = {m: mean_se(d[active.to(device)]) for m, d in diffs.items()}
+        still = open_fn({m: s[0] for m, s in stats.items()}, {m: s[1] for m, s in stats.items()},
+                        z, active)
+        active = active[still.cpu().bool()]
+    return Race(diffs, n, rows_scored, n_ex, ends)
+
+
+def interval(mean: Tensor, se: Tensor, z: float) -> tuple[Tensor, Tensor]:
+    """`mean -+ z se`; an undefined se (one example) gives an unbounded interval."""
+    se = torch.nan_to_num(se, nan=float("inf"))
+    return mean - z * se, mean + z * se
+
+
+def clearly_hurts(metric: str) -> OpenFn:
+    """Open until the interval of `metric`'s effect lies below 0 (removal clearly hurts)."""
+
+    def open_fn(means, ses, z, active):
+        if metric not in means:
+            return torch.ones_like(next(iter(means.values())), dtype=torch.bool)
+        _, hi = interval(means[metric], ses[metric], z)
+        return ~(hi < -ATOL)
+
+    return open_fn
+
+
+def separated_from(values: dict[str, float]) -> OpenFn:
+    """Open while the interval of any metric's effect still contains `values[metric]` (the
+    found set's gain a random baseline ranks against): a set clearly below or above it on
+    every metric is decided for its percentile."""
+
+    def open_fn(means, ses, z, active):
+        still = torch.zeros_like(next(iter(means.values())), dtype=torch.bool)
+        for m, v in values.items():
+            if math.isnan(v):
+                continue
+            lo, hi = interval(means[m], ses[m], z)
+            still |= ~((hi < v) | (lo > v))
+        return still
+
+    return open_fn
