@@ -141,8 +141,11 @@ def test_local_folder_with_tokenizer_evaluates_a_text_task(tmp_path):
         '{"id": "b", "prompt": "w7 w8", "answer": " w9"}\n'
     )
     scores = evaluate(model, load_task(tmp_path / "t.jsonl"))
+    # The model is fed exactly the tokenizer's own ids: this tokenizer adds no BOS.
+    ids = tok("w3 w4 w5")["input_ids"]
+    assert ids == [4, 5, 6]
     with torch.no_grad():
-        logits = hf(torch.tensor([[0, 4, 5, 6]])).logits[0, -1]
+        logits = hf(torch.tensor([ids])).logits[0, -1]
     assert_close(scores.set_index("id").loc["a", "logprob"], logits.log_softmax(-1)[7], atol=1e-4)
 
 

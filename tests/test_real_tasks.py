@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.test_task_files import TASK_NAMES
-from workbench import WorkbenchError, encode_task, evaluate, load_model, load_task
+from workbench import encode_task, evaluate, load_task
 
 pytestmark = pytest.mark.slow
 
@@ -19,48 +19,23 @@ LOGPROB_ATOL = 1e-4
 N_SAMPLE = 2  # examples per task and split compared with HF's forward (CI time)
 
 
-def _load_smollm2():
-    """SmolLM2-135M as the workbench loads it. (Development fallback: the hand-converted
-    folder, with `default_prepend_bos` set from its tokenizer as the new loader does; the
-    lead switches this to the shared `smollm2` fixture at merge.)"""
-    try:
-        return load_model("smollm2-135m")
-    except WorkbenchError:
-        try:
-            model = load_model("/work/cache/smollm2-hf")
-        except WorkbenchError as e:
-            pytest.skip(f"SmolLM2 is not available: {e}")
-        model.cfg.default_prepend_bos = False  # SmolLM2's tokenizer adds no BOS
-        return model
+@pytest.fixture(scope="module")
+def smol(smollm2):
+    """SmolLM2-135M as `load_model("smollm2-135m")` gives it (the conftest fixture)."""
+    return smollm2
 
 
 @pytest.fixture(scope="module")
-def smol():
-    return _load_smollm2()
+def smol_hf(smollm2_hf):
+    """transformers' own model on the same weights (its reading of the same GGUF file)."""
+    return smollm2_hf[0]
 
 
 @pytest.fixture(scope="module")
-def smol_hf(smol):
-    """transformers' own model on the same weights (the folder the workbench loaded)."""
-    from transformers import AutoModelForCausalLM
-
-    folder = smol.tokenizer.name_or_path
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, local_files_only=True, dtype=torch.float32
-        )
-    except (OSError, ValueError) as e:
-        pytest.skip(f"no Hugging Face folder for SmolLM2's weights: {e}")
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def own_tokenizer(smol):
-    """SmolLM2's own tokenizer, as its folder holds it (TransformerLens's `model.tokenizer` is
-    a copy that always adds BOS)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smol.tokenizer.name_or_path, local_files_only=True)
+def own_tokenizer(smollm2_hf):
+    """SmolLM2's own tokenizer, as transformers reads it from the GGUF file (TransformerLens's
+    `model.tokenizer` is a copy that always adds BOS)."""
+    return smollm2_hf[1]
 
 
 @pytest.fixture(scope="module")
