@@ -236,9 +236,6 @@ def run_cel(
         if confirmation is None or side_effects is None:
             t = time.perf_counter()
             confirmation, side_effects = confirm_stage(run, result)
-            confirmation = mark_best(confirmation, config.objective, 1.0 - config.ci)
-            for key, column in (("best_heads", "best"), ("top_candidate", "top_candidate")):
-                result.summary[key] = ",".join(flagged_heads(confirmation, column))
             _add_time(result, "confirm", t)
             tables = {"confirmation": confirmation}
             if not side_effects.empty:
@@ -324,8 +321,10 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
         adaptive=config.adaptive)
     for scorer in (heldout, *others.values()):
         scorer.release()
-    result.summary["best_heads"] = sets.get(best_size, "") if best_size else ""
     alpha = 1.0 - config.ci
+    confirmation = mark_best(confirmation, config.objective, alpha)
+    for key, column in (("best_heads", "best"), ("top_candidate", "top_candidate")):
+        result.summary[key] = ",".join(flagged_heads(confirmation, column))
     significant = [int(r.size) for r in confirmation.itertuples() if r.p_holm < alpha]
     result.summary["significant_sizes"] = significant
     result.summary["alpha"] = alpha
