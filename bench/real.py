@@ -12,8 +12,10 @@ The pipeline before racing (`adaptive=False`: every candidate on every example) 
 - **run** in the same process when `--old run` (small models: the embedded ones), or
 - **estimated** (`--old estimate`, the default): its masks are rebuilt exactly as it would
   draw them (every head for screening, on the main task and each side task; the interaction
-  search's seeded knockout masks over the same pool and the finalist sets of the new run;
-  the seeded random sets of confirmation), their forward-equivalents are counted the same
+  search's seeded knockout masks over the same pool at its old budget of `5 n + 1000`
+  masks, and as many finalists as that budget left room for, in the order of the new run's
+  main effects; the seeded random sets of confirmation, from all heads and separately from
+  the pool), their forward-equivalents are counted the same
   way, and the time is the forward-equivalents times the seconds per forward-equivalent the
   new run measured in the same stage. On SmolLM2 an old run takes hours, hence the estimate.
 
@@ -37,11 +39,13 @@ import numpy as np
 import torch
 
 import workbench.pipeline as pipeline
+from workbench import cli
 from workbench.confirmation import pool_random_head_sets, random_head_sets
 from workbench.heads import HeadSet
 from workbench.loading import load_model
+from workbench.results import CELResult
 from workbench.screening import MaskScorer, masks_of, resolve_task
-from workbench.search import default_budget, search_pool
+from workbench.search import _n_sets, search_pool
 from workbench.tasks import encode_task
 
 STAGES = ("screen", "search", "confirm")
@@ -102,6 +106,11 @@ def metered(meter: Meter):
             setattr(pipeline, f"{s}_stage", fn)
 
 
+def old_budget(n_heads: int) -> int:
+    """The interaction search's default budget before racing: `5 n + 1000` masks."""
+    return 5 * n_heads + 1000
+
+
 def old_estimate(model, result, main, others, n_select: int, n_heldout: int) -> dict:
     """Forward-equivalents the pipeline without racing spends on the same run."""
     cfg, config = model.cfg, result.config
@@ -111,13 +120,19 @@ def old_estimate(model, result, main, others, n_select: int, n_heldout: int) -> 
     screen = layer_passes(singles, L) * (1 + sum(sizes.values()) / n_select)
     pool = search_pool(result.heads, config.objective)
     notes = result.summary.get("interaction", {})
-    budget = config.search_budget or default_budget(L * H)
+    budget = config.search_budget or old_budget(L * H)
     n_masks = config.n_masks or max(64, min(4 * L * H, budget // 2))
     rng = np.random.default_rng([config.seed, 13])
     x = rng.random((n_masks, len(pool))) < (config.knockout_p or 0.3)
     x[~x.any(1), 0] = True
     knock = masks_of(model, [[pool[j] for j in np.flatnonzero(r)] for r in x])
-    finalists = [HeadSet.of(model, [n]).heads[0] for n in notes.get("finalists", [])]
+    # as many finalists as the old budget left room for, taken in the order of this run's
+    # main effects (`effects` keeps at least the top 20): their layers decide the cost
+    left, k = budget - n_masks, 0
+    while _n_sets(k + 1, config.max_size) <= left:
+        k += 1
+    ranked = list(notes.get("effects", {})) or list(notes.get("finalists", []))
+    finalists = [HeadSet.of(model, [n]).heads[0] for n in ranked[:k]]
     sets = [c for s in range(1, config.max_size + 1) for c in combinations(finalists, s)]
     search = layer_passes(knock, L) + layer_passes(masks_of(model, sets), L)
     confirm = 0.0
@@ -140,6 +155,10 @@ def main() -> None:
     p.add_argument("--old", choices=["estimate", "run"], default="estimate")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="auto")
+    p.add_argument("--cli", metavar="OUT", default=None,
+                   help="run the new pipeline as the command a user types, `workbench cel "
+                   "--model M --task T --others ... --out OUT --overwrite` (its wall time then "
+                   "includes loading the model, the report and the explanation)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
@@ -162,8 +181,17 @@ def main() -> None:
         meter = Meter(n_select)
         start = time.perf_counter()
         with metered(meter):
-            result = pipeline.run_cel(model, main_task, list(others.values()), adaptive=adaptive,
-                                      progress=True, plots=False)
+            if label == "new" and args.cli:
+                argv = ["cel", "--model", args.model, "--task", task, "--out", args.cli,
+                        "--overwrite"] + (["--others", *other_names] if other_names else [])
+                if cli.main(argv) != 0:
+                    raise SystemExit(f"workbench {' '.join(argv)} failed")
+                result = CELResult.load(args.cli)
+            else:
+                old = {} if adaptive else {
+                    "search_budget": old_budget(model.cfg.n_layers * model.cfg.n_heads)}
+                result = pipeline.run_cel(model, main_task, list(others.values()),
+                                          adaptive=adaptive, progress=True, plots=False, **old)
         runs[label] = (result, dict(meter.eq), time.perf_counter() - start)
     new, new_eq, new_wall = runs["new"]
     print(f"model {args.model}: {model.cfg.n_layers} x {model.cfg.n_heads} heads, task "
@@ -180,6 +208,8 @@ def main() -> None:
                  for s in STAGES}
         old_wall = sum(old_t.values()) + new.timings.get("setup", 0.0)
         how = "estimated: its forward-equivalents x this run's seconds per forward-equivalent"
+    if args.cli:
+        print(f"new pipeline: `workbench cel` end to end, {new_wall:.0f} s wall")
     print(f"old pipeline (adaptive=False): {how}")
     print("| stage | new s | new fwd-eq | old s | old fwd-eq | old / new |")
     print("|---|---|---|---|---|---|")

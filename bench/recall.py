@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.pipeline import screen_race_rule
 from workbench.planted import PlantSpec, planted_model, screen_scorer
 from workbench.screening import MaskScorer
 from workbench.search import (
@@ -105,7 +106,9 @@ def run_plant(
     pm = planted_model(PlantSpec(n_layers=L, n_heads=H, seed=seed, noise_sd=noise_sd))
     screen = CountingScorer(pm.scorer("select"))
     t0 = time.process_time()
-    heads = screen_scorer(screen, n_boot=200, seed=seed, race_on=FIRST if adaptive else None)
+    # raced as run_cel races it for these strategies (`screen_race_rule`)
+    heads = screen_scorer(screen, n_boot=200, seed=seed, race_on=FIRST if adaptive else None,
+                          race_rule=screen_race_rule([name for name, _ in rows.values()]))
     t_screen = time.process_time() - t0
     heads = select_candidates(heads, FIRST, SECOND, 8)
     pool = search_pool(heads, FIRST)

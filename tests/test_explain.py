@@ -423,3 +423,34 @@ def test_report_explains_the_best_set_with_the_tables_numbers(demo_run):
     # rewriting the report keeps the section: it is read back from explanation/
     result.write_report(folder, plots=False)
     assert section in (folder / "report.md").read_text()
+
+
+def test_answer_roles_sum_attention_on_the_answer_tokens_in_the_prompt(gpt2_like_model, tiny_task):
+    """A task without role labels whose prompts hold an answer token (the tiny task's answer
+    is its first word; IOI's indirect object, induction's target) gets the `answers` roles
+    under `auto`: `attn_answer` / `attn_wrong` equal the head's own pattern summed over the
+    positions holding a correct / wrong answer's first token (the naive reference), and
+    the positional roles elsewhere."""
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, None)
+    table = attention_by_role(model, tiny_task, ["L1H2"], split=None)
+    assert {"attn_answer", "attn_self", "attn_previous"} <= set(table.columns)
+    explicit = attention_by_role(model, tiny_task, ["L1H2"], split=None, roles="answers")
+    assert_close(table["attn_answer"], explicit["attn_answer"])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(batch.tokens, names_filter="blocks.1.attn.hook_pattern")
+    pattern = cache["blocks.1.attn.hook_pattern"][:, 2]  # (batch, query, key)
+    for i in range(len(batch)):
+        n = int(batch.lengths[i])
+        row = pattern[i, n - 1, :n]
+        toks = batch.tokens[i, : n - 1].tolist()
+        ans = {int(t) for t in batch.answer_ids[i].tolist() if t >= 0}
+        bad = {int(t) for t in batch.wrong_ids[i].tolist() if t >= 0} - ans
+        start = 1 if batch.prepend_bos else 0
+        at_answer = sum(float(row[p]) for p in range(start, n - 1) if toks[p] in ans)
+        at_wrong = sum(float(row[p]) for p in range(start, n - 1) if toks[p] in bad)
+        got = table.iloc[i]
+        assert_close(got["attn_answer"], at_answer, atol=1e-6)
+        assert_close(got.get("attn_wrong", 0.0), at_wrong, atol=1e-6)
+        assert_close(got["attn_self"], float(row[n - 1]), atol=1e-6)
+    assert (table["attn_answer"] > 0).all()

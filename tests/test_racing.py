@@ -235,15 +235,16 @@ def test_cuda_tiles_many_masks_per_forward_and_matches_the_cpu(tiny_task):
 
 
 def test_side_task_columns_rest_on_the_first_slice(gpt2_like_model, tiny_task):
-    """Raced screening scores a side task on its first racing slice only, with the exact
-    numbers of those examples, and says so in `d_<m>_n_<task>`."""
+    """Raced screening scores a side task only on as many examples as the main task's first
+    look (the first of the side task's racing order), with the exact numbers of those
+    examples, and says so in `d_<m>_n_<task>`."""
     from workbench.racing import first_slice
     from workbench.stats import mean_se
 
     model = gpt2_like_model
     side = encode_task(model, tiny_task)
     raced = screen_heads(model, tiny_task, others={"side": side}, n_boot=50, race_on="logprob")
-    k = first_slice(len(side))
+    k = first_slice(len(encode_task(model, tiny_task, "select")))  # the task's first look
     assert k < len(side) and (raced["d_logprob_n_side"] == k).all()
     rows = example_order(len(side), seed=0)[:k]
     scorer = MaskScorer(model, side)
@@ -251,3 +252,129 @@ def test_side_task_columns_rest_on_the_first_slice(gpt2_like_model, tiny_task):
     scores = scorer.score(masks_of(model, [[h] for h in heads]), rows=rows)
     expected = mean_se(scores["logprob"] - scorer.clean()["logprob"][rows][None])[0]
     assert_close(raced["d_logprob_side"], expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the default pipeline races for: the search pool, shared random baselines, CPU tiling
+
+
+def test_pool_rule_decides_membership_and_keeps_every_exhaustive_pool_head(micro):
+    """Screening raced for the pool (`race_rule="pool"`, what `run_cel` uses with the
+    interaction search): a head stops once it clearly hurts (then it hurts under the `hurts`
+    rule at the same look, and in the exhaustive table) or once its mean effect is >= 0; the
+    heads never stopped have the exhaustive numbers; the pool holds every exhaustive pool head
+    and every planted enhancing head, at fewer forward-equivalents than the `hurts` rule."""
+    from workbench.pipeline import screen_race_rule
+    from workbench.racing import ATOL, pool_decided
+
+    assert screen_race_rule(["interaction"]) == "pool"
+    assert screen_race_rule(["interaction", "greedy"]) == "hurts"
+    tables = {rule: screen_heads(micro.model, micro.task, n_boot=200, race_on=FIRST,
+                                 race_rule=rule) for rule in ("pool", "hurts")}
+    exact = screen_heads(micro.model, micro.task, n_boot=200)
+    pool, hurts = tables["pool"], tables["hurts"]
+    n_select = int(exact["d_logit_diff_n"].max())
+    done = pool["d_logit_diff_n"] == n_select
+    assert_close(pool.loc[done, "d_logit_diff"], exact.loc[done, "d_logit_diff"])
+    stopped = pool[~done]
+    assert len(stopped) > 0
+    out = stopped[stopped["d_logit_diff_hi"] < -ATOL]
+    kept = stopped[stopped["d_logit_diff_hi"] >= -ATOL]
+    assert (kept["d_logit_diff"] >= -ATOL).all()  # stopped in: mean >= 0
+    assert (hurts.loc[out.index, "d_logit_diff_hi"] < -ATOL).all()
+    assert (exact.loc[out.index, "d_logit_diff_hi"] < 0).all()
+    assert set(search_pool(pool, FIRST)) >= set(search_pool(exact, FIRST))
+    roles = {f"L{l}H{h}": r for (l, h), r in micro.roles.items()}
+    enhancing = {name for name, r in roles.items()
+                 if r in ("single", "member", "backup_a", "backup_b")}
+    assert enhancing <= {f"L{l}H{h}" for l, h in search_pool(pool, FIRST)}
+    task = micro.task.name
+    assert pool.attrs["forward_eq"][task] < hurts.attrs["forward_eq"][task]
+    rule = pool_decided("a")
+    means = {"a": torch.tensor([-1.0, -0.1, 0.0, 0.2])}
+    ses = {"a": torch.tensor([0.1, 0.1, 0.0, 0.5])}
+    assert rule(means, ses, 2.0, torch.arange(4)).tolist() == [False, True, False, False]
+    with pytest.raises(WorkbenchError, match="race_rule"):
+        screen_heads(micro.model, micro.task, race_on=FIRST, race_rule="bogus")
+
+
+def test_pool_random_sets_reuse_the_random_sets_and_stay_uniform():
+    """Pool sets drawn with `reuse`: the random sets inside the pool first, topped up with the
+    plain pool draws; distinct, inside the pool, seeded. Over 3000 seeds every one of the 28
+    pool pairs appears in 10/28 of the samples (binomial sd 0.009; bound 0.04)."""
+    from workbench.confirmation import pool_random_head_sets
+
+    pool = [(0, 1), (0, 3), (1, 0), (1, 2), (2, 2), (2, 3), (3, 0), (3, 1)]
+    random_sets = random_head_sets(4, 4, 2, 10, seed=5)
+    sets = pool_random_head_sets(pool, 2, 10, seed=5, reuse=random_sets)
+    inside = [s for s in random_sets if set(s) <= set(pool)]
+    assert sets[: len(inside)] == inside and len(sets) == 10
+    assert len({tuple(s) for s in sets}) == 10 and all(set(s) <= set(pool) for s in sets)
+    assert sets == pool_random_head_sets(pool, 2, 10, seed=5, reuse=random_sets)
+    plain = pool_random_head_sets(pool, 2, 10, seed=5)
+    assert [s for s in sets[len(inside):]] == [s for s in plain if s not in inside][
+        : 10 - len(inside)]
+    # fewer pool sets than asked: all of them, as without reuse
+    assert pool_random_head_sets(pool[:4], 2, 10, 5, reuse=random_sets) == (
+        pool_random_head_sets(pool[:4], 2, 10, 5))
+    counts: dict[tuple, int] = {}
+    n_seeds = 3000
+    for seed in range(n_seeds):
+        reuse = random_head_sets(4, 4, 2, 10, seed)
+        for s in pool_random_head_sets(pool, 2, 10, seed, reuse=reuse):
+            counts[tuple(s)] = counts.get(tuple(s), 0) + 1
+    assert len(counts) == 28
+    share = np.array(list(counts.values())) / n_seeds
+    assert np.abs(share - 10 / 28).max() < 0.04
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_pool_baseline_reuses_scores_and_equals_scoring_the_pool_sets(micro, adaptive):
+    """The pool baseline's percentile equals that of the pool sets' own held-out gains (the
+    shared ones taken from the random baseline), and the shared sets cost nothing more."""
+    from workbench.confirmation import pool_random_head_sets
+
+    scorer = micro.scorer("heldout")
+    L, H = MICRO.n_layers, MICRO.n_heads
+    heads = [(l, h) for l in range(L) for h in range(H)]
+    pool = heads[2:]  # 22 of 24 heads: most random sets lie in the pool
+    sets = {s: HeadSet.of(micro.model, micro.best[s]) for s in (1, 2, 3)}
+    conf, _ = confirm_sets(scorer, sets, FIRST, SECOND, n_random=60, n_boot=100, pool=pool,
+                           adaptive=adaptive)
+    clean = scorer.clean()
+    for i, size in enumerate((1, 2, 3)):
+        random_sets = random_head_sets(L, H, size, 60, 0)
+        pool_sets = pool_random_head_sets(pool, size, 60, 0, reuse=random_sets)
+        shared = sum(s in random_sets for s in pool_sets)
+        assert conf["n_pool_random_shared"][i] == shared > 0
+        gains = (scorer.score(masks_of(micro.model, pool_sets))[FIRST]
+                 - clean[FIRST][None]).mean(-1).numpy()
+        assert_close(conf["pool_percentile"][i], percentile_of(conf[f"d_{FIRST}"][i], gains))
+        new = len(pool_sets) - shared
+        assert conf["pool_forward_eq"][i] <= new + 1e-9
+        if not adaptive:
+            assert_close(conf["pool_forward_eq"][i], new)
+
+
+def test_cpu_tiles_small_slices_up_to_its_token_target(gpt2_like_model, tiny_task):
+    """On a CPU a racing slice is tiled up to `CPU_TOKEN_TARGET` tokens per forward, a split
+    that large gets one mask per pass, and the tiled scores equal one mask per pass."""
+    from types import SimpleNamespace
+
+    from workbench.screening import CPU_TOKEN_TARGET, DEFAULT_TOKEN_BUDGET, _default_masks_per_pass
+
+    cpu = SimpleNamespace(cfg=SimpleNamespace(device="cpu"))
+    assert _default_masks_per_pass(cpu, 20, 20, DEFAULT_TOKEN_BUDGET) == CPU_TOKEN_TARGET // 400
+    assert _default_masks_per_pass(cpu, 154, 20, DEFAULT_TOKEN_BUDGET) == 1
+    assert _default_masks_per_pass(cpu, 20, 20, 800) == 2  # never past the token budget
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, "select")
+    scorer = MaskScorer(model, batch)
+    assert scorer.masks_per_pass(scorer._chunks()[0]) > 1
+    masks = (torch.rand(12, model.cfg.n_layers, model.cfg.n_heads,
+                        generator=torch.Generator().manual_seed(2)) < 0.4).float()
+    rows = example_order(len(batch), seed=0)[:5]
+    tiled = scorer.score(masks, rows=rows)
+    one = MaskScorer(model, batch, masks_per_pass=1).score(masks, rows=rows)
+    for m in METRICS:
+        assert_close(tiled[m], one[m], msg=m)

@@ -13,6 +13,7 @@ from tests.helpers import assert_close
 from workbench import WorkbenchError
 from workbench.confirmation import confirm_sets, example_groups, pool_random_head_sets
 from workbench.heads import HeadSet
+from workbench.pipeline import screen_race_rule
 from workbench.planted import PlantSpec, planted_model, screen_scorer
 from workbench.screening import MaskScorer, masks_of, screen_heads
 from workbench.search import (
@@ -349,7 +350,8 @@ def _pipeline(pm, n_random=40, alpha=0.05, cluster=True, adaptive=True):
     select = pm.scorer("select")
     heldout = pm.scorer("heldout")
     heads = select_candidates(
-        screen_scorer(select, n_boot=200, race_on=FIRST if adaptive else None), FIRST, SECOND, 8
+        screen_scorer(select, n_boot=200, race_on=FIRST if adaptive else None,
+                      race_rule=screen_race_rule(["interaction"])), FIRST, SECOND, 8
     )
     pool = search_pool(heads, FIRST)
     space = SearchSpace(

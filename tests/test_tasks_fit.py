@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from tests.test_task_files import ICL_NAMES, TASK_NAMES
 from tests.tokenizer_rules import (
@@ -160,3 +161,34 @@ def test_drop_unfit_refuses_a_split_left_too_small():
 @pytest.mark.parametrize("name", ICL_NAMES)
 def test_icl_tasks_need_no_fitting(name):
     assert load_task(name).per_tokenizer is None
+
+
+def test_run_cel_scores_a_task_that_fitting_made_multi_token_on_every_token(tokenizers):
+    """addition.jsonl is single-token, but on a Qwen-style (digit-splitting) tokenizer its
+    answers are several tokens: `run_cel` must score the fitted task with the sequence scores
+    (`multi_token_metric`), not the first token alone, and record what it did."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from tests.helpers import assert_close
+    from workbench.metrics import answer_logits, multi_token_metric, score_logits
+    from workbench.pipeline import run_cel
+
+    hf = tokenizers[("qwen", "addition")]
+    cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_heads=2, d_head=8, n_ctx=64,
+                                  d_vocab=len(hf), act_fn="gelu", normalization_type="LN",
+                                  attn_only=True, seed=0)
+    model = HookedTransformer(cfg)
+    model.tokenizer = hf
+    model.eval()
+    task = load_task("addition")
+    select = encode_task(model, task, "select")
+    assert task.answer_tokens == "single" and select.task.answer_tokens == "multi"
+    result = run_cel(model, task, max_size=1, n_random=0, n_boot=10, search_budget=80,
+                     check_attribution=False, progress=False)
+    assert result.summary["answer_tokens"] == "multi"
+    with torch.no_grad():
+        seq = multi_token_metric(model, select)
+        first_logprob = score_logits(answer_logits(model, select), select)["logprob"]
+    assert_close(result.summary["clean"]["select"]["logprob"], float(seq["logprob"].mean()),
+                 atol=1e-5)
+    assert abs(float(seq["logprob"].mean()) - float(first_logprob.mean())) > 0.1

@@ -145,8 +145,8 @@ def _add_run_options(p, several_kinds: bool) -> None:
         "--search-budget",
         type=int,
         default=None,
-        help="forward-equivalents the interaction search may spend on the selection split "
-        "(default: 5 x heads + 1000)",
+        help="masks the interaction search may score on the selection split "
+        "(default: 2.5 x heads + 500)",
     )
     p.add_argument(
         "--objective",

@@ -40,9 +40,9 @@ class CELConfig:
         beam_width: sets kept per size by the beam strategy.
         n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
             when None).
-        search_budget: forward-equivalents the interaction search may spend on the selection
-            split (knockout masks, at least 64, plus exact finalist sets); None: `5 n + 1000`
-            for n heads.
+        search_budget: masks the interaction search may score on the selection split
+            (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads
+            (`workbench.search.default_budget`).
         n_random: random head sets per size in the held-out baseline.
         n_boot, ci: paired bootstrap resamples and interval coverage.
         seed: the seed every random draw derives from.
@@ -52,11 +52,13 @@ class CELConfig:
             `group` labels (`"group"`, at least 8 groups), or groups when a split has at least
             8 of them and examples otherwise (`"auto"`).
         adaptive: race candidates on slices of a split (`workbench.racing`): exact screening
-            stops scoring a head once its removal clearly hurts the objective (side tasks'
-            per-head columns use the first slice), the search's knockouts use it too, its sets
-            are raced within each size, and a random baseline set stops once its interval
-            leaves the found set's gain. The `n` columns say what each number rests on. False
-            scores every candidate on every example.
+            stops scoring a head once what the search needs of it is decided (with the
+            interaction search, its membership of the pool; with searches among the top
+            candidates, once its removal clearly hurts the objective); side tasks' per-head
+            columns and the search's knockouts use the first slice; the search's sets are
+            raced within each size; a random baseline set stops once its interval leaves the
+            found set's gain. The `n` columns say what each number rests on. False scores
+            every candidate on every example.
     """
 
     model: str

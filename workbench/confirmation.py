@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -92,14 +92,36 @@ def random_head_sets(
     return out
 
 
-def pool_random_head_sets(pool, size: int, n: int, seed: int) -> list[list[tuple[int, int]]]:
+def pool_random_head_sets(
+    pool, size: int, n: int, seed: int, reuse: Sequence | None = None
+) -> list[list[tuple[int, int]]]:
     """`n` distinct sets of `size` heads drawn uniformly from `pool` (all of them, in
-    lexicographic order, when there are at most `n`), seeded like `random_head_sets`."""
+    lexicographic order, when there are at most `n`), seeded like `random_head_sets`.
+
+    `reuse`: sets already drawn uniformly from all heads (`random_head_sets`). Those that lie
+    in the pool come first, and seeded pool draws top them up to `n`. Uniform sets from all
+    heads that happen to lie in the pool are uniform over the pool's sets, so the result is
+    still a uniform sample without replacement, and the shared sets need not be scored twice
+    (on a real model most heads are in the pool, and so are most random sets).
+    """
     pool = sorted((int(l), int(h)) for l, h in pool)
     if size > len(pool) or size < 1:
         return []
-    flat = random_head_sets(1, len(pool), size, n, seed)
-    return [[pool[j] for _, j in s] for s in flat]
+    total = math.comb(len(pool), size)
+    if reuse is None or total <= n:
+        flat = random_head_sets(1, len(pool), size, n, seed)
+        return [[pool[j] for _, j in s] for s in flat]
+    members = set(pool)
+    out = [sorted(map(tuple, s)) for s in reuse if all(tuple(h) in members for h in s)][:n]
+    seen = {tuple(s) for s in out}
+    # the plain pool draws, of which at most len(out) are taken already: enough to top up
+    for s in pool_random_head_sets(pool, size, n, seed):
+        if len(out) >= n:
+            break
+        if tuple(s) not in seen:
+            seen.add(tuple(s))
+            out.append(s)
+    return out
 
 
 def _effect_row(
@@ -222,22 +244,35 @@ def confirm_sets(
             row["n_random_complete"] = int(r.complete.sum())
             row["random_forward_eq"] = r.forward_eq
             row["random_exhaustive"] = len(random_sets) == math.comb(L * H, min(size, L * H))
-            pool_sets = pool_random_head_sets(pool, size, n_random, seed) if pool else []
+            pool_sets = (pool_random_head_sets(pool, size, n_random, seed, reuse=random_sets)
+                         if pool else [])
             if pool_sets:
-                if [sorted(p) for p in pool_sets] == [sorted(p) for p in random_sets]:
-                    g, pr = gains[objective], r  # the pool is every head: the sets scored above
-                else:
+                # the pool sets that are random sets too were scored above
+                scored = {tuple(sorted(s)): i for i, s in enumerate(random_sets)}
+                shared = [scored.get(tuple(sorted(s)), -1) for s in pool_sets]
+                new = [s for s, i in zip(pool_sets, shared, strict=True) if i < 0]
+                g = np.empty(len(pool_sets))
+                complete = np.empty(len(pool_sets), dtype=bool)
+                old = [j for j, i in enumerate(shared) if i >= 0]
+                g[old] = gains[objective][[shared[j] for j in old]]
+                complete[old] = r.complete.numpy()[[shared[j] for j in old]]
+                pool_eq = 0.0
+                if new:
                     value = {objective: row[f"d_{objective}"]}
-                    pr = race(heldout, masks_of(model, pool_sets),
+                    pr = race(heldout, masks_of(model, new),
                               separated_from(value) if adaptive else None, seed, ci,
                               progress=progress, desc=f"pool sets, size {size}")
-                    g = pr.means()[objective].cpu().numpy()
+                    fresh = [j for j, i in enumerate(shared) if i < 0]
+                    g[fresh] = pr.means()[objective].cpu().numpy()
+                    complete[fresh] = pr.complete.numpy()
+                    pool_eq = pr.forward_eq
                 row["pool_random_mean"] = float(np.nanmean(g))
                 row["pool_percentile"] = percentile_of(row[f"d_{objective}"], g)
                 row["pool_share_ge"] = share_at_least(row[f"d_{objective}"], g)
                 row["n_pool_random"] = len(pool_sets)
-                row["n_pool_random_complete"] = int(pr.complete.sum())
-                row["pool_forward_eq"] = pr.forward_eq if pr is not r else 0.0
+                row["n_pool_random_shared"] = len(old)
+                row["n_pool_random_complete"] = int(complete.sum())
+                row["pool_forward_eq"] = pool_eq
         rows.append(row)
         for task, scorer in (others or {}).items():
             other_clean = scorer.clean()

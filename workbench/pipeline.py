@@ -44,6 +44,7 @@ from workbench.screening import (
     single_head_diffs,
 )
 from workbench.search import (
+    RANKED_STRATEGIES,
     SearchSpace,
     best_sets,
     candidate_heads,
@@ -173,10 +174,13 @@ def run_cel(
     config = _settings_config(config, settings, model)
     main = resolve_task(task)
     other_tasks = _other_tasks(others)
-    if metric is None and main.answer_tokens == "multi":
+    select = encode_task(model, main, "select")
+    # the task as fitted to this tokenizer (`workbench.task_fit`): a single-token file can
+    # become multi-token (addition's digits on SmolLM2), and is then scored on every token
+    if metric is None and select.task.answer_tokens == "multi":
         metric = multi_token_metric  # exact scores over every answer position
-    run = _Run(model, config, encode_task(model, main, "select"),
-               encode_task(model, main, "heldout"), other_tasks, metric, means, compute)
+    run = _Run(model, config, select, encode_task(model, main, "heldout"), other_tasks, metric,
+               means, compute)
     shared = set(run.select.task.ids) & set(run.heldout.task.ids)
     if shared:
         raise WorkbenchError(f"task {main.name!r}: examples {sorted(shared)[:5]} are in both the "
@@ -209,6 +213,7 @@ def run_cel(
             "secondary": config.secondary,
             "splits": {"select": run.select.task.ids, "heldout": run.heldout.task.ids},
             "prepend_bos": run.select.prepend_bos,  # the BOS choice in effect (issue 20)
+            "answer_tokens": run.select.task.answer_tokens,  # as fitted to this tokenizer
         })
         result.summary.setdefault("n_examples", {})["select"] = len(run.select)
         result.summary.setdefault("clean", {})["select"] = _means(clean_select)
@@ -256,6 +261,7 @@ def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                          n_boot=config.n_boot, ci=config.ci, seed=config.seed,
                          progress=c.progress, per_position=config.per_position,
                          race_on=run.order[0] if config.adaptive else None,
+                         race_rule=screen_race_rule(config.strategies),
                          **c.scorer_options())
     result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
     if config.method == "attribution" and config.check_attribution:
@@ -273,6 +279,12 @@ def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
     heads = select_candidates(heads, *run.order, config.top_m)
     result.summary["candidates"] = [head_name(*h) for h in candidate_heads(heads)]
     return heads
+
+
+def screen_race_rule(strategies) -> str:
+    """What raced screening decides: the candidates' ranks (`"hurts"`) when a strategy
+    searches among them, else only the search pool (`"pool"`, `workbench.racing`)."""
+    return "hurts" if RANKED_STRATEGIES.intersection(strategies) else "pool"
 
 
 def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:

@@ -45,7 +45,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
 from workbench.metrics import score_logits
-from workbench.racing import clearly_hurts, race
+from workbench.racing import SCREEN_RULES, race
 from workbench.screening import _Targets, effect_column, masks_of
 from workbench.stats import effect_summary
 from workbench.tables import head_name, head_table
@@ -294,15 +294,16 @@ class AnalyticScorer:
 
 
 def screen_scorer(
-    scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, race_on: str | None = None
+    scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, race_on: str | None = None,
+    race_rule: str = "hurts",
 ) -> pd.DataFrame:
     """The single-head screening table (`screen_heads`'s schema for the main task) from any
     scorer with `clean()` / `score(masks, rows=...)`, e.g. an `AnalyticScorer`; raced on
-    `race_on` as `screen_heads` races (None: every head on every example)."""
+    `race_on` by `race_rule` as `screen_heads` races (None: every head on every example)."""
     model = scorer.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
     heads = [(l, h) for l in range(L) for h in range(H)]
-    rule = clearly_hurts(race_on) if race_on is not None else None
+    rule = SCREEN_RULES[race_rule](race_on) if race_on is not None else None
     raced = race(scorer, masks_of(model, [[h] for h in heads]), rule, seed, ci)
     columns = {}
     for m, d in raced.diffs.items():

@@ -186,6 +186,27 @@ def clearly_hurts(metric: str) -> OpenFn:
     return open_fn
 
 
+def pool_decided(metric: str) -> OpenFn:
+    """Open until a head's membership of the search pool (`workbench.search.search_pool`:
+    removal does not clearly hurt `metric`) is decided: out once its interval lies below 0,
+    in once its mean effect is >= 0 (its interval then reaches 0 too, and more examples could
+    only take it out by pulling the mean below 0). Only heads that lean towards hurting
+    without clearly hurting are scored further. A pool decided this way contains every head
+    the exhaustive pool contains, and may contain a few more: the conservative side."""
+
+    def open_fn(means, ses, z, active):
+        if metric not in means:
+            return torch.ones_like(next(iter(means.values())), dtype=torch.bool)
+        mean = means[metric]
+        _, hi = interval(mean, ses[metric], z)
+        return ~((hi < -ATOL) | (mean >= -ATOL))
+
+    return open_fn
+
+
+SCREEN_RULES: dict[str, Callable[[str], OpenFn]] = {"hurts": clearly_hurts, "pool": pool_decided}
+
+
 def separated_from(values: dict[str, float]) -> OpenFn:
     """Open while the interval of any metric's effect still contains `values[metric]` (the
     found set's gain a random baseline ranks against): a set clearly below or above it on

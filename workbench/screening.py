@@ -24,8 +24,10 @@ Three ways to get the numbers (`ScreenMethod`):
   the final norm and the unembedding run on one position per row. The result equals one
   full `run_with_hooks` per head up to float error, at about 0.4 of its cost for GPT-2-sized
   models (see `bench/screen.py`). Several head masks can share one forward (`mask_hooks`
-  tiles the batch); this pays on a GPU, while on a CPU the measured cost per mask was the same
-  or slightly worse, so `masks_per_pass` defaults to 1 there.
+  tiles the batch). On a GPU as many as the token budget holds; on a CPU up to
+  `CPU_TOKEN_TARGET` tokens per forward: a full split is already that large (one mask per
+  pass), but a racing slice of 20 prompts is not, and tiling 7-8 masks of it cut the cost per
+  mask 1.5x on SmolLM2 (`_default_masks_per_pass`).
 - `attribution`: a first-order estimate for all heads from one forward and one backward pass
   per metric: `grad(metric) . (z_ablated - z_clean)` at every `hook_z`, per example (rows of a
   batch do not interact, so the gradient of the summed metric is each example's gradient).
@@ -75,7 +77,7 @@ from workbench.metrics import (
     shortformer_kwargs,
     unembed_at,
 )
-from workbench.racing import OpenFn, clearly_hurts, first_slice, race
+from workbench.racing import ATOL, SCREEN_RULES, OpenFn, first_slice, race
 from workbench.stats import effect_summary
 from workbench.tables import head_table
 from workbench.tasks import Task, TaskBatch, encode_task, load_task
@@ -152,6 +154,7 @@ def _as_score_dict(out, where: str) -> dict[str, Tensor]:
 
 
 DEFAULT_TOKEN_BUDGET = 16384
+CPU_TOKEN_TARGET = 3072  # tokens per forward where a CPU's matmuls reach their full speed
 DEFAULT_CACHE_BYTES = 1 << 30
 
 
@@ -161,9 +164,9 @@ GPU_MEMORY_SHARE = 0.3  # of the free accelerator memory one forward's activatio
 
 def device_token_budget(cfg, free_bytes: int | None = None) -> int:
     """The default token budget of one forward on `cfg.device`: `DEFAULT_TOKEN_BUDGET` on a
-    CPU (more rows per pass bought nothing there, see `_default_masks_per_pass`); on an
-    accelerator as many tokens as `GPU_MEMORY_SHARE` of its free memory holds, so that many
-    masks share one forward.
+    CPU (where masks are tiled only up to `CPU_TOKEN_TARGET` tokens, see
+    `_default_masks_per_pass`); on an accelerator as many tokens as `GPU_MEMORY_SHARE` of its
+    free memory holds, so that many masks share one forward.
 
     Per token a forward keeps about `8 d_model + 2 d_mlp` activations plus `2 n_heads x 256`
     attention scores (prompts up to 256 tokens) alive at once, in the model's dtype.
@@ -184,11 +187,14 @@ def device_token_budget(cfg, free_bytes: int | None = None) -> int:
 
 
 def _default_masks_per_pass(model, n_examples: int, n_tokens: int, token_budget: int) -> int:
-    # Measured on a 2-core CPU (GPT-2-small shape, 64 x 20 tokens, 6 layers): one mask per pass
-    # 3.06 s, four tiled masks 3.22 s per mask. A GPU is underused by one small batch; the
-    # token budget bounds activation and attention-pattern memory for long prompts.
+    # Measured on a 2-core CPU, SmolLM2-135M, 20 prompts x 20 tokens (a racing slice), seconds
+    # per mask: 1.12 one mask per pass, 0.80 four (1600 tokens), 0.73 eight (3200), 0.90
+    # sixteen (6400); on the GPT-2-small shape, 64 x 20 tokens: 3.06 one, 3.22 four (5120).
+    # So a CPU tiles masks up to about CPU_TOKEN_TARGET tokens, and a full split of that
+    # size or more gets one mask per pass. A GPU is underused by one small batch; the token
+    # budget bounds activation and attention-pattern memory for long prompts.
     if torch.device(model.cfg.device).type == "cpu":
-        return 1
+        return max(1, min(token_budget, CPU_TOKEN_TARGET) // max(1, n_examples * n_tokens))
     return max(1, token_budget // max(1, n_examples * n_tokens))
 
 
@@ -947,6 +953,7 @@ def screen_heads(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     offload: bool = False,
     race_on: str | None = None,
+    race_rule: str = "hurts",
 ) -> pd.DataFrame:
     """The effect of removing each head alone, on a task and on extra tasks.
 
@@ -970,9 +977,15 @@ def screen_heads(
         token_budget, cache_bytes, offload: memory bounds of exact screening (`MaskScorer`).
         race_on: a metric to race exact screening on (`workbench.racing`): on the task a head
             stops being scored once its removal clearly hurts that metric; each of `others` is
-            scored on its first racing slice only (its per-head columns decide nothing). None
+            scored only on as many examples as the task's first racing look, and only for
+            the heads whose removal does not clearly hurt the task (its per-head columns
+            decide nothing; the others are NaN). None
             scores every head on every example. The `d_<m>_n` columns say how many examples
             each number rests on.
+        race_rule: what the race decides on the task (`workbench.racing.SCREEN_RULES`):
+            `"hurts"` scores a head until its removal clearly hurts (the candidates' ranks then
+            rest on every example of every other head); `"pool"` only until its membership of
+            the search pool is decided, for searches that use the pool and not the ranks.
 
     Returns:
         A per-head table (see the module docstring). `df.attrs` holds `clean` (the clean mean
@@ -985,6 +998,10 @@ def screen_heads(
     """
     method = ScreenMethod.parse(method)
     kind = AblationKind.parse(kind)
+    if race_rule not in SCREEN_RULES:
+        raise WorkbenchError(
+            f"race_rule {race_rule!r} is unknown; expected one of {sorted(SCREEN_RULES)}"
+        )
     data, name = prepare_data(model, task, split, metric)
     if kind is AblationKind.MEAN and means is None:
         if not isinstance(data, TaskBatch):
@@ -1007,19 +1024,26 @@ def screen_heads(
         other_data, default_name = prepare_data(model, other, None, metric)
         items.append((other_name or default_name, other_data, other_name or default_name))
     L, H = model.cfg.n_layers, model.cfg.n_heads
+    pool: dict[tuple[int, int], bool] = {}  # filled by the main task (it comes first)
     for suffix, d, label in items:
         item_means = means
         if suffix is not None and kind is AblationKind.MEAN and isinstance(d, TaskBatch):
             item_means = compute_head_means(model, d.tokens, d.lengths)  # its own prompts
         # the main task races on its decision; a side task's per-head columns decide nothing
         # (the found sets' side effects are measured on every example in confirmation), so
-        # they rest on the first racing slice alone
-        rule, limit = None, None
+        # they rest on as many examples as the task's first look (the first of the racing
+        # order): on SmolLM2 the 38 of induction's first slice cost ioi's whole screening
+        rule, limit, item_heads = None, None, heads
         if race_on is not None and metric is None:
             if suffix is None:
-                rule = clearly_hurts(race_on)
+                rule = SCREEN_RULES[race_rule](race_on)
             else:
-                limit = first_slice(len(d))
+                limit = first_slice(len(data))
+                # and only for the heads a search can pick: those whose removal does not
+                # clearly hurt the task (`search_pool`'s rule); the others' side columns
+                # are NaN with n = 0
+                item_heads = [h for h in (all_heads(model) if heads is None
+                                          else HeadSet.of(model, heads)) if pool.get(h)]
         counter: dict = {}
         clean, diffs = single_head_diffs(
             model,
@@ -1028,7 +1052,7 @@ def screen_heads(
             kind,
             item_means,
             metric,
-            heads,
+            item_heads,
             max_rows,
             masks_per_pass,
             progress,
@@ -1049,6 +1073,9 @@ def screen_heads(
         for m, diff in diffs.items():
             for stat, values in effect_summary(diff, n_boot, seed, ci).items():
                 columns[effect_column(m, stat, suffix)] = values.view(L, H)
+        if suffix is None and race_on is not None and metric is None:
+            hi = columns[effect_column(race_on, "_hi")].cpu()  # (L, H)
+            pool = {(l, h): bool(hi[l, h] >= -ATOL) for l in range(L) for h in range(H)}
     df = head_table(columns, L, H)
     df.attrs.update(attrs)
     return df

@@ -17,7 +17,7 @@ function per entry of `STRATEGIES`:
   not clearly hurt (`search_pool`), least-squares main effects, then every set of size
   1..`max_size` among as many top heads as the forward budget (`default_budget`) allows,
   scored exactly. On planted models (`bench/recall.py`) it is the only strategy that finds
-  OR pairs and triples, at 144 to 1024 heads, within `6 n + 1000` forward-equivalents.
+  OR pairs and triples, at 144 to 1024 heads, within `2.5 n + 500` masks.
 
 Every evaluated set is recorded (`strategy, size, heads, score, n, d_<metric>`; `n` the
 examples its score rests on), and strategies share one cache, so a set is scored once.
@@ -298,9 +298,12 @@ def search_pool(heads: pd.DataFrame, first: str, atol: float = 1e-5) -> list[Hea
 
 
 def default_budget(n_heads: int) -> int:
-    """Forward-equivalents a search may spend on the selection split: `5 n + 1000`, so that
-    with the `n` of single-head screening the whole selection stays within `6 n + 1000`."""
-    return 5 * n_heads + 1000
+    """Masks the interaction search may score on the selection split: `2.5 n + 500` (half
+    knockouts, half finalist sets). The smallest of the budgets tried (`5 n + 1000`, `3 n +
+    500`, `2.5 n + 500`, `2 n + 500`) that keeps 10/10 planted singles, pairs and triples at
+    144, 384 and 1024 heads (`bench/recall.py`; `2 n + 500` missed one triple at 144 heads);
+    the earlier `5 n + 1000` cost a 270-head model 2x more masks (`docs/speed.md`)."""
+    return 5 * n_heads // 2 + 500
 
 
 def _n_sets(k: int, max_size: int) -> int:
@@ -390,6 +393,11 @@ STRATEGIES: dict[str, Strategy] = {
     "compressed_sensing": compressed_sensing,
     "interaction": interaction,
 }
+
+
+# Strategies that search among screening's top candidates, so need its ranks on every example;
+# the others use only the pool (`search_pool`) or no screening at all.
+RANKED_STRATEGIES = frozenset({"exhaustive", "greedy", "beam"})
 
 
 def get_strategy(name: str) -> Strategy:

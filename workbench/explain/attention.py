@@ -4,7 +4,9 @@ A head's attention pattern (`hook_pattern`) from the answer position is a distri
 the prompt's positions. Summing it over the positions of each token role turns prompts of
 different lengths and wordings into comparable numbers: the roles come from the task when it
 labels them (e.g. `marker`, `context`, `query`, with `bos` at position 0), else from position
-(`bos`, `previous`, `self`, `other`), chosen through the `ROLE_SCHEMES` registry. Attention to
+(`bos`, `previous`, `self`, `other`) and from the answers (`answer` / `wrong`: an earlier token
+equal to a correct / wrong answer, such as IOI's indirect object and subject), chosen through
+the `ROLE_SCHEMES` registry. Attention to
 a role is a fraction of the head's attention, so the roles of one example sum to 1; the
 entropy (nats) says how spread the attention is. `summarize_attention` averages the
 per-example table per head, optionally split by whether ablation fixed or broke the example.
@@ -27,7 +29,7 @@ from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import INDEX_COLUMNS, head_name
 from workbench.tasks import Task, TaskBatch
 
-RoleScheme = Literal["auto", "task", "positional"]
+RoleScheme = Literal["auto", "task", "answers", "positional"]
 
 
 def _task_roles(batch: TaskBatch, i: int) -> list[str]:
@@ -51,15 +53,46 @@ def _positional_roles(batch: TaskBatch, i: int) -> list[str]:
     return roles
 
 
+def _answer_roles(batch: TaskBatch, i: int) -> list[str]:
+    """The positional roles, and `answer` / `wrong` for earlier prompt tokens equal to the
+    first token of a correct / wrong answer: where an IOI head finds the indirect object (the
+    answer) or the subject (the wrong name), an induction head the token to copy."""
+    roles = _positional_roles(batch, i)
+    n = int(batch.lengths[i])
+    answers = {int(t) for t in batch.answer_ids[i].tolist() if t >= 0}
+    wrong = {int(t) for t in batch.wrong_ids[i].tolist() if t >= 0} - answers
+    for p, tok in enumerate(batch.tokens[i, : n - 1].tolist()):
+        if roles[p] == "bos":
+            continue
+        if tok in answers:
+            roles[p] = "answer"
+        elif tok in wrong:
+            roles[p] = "wrong"
+    return roles
+
+
 ROLE_SCHEMES: dict[str, Callable[[TaskBatch, int], list[str]]] = {
     "task": _task_roles,
+    "answers": _answer_roles,
     "positional": _positional_roles,
 }
 
 
+def _holds_answers(batch: TaskBatch) -> bool:
+    """Whether some prompt holds the first token of one of its answers or wrong answers."""
+    ids = torch.cat([batch.answer_ids, batch.wrong_ids], dim=1)  # (batch, k)
+    body = batch.tokens.clone()
+    body[torch.arange(len(batch), device=body.device), batch.lengths - 1] = -2  # not self
+    hit = (body[:, :, None] == ids[:, None, :]) & (ids[:, None, :] >= 0)
+    return bool(hit.any())
+
+
 def _roles_for(batch: TaskBatch, scheme: RoleScheme) -> list[list[str]]:
     if scheme == "auto":
-        scheme = "task" if batch.roles is not None else "positional"
+        if batch.roles is not None:
+            scheme = "task"
+        else:
+            scheme = "answers" if _holds_answers(batch) else "positional"
     if scheme not in ROLE_SCHEMES:
         raise WorkbenchError(
             f"role scheme {scheme!r} is unknown; expected 'auto' or one of {sorted(ROLE_SCHEMES)}"
@@ -130,7 +163,10 @@ def attention_by_role(
         heads: the heads to describe.
         split: `"select"`, `"heldout"` or None for every example.
         roles: `"task"` (the task's labels, `bos` at position 0), `"positional"` (`bos`,
-            `previous`, `self`, `other`), or `"auto"` (the task's labels when it has them).
+            `previous`, `self`, `other`), `"answers"` (the positional roles, plus `answer` /
+            `wrong` for prompt tokens equal to a correct / wrong answer's first token), or
+            `"auto"` (the task's labels when it has them, else `"answers"` when some prompt
+            holds an answer token, as IOI's and induction's do, else `"positional"`).
         outcomes: a table with `id, outcome` (from `ablation_outcomes`) to attach.
 
     Returns:
