@@ -10,7 +10,8 @@ the 5.0 pair, size 3 the triple (neither a pair nor a single shows anything for 
 Per strategy and model size, over `--seeds` random plants: the share of plants whose best set
 of each size (by `best_sets`, objective logit_diff, tie-break logprob, as the pipeline ranks)
 is exactly the planted one; forward-equivalents on the selection split (masks scored: the n
-single-head screens plus the search; the target is <= 6 n + 1000); and the search's CPU time.
+single-head screens plus the search; the interaction search's default budget is `2.5 n + 500`
+masks, `default_budget`); and the search's CPU time.
 `exhaustive`, `greedy`, `beam` and `compressed_sensing` use the `top_m = 8` candidates of
 `select_candidates` and the defaults of `run_cel`; `interaction` searches the pool of
 `search_pool`, once with every set scored on every example and once raced as `run_cel` does
@@ -47,6 +48,7 @@ from workbench.search import (
     SearchSpace,
     best_sets,
     candidate_heads,
+    default_budget,
     search_pool,
     select_candidates,
 )
@@ -146,14 +148,14 @@ def table(df: pd.DataFrame, max_size: int = 3) -> str:
     lines = [
         "| heads | strategy | "
         + " | ".join(f"size {s} found" for s in range(1, max_size + 1))
-        + " | fwd-eq mean (max) | of which screening | 6n+1000 | CPU s / plant | n plants |",
+        + " | fwd-eq mean (max) | of which screening | budget (masks) | CPU s / plant | n plants |",
         "|---|---|" + "---|" * max_size + "---|---|---|---|---|",
     ]
     for (n, label), g in df.groupby(["heads", "strategy"], sort=False):
         hits = " | ".join(f"{int(g[f'hit_{s}'].sum())}/{len(g)}" for s in range(1, max_size + 1))
         lines.append(
             f"| {n} | {label} | {hits} | {g['forward_eq'].mean():.0f} "
-            f"({g['forward_eq'].max():.0f}) | {g['screen_eq'].mean():.0f} | {6 * n + 1000} "
+            f"({g['forward_eq'].max():.0f}) | {g['screen_eq'].mean():.0f} | {default_budget(n)} "
             f"| {g['cpu_s'].mean():.1f} | {len(g)} |"
         )
     return "\n".join(lines)

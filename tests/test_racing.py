@@ -234,24 +234,29 @@ def test_cuda_tiles_many_masks_per_forward_and_matches_the_cpu(tiny_task):
         assert_close(scores["cuda"][m], scores["cpu"][m], atol=1e-4, msg=m)
 
 
-def test_side_task_columns_rest_on_the_first_slice(gpt2_like_model, tiny_task):
+def test_side_task_columns_rest_on_the_first_slice(micro):
     """Raced screening scores a side task only on as many examples as the main task's first
     look (the first of the side task's racing order), with the exact numbers of those
-    examples, and says so in `d_<m>_n_<task>`."""
-    from workbench.racing import first_slice
+    examples, and says so in `d_<m>_n_<task>`; and only for the heads in the search pool
+    (the others, whose removal clearly hurts the task, get NaN and n = 0)."""
+    from workbench.racing import ATOL, first_slice
     from workbench.stats import mean_se
 
-    model = gpt2_like_model
-    side = encode_task(model, tiny_task)
-    raced = screen_heads(model, tiny_task, others={"side": side}, n_boot=50, race_on="logprob")
-    k = first_slice(len(encode_task(model, tiny_task, "select")))  # the task's first look
-    assert k < len(side) and (raced["d_logprob_n_side"] == k).all()
+    model, task = micro.model, micro.task
+    side = encode_task(model, task)
+    raced = screen_heads(model, task, others={"side": side}, n_boot=50, race_on=FIRST)
+    in_pool = (raced[f"d_{FIRST}_hi"] >= -ATOL).to_numpy()
+    assert in_pool.any() and not in_pool.all()
+    k = first_slice(len(encode_task(model, task, "select")))  # the task's first look
+    assert k < len(side) and (raced["d_logprob_n_side"][in_pool] == k).all()
+    assert (raced["d_logprob_n_side"][~in_pool] == 0).all()
+    assert raced["d_logprob_side"][~in_pool].isna().all()
     rows = example_order(len(side), seed=0)[:k]
     scorer = MaskScorer(model, side)
     heads = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     scores = scorer.score(masks_of(model, [[h] for h in heads]), rows=rows)
     expected = mean_se(scores["logprob"] - scorer.clean()["logprob"][rows][None])[0]
-    assert_close(raced["d_logprob_side"], expected)
+    assert_close(raced["d_logprob_side"][in_pool], expected.numpy()[in_pool])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -385,7 +385,7 @@ def run_cel_command(args) -> int:
     from workbench.loading import load_model
     from workbench.pipeline import check_counterfactuals, run_cel
     from workbench.store import CONFIG_FILE
-    from workbench.tasks import load_task
+    from workbench.tasks import encode_task, load_task
 
     task = load_task(task_name)
     others = [load_task(o) for o in other_names]
@@ -395,10 +395,14 @@ def run_cel_command(args) -> int:
         shutil.rmtree(Path(model_name).parent, ignore_errors=True)
         model_name = "demo"
     cfg = model.cfg
-    n_sel = len([e for e in task.examples if e.split == "select"])
+    # the examples as fitted to this tokenizer (`workbench.task_fit` may drop some)
+    n_sel, n_held = (len(encode_task(model, task, split)) for split in ("select", "heldout"))
+    n_file = len([e for e in task.examples if e.split == "select"])
+    kept = ("" if (n_sel, n_held) == (n_file, len(task) - n_file) else
+            f" (of {n_file} / {len(task) - n_file} in the file, fitted to this tokenizer)")
     print(
         f"model {model_name}: {cfg.n_layers} layers x {cfg.n_heads} heads on {cfg.device}; "
-        f"task {task.name}: {n_sel} selection / {len(task) - n_sel} held-out examples; "
+        f"task {task.name}: {n_sel} selection / {n_held} held-out examples{kept}; "
         f"side tasks: {', '.join(o.name for o in others) or 'none'}",
         flush=True,
     )

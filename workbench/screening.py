@@ -976,12 +976,11 @@ def screen_heads(
             prompts: `HeadMeans.per_position`) instead of the mean over all positions.
         token_budget, cache_bytes, offload: memory bounds of exact screening (`MaskScorer`).
         race_on: a metric to race exact screening on (`workbench.racing`): on the task a head
-            stops being scored once its removal clearly hurts that metric; each of `others` is
-            scored only on as many examples as the task's first racing look, and only for
+            stops being scored once `race_rule` is decided for that metric; each of `others`
+            is scored only on as many examples as the task's first racing look, and only for
             the heads whose removal does not clearly hurt the task (its per-head columns
-            decide nothing; the others are NaN). None
-            scores every head on every example. The `d_<m>_n` columns say how many examples
-            each number rests on.
+            decide nothing; the others are NaN). None scores every head on every example.
+            The `d_<m>_n` columns say how many examples each number rests on.
         race_rule: what the race decides on the task (`workbench.racing.SCREEN_RULES`):
             `"hurts"` scores a head until its removal clearly hurts (the candidates' ranks then
             rest on every example of every other head); `"pool"` only until its membership of

@@ -365,6 +365,12 @@ def interaction(space: SearchSpace) -> None:
     coef = _main_effects(x, y)
     order = [j for j in np.argsort(-coef, kind="stable") if coef[j] > 0]
     left = budget - n_masks
+    if left < 1:
+        raise WorkbenchError(
+            f"search budget {budget} leaves no room for finalist sets after {n_masks} knockout "
+            f"masks (at least 64); give a budget of at least {n_masks + 1}, or fewer masks "
+            "(n_masks)"
+        )
     k = 0
     while k < len(order) and _n_sets(k + 1, space.max_size) <= left:
         k += 1
