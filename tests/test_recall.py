@@ -208,6 +208,9 @@ def test_interaction_respects_its_budget(micro, micro_screen):
     space, _ = _search(micro, micro_screen, "interaction", budget=300, n_masks=100)
     assert len({r["heads"] for r in space.records}) <= 300
     assert space.notes["interaction"]["n_masks"] == 100
+    # a budget the knockouts alone use up is refused, not turned into an empty search
+    with pytest.raises(WorkbenchError, match="leaves no room for finalist sets after 64"):
+        _search(micro, micro_screen, "interaction", budget=60)
 
 
 # ---------------------------------------------------------------------------------------------
