@@ -6,9 +6,9 @@ in interleaved rounds (ours, theirs, ours, ...) and prints the median time of ea
 ratio (the target is <= 1.3), with the largest log-probability difference as a check that
 both compute the same thing. Times are wall-clock and process CPU time; on a shared machine
 the CPU time is the steadier of the two (the load is printed). Nothing is downloaded: give a
-local folder.
+local folder, a GGUF file, or the shipped `smollm2-135m`.
 
-    .venv/bin/python bench/forward.py /path/to/hf-folder --batch 64 --tokens 24 --rounds 5
+    .venv/bin/python bench/forward.py smollm2-135m --batch 64 --tokens 24 --rounds 5
 """
 
 from __future__ import annotations
@@ -27,9 +27,24 @@ def _timed(fn) -> tuple[float, float, object]:
     return time.perf_counter() - w, time.process_time() - c, out
 
 
+def _hf_source(name: str) -> tuple[str, dict]:
+    """`from_pretrained`'s folder and keyword arguments for the same weights: a folder as it
+    is; a GGUF file or a shipped real model (`smollm2-135m`) as its folder plus `gguf_file`
+    (transformers dequantises it to float32, as `load_model` does)."""
+    from pathlib import Path
+
+    from workbench.loading.shipped import REAL_MODELS
+
+    path = REAL_MODELS[name].path() if name in REAL_MODELS else Path(name)
+    if path.suffix == ".gguf":
+        return str(path.parent), {"gguf_file": path.name}
+    return name, {}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("folder", help="a local Hugging Face model folder (or a load_model name)")
+    p.add_argument("folder", help="a local Hugging Face model folder, a .gguf file, or "
+                   "smollm2-135m")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--tokens", type=int, default=24)
     p.add_argument("--rounds", type=int, default=5)
@@ -44,7 +59,8 @@ def main() -> None:
 
     device = resolve_device(args.device)
     ours = load_model(args.folder, device=str(device))
-    theirs = AutoModelForCausalLM.from_pretrained(args.folder, dtype=ours.cfg.dtype).to(device)
+    folder, kw = _hf_source(args.folder)
+    theirs = AutoModelForCausalLM.from_pretrained(folder, dtype=ours.cfg.dtype, **kw).to(device)
     theirs.eval()
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, ours.cfg.d_vocab, (args.batch, args.tokens), generator=g).to(device)
