@@ -45,7 +45,7 @@ from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.results import CELResult
 from workbench.screening import MaskScorer, masks_of, resolve_task
-from workbench.search import _n_sets, search_pool
+from workbench.search import max_finalists, search_pool
 from workbench.tasks import encode_task
 
 STAGES = ("screen", "search", "confirm")
@@ -128,9 +128,7 @@ def old_estimate(model, result, main, others, n_select: int, n_heldout: int) -> 
     knock = masks_of(model, [[pool[j] for j in np.flatnonzero(r)] for r in x])
     # as many finalists as the old budget left room for, taken in the order of this run's
     # main effects (`effects` keeps at least the top 20): their layers decide the cost
-    left, k = budget - n_masks, 0
-    while _n_sets(k + 1, config.max_size) <= left:
-        k += 1
+    k = max_finalists(budget - n_masks, config.max_size)
     ranked = list(notes.get("effects", {})) or list(notes.get("finalists", []))
     finalists = [HeadSet.of(model, [n]).heads[0] for n in ranked[:k]]
     sets = [c for s in range(1, config.max_size + 1) for c in combinations(finalists, s)]

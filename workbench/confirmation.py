@@ -250,19 +250,18 @@ def confirm_sets(
                 # the pool sets that are random sets too were scored above
                 scored = {tuple(sorted(s)): i for i, s in enumerate(random_sets)}
                 shared = [scored.get(tuple(sorted(s)), -1) for s in pool_sets]
-                new = [s for s, i in zip(pool_sets, shared, strict=True) if i < 0]
+                old = [j for j, i in enumerate(shared) if i >= 0]
+                fresh = [j for j, i in enumerate(shared) if i < 0]
                 g = np.empty(len(pool_sets))
                 complete = np.empty(len(pool_sets), dtype=bool)
-                old = [j for j, i in enumerate(shared) if i >= 0]
                 g[old] = gains[objective][[shared[j] for j in old]]
                 complete[old] = r.complete.numpy()[[shared[j] for j in old]]
                 pool_eq = 0.0
-                if new:
+                if fresh:
                     value = {objective: row[f"d_{objective}"]}
-                    pr = race(heldout, masks_of(model, new),
+                    pr = race(heldout, masks_of(model, [pool_sets[j] for j in fresh]),
                               separated_from(value) if adaptive else None, seed, ci,
                               progress=progress, desc=f"pool sets, size {size}")
-                    fresh = [j for j, i in enumerate(shared) if i < 0]
                     g[fresh] = pr.means()[objective].cpu().numpy()
                     complete[fresh] = pr.complete.numpy()
                     pool_eq = pr.forward_eq

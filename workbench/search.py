@@ -310,6 +310,15 @@ def _n_sets(k: int, max_size: int) -> int:
     return sum(math.comb(k, s) for s in range(1, max_size + 1))
 
 
+def max_finalists(left: int, max_size: int, available: int | None = None) -> int:
+    """The most finalists `k` (at most `available`) whose sets of size 1..`max_size` fit in
+    `left` masks."""
+    k = 0
+    while (available is None or k < available) and _n_sets(k + 1, max_size) <= left:
+        k += 1
+    return k
+
+
 def _main_effects(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
     """Least-squares main effects of 0/1 knockouts `x` on `y` (with intercept), a small ridge
     keeping the solve defined when a column is constant or masks are few."""
@@ -371,9 +380,7 @@ def interaction(space: SearchSpace) -> None:
             f"masks (at least 64); give a budget of at least {n_masks + 1}, or fewer masks "
             "(n_masks)"
         )
-    k = 0
-    while k < len(order) and _n_sets(k + 1, space.max_size) <= left:
-        k += 1
+    k = max_finalists(left, space.max_size, len(order))
     finalists = [pool[j] for j in order[:k]]
     space.notes["interaction"] = {
         "pool": len(pool),

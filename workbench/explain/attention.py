@@ -78,21 +78,10 @@ ROLE_SCHEMES: dict[str, Callable[[TaskBatch, int], list[str]]] = {
 }
 
 
-def _holds_answers(batch: TaskBatch) -> bool:
-    """Whether some prompt holds the first token of one of its answers or wrong answers."""
-    ids = torch.cat([batch.answer_ids, batch.wrong_ids], dim=1)  # (batch, k)
-    body = batch.tokens.clone()
-    body[torch.arange(len(batch), device=body.device), batch.lengths - 1] = -2  # not self
-    hit = (body[:, :, None] == ids[:, None, :]) & (ids[:, None, :] >= 0)
-    return bool(hit.any())
-
-
 def _roles_for(batch: TaskBatch, scheme: RoleScheme) -> list[list[str]]:
     if scheme == "auto":
-        if batch.roles is not None:
-            scheme = "task"
-        else:
-            scheme = "answers" if _holds_answers(batch) else "positional"
+        # without answer tokens in the prompts, the answer roles are the positional ones
+        scheme = "task" if batch.roles is not None else "answers"
     if scheme not in ROLE_SCHEMES:
         raise WorkbenchError(
             f"role scheme {scheme!r} is unknown; expected 'auto' or one of {sorted(ROLE_SCHEMES)}"
@@ -165,8 +154,8 @@ def attention_by_role(
         roles: `"task"` (the task's labels, `bos` at position 0), `"positional"` (`bos`,
             `previous`, `self`, `other`), `"answers"` (the positional roles, plus `answer` /
             `wrong` for prompt tokens equal to a correct / wrong answer's first token), or
-            `"auto"` (the task's labels when it has them, else `"answers"` when some prompt
-            holds an answer token, as IOI's and induction's do, else `"positional"`).
+            `"auto"` (the task's labels when it has them, else `"answers"`, which are the
+            positional roles where no prompt holds an answer token).
         outcomes: a table with `id, outcome` (from `ablation_outcomes`) to attach.
 
     Returns:
