@@ -248,8 +248,10 @@ def test_theory_subcommand_keeps_its_options(capsys):
 
 
 _SLOW_SEARCH = """
-import sys, time
+import faulthandler, signal, sys, time
 import workbench.pipeline as pipeline
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a slow exit hangs
 
 def slow_search(run, result):  # the real run, stopped in its second stage
     print("searching", flush=True)
@@ -279,7 +281,15 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(demo_files, tmp_
             if line.strip() == "searching":
                 break
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # say where it hangs (it once did, under load)
+            proc.send_signal(signal.SIGUSR1)
+            try:
+                _, err = proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                err = "(no traceback within 20 s)"
+            pytest.fail(f"no exit 120 s after SIGINT; the process's stacks:\n{err[-6000:]}")
     finally:
         proc.kill()
     assert proc.returncode == 130

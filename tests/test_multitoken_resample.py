@@ -205,3 +205,76 @@ def test_exact_screening_over_all_answer_positions(attn_model, multi_task):
         assert_close(got["logprob"][m], want["logprob"].to_numpy())
         assert got["accuracy"][m].tolist() == want["correct"].astype(float).tolist()
         assert_close(got["logit_diff"][m], want["logit_diff"].to_numpy())
+
+
+def test_multi_token_scores_of_a_slice_equal_the_full_scores_columns(attn_model, multi_task):
+    """Racing scores slices of rows: with `multi_token_metric` the slice runs alone (its cost is
+    its share of a pass) and gives the full pass's numbers for those rows."""
+    from workbench.metrics import multi_token_metric
+    from workbench.screening import MaskScorer, masks_of
+
+    batch = encode_task(attn_model, multi_task)
+    masks = masks_of(attn_model, [["L0H1"], ["L0H0", "L1H2"], []])
+    scorer = MaskScorer(attn_model, batch, metric=multi_token_metric)
+    full = scorer.score(masks)
+    rows = torch.tensor([len(batch) - 1, 0])
+    calls = []
+
+    def counting(model, data):
+        calls.append(len(data))
+        return multi_token_metric(model, data)
+
+    sliced = MaskScorer(attn_model, batch, metric=counting)
+    sliced.clean()
+    calls.clear()
+    got = sliced.score(masks, rows=rows)
+    assert calls == [2, 2, 2]  # each mask ran on the 2 rows alone
+    for name in ("logprob", "accuracy", "logit_diff", "prob_diff"):
+        assert_close(got[name], full[name][:, rows])
+
+
+def test_attribution_on_a_multi_token_task_is_the_derivative_of_the_exact_scores(
+    attn_model, multi_task
+):
+    """Attribution with `multi_token_metric` counts every forward an example makes (its answers'
+    rows): each head's estimate equals the finite difference of the exact scores when that head's
+    z moves a small step towards its ablated value (zero ablation: z -> (1 - eps) z)."""
+    from workbench.metrics import multi_token_metric
+    from workbench.screening import attribution_effects
+
+    batch = encode_task(attn_model, multi_task)
+    clean, est = attribution_effects(attn_model, batch, metric=multi_token_metric)
+    eps = 1e-3
+    H = attn_model.cfg.n_heads
+
+    def shrink(z, hook, head):
+        z = z.clone()
+        z[:, :, head] *= 1 - eps
+        return z
+
+    with torch.no_grad():
+        base = multi_token_metric(attn_model, batch)
+        assert_close(clean["logprob"], base["logprob"])
+        for layer in range(attn_model.cfg.n_layers):
+            for head in range(H):
+                hooks = [(f"blocks.{layer}.attn.hook_z", partial(shrink, head=head))]
+                with attn_model.hooks(fwd_hooks=hooks):
+                    moved = multi_token_metric(attn_model, batch)
+                for name in ("logprob", "logit_diff"):
+                    fd = (moved[name] - base[name]) / eps
+                    got = est[name][layer * H + head]
+                    # float32 finite differences: second-order term ~eps and rounding ~1e-7/eps
+                    torch.testing.assert_close(got, fd, rtol=2e-2, atol=2e-3)
+    assert torch.isnan(est["accuracy"]).all()  # exact match has no derivative
+
+
+def test_attribution_refuses_custom_data_whose_metric_runs_several_forwards(attn_model):
+    from workbench.screening import attribution_effects
+
+    tokens = torch.tensor([[1, 2, 3], [4, 5, 6]])
+
+    def two_passes(model, data):
+        return model(data[:1])[:, -1, 0] + model(data[1:])[:, -1, 0]
+
+    with pytest.raises(WorkbenchError, match="needs one forward over the data's 1 rows"):
+        attribution_effects(attn_model, tokens, metric=two_passes)

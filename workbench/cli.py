@@ -17,7 +17,9 @@ says so and runs the built-in demo instead: the hand-built micro model of `workb
 a temporary folder.
 
 `workbench sweep` without `--models` runs the embedded model family (`workbench.zoo`) on its
-default task and prints the cross-family table (`workbench.sweep`). Under torchrun
+default task and prints the cross-family table (`workbench.sweep`); with `--models` and no
+`--tasks` each model runs its own tasks (`workbench sweep --models smollm2-135m embedded`:
+SmolLM2 on the hub tasks, the embedded model on its language's task). Under torchrun
 (`WORLD_SIZE > 1`) every command joins the process group first (`workbench.distributed`).
 
 A rerun with the same options and `--out` resumes from the stages already saved; Ctrl-C
@@ -124,6 +126,12 @@ def _add_run_options(p, several_kinds: bool) -> None:
         default="exact",
         help="single-head screening: exact (prefix reuse) or attribution (gradients)",
     )
+    p.add_argument(
+        "--no-attribution-check",
+        action="store_true",
+        help="with --method attribution, skip the exact screening that reports attribution's "
+        "agreement with it (faster; the table then has attribution's estimates only)",
+    )
     p.add_argument("--max-size", type=int, default=3, help="largest head set to search")
     p.add_argument(
         "--strategy",
@@ -160,6 +168,14 @@ def _add_run_options(p, several_kinds: bool) -> None:
         help="random head sets per size in the held-out baseline",
     )
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument(
+        "--max-examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="use only the first N examples of each split of every task (main and side), "
+        "before fitting to the tokenizer: a quick look (default: all)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
     p.add_argument(
@@ -175,6 +191,7 @@ def run_options(args) -> dict:
     """The `run_cel` settings given by `_add_run_options` flags."""
     return dict(
         method=args.method,
+        check_attribution=not args.no_attribution_check,
         max_size=args.max_size,
         strategy=args.strategy,
         n_random=args.n_random,
@@ -183,6 +200,7 @@ def run_options(args) -> dict:
         top_m=args.top_m,
         search_budget=args.search_budget,
         n_boot=args.n_boot,
+        max_examples=args.max_examples,
         per_position=args.per_position,
         cluster=args.cluster,
         **({"token_budget": args.token_budget} if args.token_budget else {}),
@@ -197,7 +215,7 @@ def _add_sweep_parser(subparsers) -> None:
         description="Run `workbench cel` on every cell of models x tasks x ablation kinds (one "
         "results folder per cell in --out, resumable per cell) and write the best set of every "
         "cell to sweep.csv and sweep.png. Without --models: the embedded model family on its "
-        "default task.",
+        "default task. With --models and no --tasks: each model on its own tasks.",
     )
     p.add_argument(
         "--models",
@@ -211,15 +229,17 @@ def _add_sweep_parser(subparsers) -> None:
         nargs="*",
         default=None,
         metavar="NAME|PATH",
-        help="tasks to run, as for `cel --task` (required with --models; default: the embedded "
-        "model's default task)",
+        help="tasks to run, as for `cel --task`; every model runs every task, and a cell whose "
+        "task does not fit the model's tokenizer is skipped (default: each model's own tasks: "
+        "the embedded family's default task, the hub tasks for every other model)",
     )
     p.add_argument(
         "--others",
         nargs="*",
         default=None,
         metavar="TASK",
-        help="side-effect tasks of every cell (default: the sweep's other tasks)",
+        help="side-effect tasks of every cell (default: the model's other own tasks without "
+        "--tasks, else the sweep's other tasks; those that do not fit a model are left out)",
     )
     p.add_argument(
         "--split",
@@ -561,11 +581,10 @@ def _sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
     if args.models:
         for m in args.models:
             check_model_name(m)
-        if not args.tasks:
-            raise WorkbenchError("--tasks is required with --models")
-        for t in [*args.tasks, *(args.others or [])]:
+        for t in [*(args.tasks or []), *(args.others or [])]:
             check_task_name(t)
-        return list(args.models), list(args.tasks), args.others
+        # without --tasks, each model runs its own tasks (workbench.names.own_tasks)
+        return list(args.models), list(args.tasks) if args.tasks else None, args.others
     import workbench.zoo as zoo
 
     family = list(getattr(zoo, "EMBEDDED_FAMILY", ("embedded",)))
@@ -585,8 +604,9 @@ def run_sweep_command(args) -> int:
     from workbench.sweep import TABLE_FILE, run_sweep
 
     models, tasks, others = _sweep_inputs(args)
+    n_tasks = f"{len(tasks)} tasks" if tasks is not None else "their own tasks"
     print(
-        f"sweep: {len(models)} models x {len(tasks)} tasks x {len(args.ablation)} ablation kinds"
+        f"sweep: {len(models)} models x {n_tasks} x {len(args.ablation)} ablation kinds"
         f" -> {args.out}/",
         flush=True,
     )
@@ -631,6 +651,9 @@ def run_sweep_command(args) -> int:
         "percentile among random sets of the same size; side_worst: its most negative effect "
         "on another task"
     )
+    for r in table.itertuples():
+        if r.status != "done" or r.note:
+            print(f"{r.folder}: {r.status}" + (f": {r.note}" if r.note else ""))
     print(f"table: {args.out}/{TABLE_FILE}, plot: {args.out}/sweep.png, cells: {args.out}/*/")
     return 0
 

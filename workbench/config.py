@@ -44,6 +44,8 @@ class CELConfig:
             (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads
             (`workbench.search.default_budget`).
         n_random: random head sets per size in the held-out baseline.
+        max_examples: use only the first `max_examples` examples of each split of the main task
+            and of each side task (before fitting to the tokenizer), for quick looks; None: all.
         n_boot, ci: paired bootstrap resamples and interval coverage.
         seed: the seed every random draw derives from.
         check_attribution: with `method="attribution"`, also run exact screening to report
@@ -78,6 +80,7 @@ class CELConfig:
     knockout_p: float | None = None
     search_budget: int | None = None
     n_random: int = 200
+    max_examples: int | None = None
     n_boot: int = 1000
     ci: float = 0.95
     seed: int = 0
@@ -134,6 +137,7 @@ class CELConfig:
                 for name, value, low in (
                     ("n_masks", self.n_masks, 2),
                     ("search_budget", self.search_budget, 1),
+                    ("max_examples", self.max_examples, 1),
                 )
                 if value is not None
             ),

@@ -194,19 +194,11 @@ def answer_logits(
     return unembed_at(model, final, batch.answer_pos)
 
 
-def sequence_scores(
-    model, batch: TaskBatch, fwd_hooks: Sequence = (), batch_size: int = 64
-) -> dict[str, Float[Tensor, " batch"]]:
-    """Teacher-forced scores of whole answers, for multi-token tasks.
-
-    Every acceptable answer is appended to its prompt and run once; the answer's log-probability
-    is the sum of its tokens' log-probabilities given the prompt and the answer's earlier tokens.
-
-    Returns:
-        `seq_logprob`: `logsumexp` over acceptable answers of their log-probability (nats);
-        `seq_correct`: 1.0 when greedy decoding from the prompt reproduces an acceptable answer
-        (every answer token is the argmax given the tokens before it), else 0.0.
-    """
+def _sequence_pass(
+    model, batch: TaskBatch, batch_size: int = 64
+) -> tuple[dict[str, Float[Tensor, " batch"]], Float[Tensor, "batch d_vocab"]]:
+    """Teacher-forced scores of whole answers, and the logits predicting each example's first
+    answer token (taken from the same forwards: causal attention makes them the prompt's own)."""
     if batch.answer_seqs is None:
         raise WorkbenchError(
             f"task {batch.task.name!r} is not a multi-token task (answer_tokens='multi')"
@@ -222,30 +214,49 @@ def sequence_scores(
             starts.append(n - 1)  # position predicting the answer's first token
             targets.append(list(seq))
     logp_rows, ok_rows = [], []
+    first: list[Tensor | None] = [None] * len(batch)
     from workbench.tokenizer import get_tokenizer
 
     pad = get_tokenizer(model).pad_id  # after each row's end, so causal attention ignores it
-    with model.hooks(fwd_hooks=list(fwd_hooks)):
-        for s in range(0, len(rows), batch_size):
-            chunk = rows[s : s + batch_size]
-            width = max(len(r) for r in chunk)
-            tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
-            for j, r in enumerate(chunk):
-                tokens[j, : len(r)] = torch.tensor(r)
-            logits = model(tokens.to(device), **_forward_kwargs(model)).float()
-            for j in range(len(chunk)):
-                k = s + j
-                tgt = torch.tensor(targets[k], device=device)
-                pos = torch.arange(len(tgt), device=device) + starts[k]
-                at = logits[j, pos]  # (answer_len, d_vocab)
-                logp_rows.append(at.log_softmax(-1).gather(1, tgt[:, None]).sum())
-                ok_rows.append((at.argmax(-1) == tgt).all().float())
+    for s in range(0, len(rows), batch_size):
+        chunk = rows[s : s + batch_size]
+        width = max(len(r) for r in chunk)
+        tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
+        for j, r in enumerate(chunk):
+            tokens[j, : len(r)] = torch.tensor(r)
+        logits = model(tokens.to(device), **_forward_kwargs(model)).float()
+        for j in range(len(chunk)):
+            k = s + j
+            tgt = torch.tensor(targets[k], device=device)
+            pos = torch.arange(len(tgt), device=device) + starts[k]
+            at = logits[j, pos]  # (answer_len, d_vocab)
+            if first[owner[k]] is None:
+                first[owner[k]] = at[0]
+            logp_rows.append(at.log_softmax(-1).gather(1, tgt[:, None]).sum())
+            ok_rows.append((at.argmax(-1) == tgt).all().float())
     logp, ok = torch.stack(logp_rows), torch.stack(ok_rows)
     owner_t = torch.tensor(owner, device=device)
     n_ex = len(batch)
     seq_logprob = torch.stack([logp[owner_t == i].logsumexp(0) for i in range(n_ex)])
     seq_correct = torch.stack([ok[owner_t == i].amax() for i in range(n_ex)])
-    return {"seq_logprob": seq_logprob, "seq_correct": seq_correct}
+    return {"seq_logprob": seq_logprob, "seq_correct": seq_correct}, torch.stack(first)
+
+
+def sequence_scores(
+    model, batch: TaskBatch, fwd_hooks: Sequence = (), batch_size: int = 64
+) -> dict[str, Float[Tensor, " batch"]]:
+    """Teacher-forced scores of whole answers, for multi-token tasks.
+
+    Every acceptable answer is appended to its prompt and run once; the answer's log-probability
+    is the sum of its tokens' log-probabilities given the prompt and the answer's earlier tokens.
+
+    Returns:
+        `seq_logprob`: `logsumexp` over acceptable answers of their log-probability (nats);
+        `seq_correct`: 1.0 when greedy decoding from the prompt reproduces an acceptable answer
+        (every answer token is the argmax given the tokens before it), else 0.0.
+    """
+    with model.hooks(fwd_hooks=list(fwd_hooks)):
+        return _sequence_pass(model, batch, batch_size)[0]
 
 
 def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
@@ -253,11 +264,13 @@ def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " bat
 
     `accuracy` and `logprob` are the sequence scores (`sequence_scores`: greedy exact match,
     teacher-forced log-probability over every answer position); `logit_diff` and `prob_diff`
-    score the first answer token. Run under a mask's hooks, this is exact screening over all
-    answer positions (`MaskScorer(model, batch, metric=multi_token_metric)`).
+    score the first answer token, read from the same forwards (the logits at the prompt's last
+    position do not see the appended answer). Run under a mask's hooks, this is exact
+    screening over all answer positions (`MaskScorer(model, batch, metric=multi_token_metric)`).
+    Each example's scores depend on its own row only, so the scorer may score a slice of rows.
     """
-    seq = sequence_scores(model, batch)
-    first = score_logits(answer_logits(model, batch), batch)
+    seq, first_logits = _sequence_pass(model, batch)
+    first = score_logits(first_logits, batch)
     return {
         "accuracy": seq["seq_correct"],
         "logprob": seq["seq_logprob"],

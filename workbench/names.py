@@ -61,6 +61,29 @@ def task_names() -> list[str]:
     return sorted(p.stem for p in TASKS_DIR.glob("*.jsonl")) if TASKS_DIR.is_dir() else []
 
 
+def own_tasks(model: str) -> tuple[list[str], list[str] | None]:
+    """The tasks a model is swept on when none are named, and their side tasks.
+
+    The embedded model family has its own language: its default task (`workbench.zoo`) with the
+    zoo's side tasks. Every other model (hub names, the shipped real models, local folders) gets
+    the hub tasks, each with the others as side tasks (None: the sweep's other tasks).
+    """
+    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
+
+    if model in EMBEDDED_FAMILY:
+        return [DEFAULT_TASK], list(SIDE_TASKS)
+    return hub_task_names(), None
+
+
+def hub_task_names() -> list[str]:
+    """The task files of `tasks/` written for pretrained language models (not the embedded
+    model's language)."""
+    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
+
+    embedded = {DEFAULT_TASK, *SIDE_TASKS}
+    return [t for t in task_names() if t not in embedded]
+
+
 def did_you_mean(name: str, choices) -> str:
     """`"; did you mean 'x'?"` (or `'x' or 'y'`) for close matches of `name`, else `""`."""
     by_lower = {c.lower(): c for c in choices}

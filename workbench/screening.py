@@ -519,10 +519,13 @@ class MaskScorer:
             return out
         bar = tqdm(total=n, desc=desc, disable=not progress, leave=False)
         try:
-            if self.metric is not None:  # custom data cannot be sliced: score all, keep rows
+            if self.metric is not None and rows is not None and self._sliceable():
+                # a metric on a TaskBatch scores each row on its own: run the slice alone
+                self._score_metric(masks, out, bar, self.data.rows(rows.cpu()))
+            elif self.metric is not None:  # custom data cannot be sliced: score all, keep rows
                 full = {name: torch.empty(n, n_ex, device=v.device, dtype=v.dtype)
                         for name, v in clean.items()}
-                self._score_metric(masks, full, bar)
+                self._score_metric(masks, full, bar, self.data)
                 for name, v in full.items():
                     out[name] = v if rows is None else v[:, rows.to(v.device)]
             elif self.reuse_prefix:
@@ -560,7 +563,13 @@ class MaskScorer:
             found.append((c, sub, keep, cols[keep]))
         return found
 
-    def _score_metric(self, masks, out, bar) -> None:
+    def _sliceable(self) -> bool:
+        """Whether a custom metric can score a slice of the rows alone: its data is a
+        `TaskBatch` (whose rows the metric scores one by one) and no ablation needs the
+        counterfactual z of the whole batch."""
+        return isinstance(self.data, TaskBatch) and self._resample_z is None
+
+    def _score_metric(self, masks, out, bar, data) -> None:
         with torch.no_grad():
             for i in range(masks.shape[0]):
                 hooks = mask_hooks(
@@ -568,7 +577,7 @@ class MaskScorer:
                     resample=self._resample(),
                 )
                 with self.model.hooks(fwd_hooks=hooks):
-                    scores = _as_score_dict(self.metric(self.model, self.data), "ablated run")
+                    scores = _as_score_dict(self.metric(self.model, data), "ablated run")
                 for name, v in scores.items():
                     if name in out:
                         out[name][i] = v
@@ -708,7 +717,7 @@ def _z_fill(
 def _keep_z(z: Tensor, hook, store: dict) -> Tensor:
     if not z.requires_grad:
         z = z.detach().requires_grad_(True)
-    store[hook.name] = z
+    store.setdefault(hook.name, []).append(z)  # a custom metric may run several forwards
     return z
 
 
@@ -758,10 +767,15 @@ def attribution_effects(
             f"without a custom metric the data must be an encoded TaskBatch; got "
             f"{type(data).__name__}"
         )
-    # Custom data is one chunk; task rows are bucketed by length under the token budget.
-    chunks = (
-        [(None, 0)] if metric is not None else length_buckets(data.lengths, token_budget, max_rows)
-    )
+    # Task rows are bucketed by length under the token budget. A custom metric on a TaskBatch
+    # runs one example at a time: every forward it makes (a multi-token answer's rows) is then
+    # that example's, and its estimate sums over them. Other custom data is one chunk.
+    if metric is None:
+        chunks = length_buckets(data.lengths, token_budget, max_rows)
+    elif isinstance(data, TaskBatch):
+        chunks = [([i], 0) for i in range(len(data))]
+    else:
+        chunks = [(None, 0)]
     clean_parts: dict[str, list[Tensor]] = {}
     diff_parts: dict[str, list[Tensor]] = {}
     for rows, width in chunks:
@@ -769,7 +783,8 @@ def attribution_effects(
         hooks = [(n, partial(_keep_z, store=store)) for n in names]
         with torch.enable_grad(), _frozen(model), model.hooks(fwd_hooks=hooks):
             if metric is not None:
-                scores = _as_score_dict(metric(model, data), "attribution run")
+                sub = data if rows is None else data.rows(rows)
+                scores = _as_score_dict(metric(model, sub), "attribution run")
                 differentiable = dict(scores)
             else:
                 sub = data.rows(rows)
@@ -781,7 +796,16 @@ def attribution_effects(
                 # Accuracy is `margin > 0`; its estimate linearises the margin. Every other
                 # registered metric is differentiable as it is.
                 differentiable = {**scores, "accuracy": _margin(logits, sub)}
-        zs = [store[n] for n in names]
+        n_rows = next(iter(scores.values())).shape[0]
+        if rows is None and any(len(store.get(n, [])) != 1 or store[n][0].shape[0] != n_rows
+                                for n in names):
+            raise WorkbenchError(
+                "attribution with a custom metric on custom data needs one forward over the "
+                f"data's {n_rows} rows; this metric ran "
+                f"{[tuple(z.shape[:1]) for z in store.get(names[0], [])]} (rows per forward); "
+                "pass the data as a TaskBatch, or use method 'exact'"
+            )
+        zs = [(layer, z) for layer, n in enumerate(names) for z in store.get(n, [])]
         names_out = list(differentiable)
         for j, name in enumerate(names_out):
             value = differentiable[name]
@@ -790,16 +814,18 @@ def attribution_effects(
                 est = torch.full((L * H, value.shape[0]), float("nan"), device=value.device)
             else:
                 grads = torch.autograd.grad(
-                    value[finite].sum(), zs, retain_graph=j < len(names_out) - 1, allow_unused=True
+                    value[finite].sum(), [z for _, z in zs],
+                    retain_graph=j < len(names_out) - 1, allow_unused=True,
                 )
-                per_head = []
-                for layer, (z, g) in enumerate(zip(zs, grads, strict=True)):
+                per_head = torch.zeros(L, H, n_rows, device=value.device)
+                for (layer, z), g in zip(zs, grads, strict=True):
                     if g is None:
-                        per_head.append(torch.zeros(z.shape[0], H, device=z.device))
                         continue
                     delta = _z_fill(kind, means, layer, z.detach(), per_position) - z.detach()
-                    per_head.append(torch.einsum("bthd,bthd->bh", g, delta))
-                est = torch.stack(per_head, 1).flatten(1).T.float()  # (L * H, batch)
+                    effect = torch.einsum("bthd,bthd->hb", g, delta).to(per_head.device)
+                    # one example's several forwards (rows != n_rows) all count towards it
+                    per_head[layer] += effect if effect.shape[1] == n_rows else effect.sum(1)[:, None]
+                est = per_head.flatten(0, 1).float()  # (L * H, batch)
                 est = est.masked_fill(~finite[None], float("nan"))
             if metric is None and name == "accuracy":
                 m = value.detach()

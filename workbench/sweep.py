@@ -19,6 +19,17 @@ into one table (`sweep.csv`) and one figure (`sweep.png`):
 | `side_worst`, `side_worst_task`| the most negative objective effect on another task       |
 | `side_mean`                    | the mean objective effect over the other tasks           |
 | `folder`                       | the cell's results folder, relative to `out`             |
+| `status`, `note`               | `done`, `skipped` (the task does not fit the model's     |
+|                                | tokenizer: `note` says why), `failed` (`note`: the error)|
+|                                | or `pending`; `note` also names side tasks left out      |
+|                                | because they do not fit                                  |
+
+Tasks are per model when none are named (`workbench.names.own_tasks`): the embedded family runs
+its own language's default task, every other model the hub tasks, each with the model's other
+tasks as side tasks; so `run_sweep(["smollm2-135m", "embedded"])` sweeps each on its own tasks.
+With named tasks the grid is every model x every task, and a cell whose task the model's
+tokenizer cannot encode (an embedded-language task on SmolLM2, IOI's English on the embedded
+vocabulary) is skipped with the reason, as are side tasks that do not fit.
 
 Gains are ablated minus clean (positive = removing the heads helps), in the objective's units
 (accuracy as a fraction, log-probs in nats).
@@ -73,6 +84,8 @@ COLUMNS = (
     "side_worst_task",
     "side_mean",
     "folder",
+    "status",
+    "note",
 )
 # run_cel options that CELConfig records under the same name; a finished cell must match them.
 _CONFIG_OPTIONS = (
@@ -86,6 +99,7 @@ _CONFIG_OPTIONS = (
     "knockout_p",
     "search_budget",
     "n_random",
+    "max_examples",
     "n_boot",
     "ci",
     "seed",
@@ -102,11 +116,13 @@ def _slug(name: str, drop_suffix: str = "") -> str:
 
 @dataclass(frozen=True)
 class SweepCell:
-    """One cell of a sweep: a model (name or path), a task (name or path), an ablation kind."""
+    """One cell of a sweep: a model (name or path), a task (name or path), an ablation kind,
+    and its side tasks when they are the model's own (None: the sweep's)."""
 
     model: str
     task: str
     kind: str
+    others: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -115,19 +131,27 @@ class SweepCell:
 
 
 def sweep_cells(
-    models: Sequence[str], tasks: Sequence[str], kinds: Sequence[str] = ("zero",)
+    models: Sequence[str], tasks: Sequence[str] | None = None, kinds: Sequence[str] = ("zero",)
 ) -> list[SweepCell]:
-    """The grid in order (models, then tasks, then kinds); folder names must be distinct."""
-    for what, values in (("models", models), ("tasks", tasks), ("kinds", kinds)):
+    """The grid in order (models, then tasks, then kinds); folder names must be distinct.
+    `tasks` None gives each model its own tasks and side tasks (`workbench.names.own_tasks`)."""
+    from workbench.names import own_tasks
+
+    checks = (("models", models), ("tasks", tasks), ("kinds", kinds))
+    for what, values in checks if tasks is not None else (checks[0], checks[2]):
         if isinstance(values, str) or not len(values):
             raise WorkbenchError(f"a sweep needs a non-empty list of {what}; got {values!r}")
     kinds = [AblationKind.parse(k).value for k in kinds]
-    cells = [
-        SweepCell(str(m), str(t), k)
-        for m in dict.fromkeys(map(str, models))
-        for t in dict.fromkeys(map(str, tasks))
-        for k in dict.fromkeys(kinds)
-    ]
+    cells = []
+    for m in dict.fromkeys(map(str, models)):
+        if tasks is None:
+            mine, side = own_tasks(m)
+            side = side if side is not None else mine
+        else:
+            mine, side = [str(t) for t in tasks], None
+        for t in dict.fromkeys(mine):
+            others = None if side is None else tuple(o for o in side if o != t)
+            cells += [SweepCell(m, t, k, others) for k in dict.fromkeys(kinds)]
     seen: dict[str, SweepCell] = {}
     for c in cells:
         if c.name in seen:
@@ -172,8 +196,9 @@ def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
     return [k for k, v in wanted.items() if have.get(k) != v]
 
 
-def _cell_row(cell: SweepCell, result: CELResult | None) -> dict:
-    row: dict = {"model": cell.model, "task": cell.task, "kind": cell.kind, "folder": cell.name}
+def _cell_row(cell: SweepCell, result: CELResult | None, status: str, note: str) -> dict:
+    row: dict = {"model": cell.model, "task": cell.task, "kind": cell.kind, "folder": cell.name,
+                 "status": "done" if result is not None else status, "note": note}
     if result is None:
         return row
     obj = result.config.objective
@@ -210,11 +235,23 @@ def _cell_row(cell: SweepCell, result: CELResult | None) -> dict:
     return row
 
 
-def sweep_table(out: str | Path, cells: Sequence[SweepCell]) -> pd.DataFrame:
+def sweep_table(
+    out: str | Path,
+    cells: Sequence[SweepCell],
+    skipped: dict[str, str] | None = None,
+    failed: dict[str, str] | None = None,
+    notes: dict[str, str] | None = None,
+) -> pd.DataFrame:
     """One row per cell from the cell folders under `out` (NaN / empty where a cell is not
-    finished); see the module docstring for the columns."""
+    finished); `skipped` and `failed` map cell names to the reason, `notes` to a remark. See
+    the module docstring for the columns."""
     out = Path(out)
-    rows = [_cell_row(c, finished_result(out / c.name)) for c in cells]
+    skipped, failed, notes = skipped or {}, failed or {}, notes or {}
+    rows = []
+    for c in cells:
+        status = "skipped" if c.name in skipped else "failed" if c.name in failed else "pending"
+        note = skipped.get(c.name) or failed.get(c.name) or notes.get(c.name, "")
+        rows.append(_cell_row(c, finished_result(out / c.name), status, note))
     df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
     df["size"] = df["size"].astype("Int64")
     return df
@@ -223,6 +260,8 @@ def sweep_table(out: str | Path, cells: Sequence[SweepCell]) -> pd.DataFrame:
 def sweep_plot(table: pd.DataFrame) -> Figure:
     """Held-out gain of each cell's best set with its interval (percentile vs random sets
     written beside it), and the worst side effect on another task."""
+    if "status" in table:  # a skipped cell has nothing to draw
+        table = table[table["status"] != "skipped"].reset_index(drop=True)
     n = len(table)
     fig = Figure(figsize=(9, max(2.5, 1.0 + 0.38 * n)))
     ax_gain, ax_side = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
@@ -268,32 +307,60 @@ def save_sweep(table: pd.DataFrame, out: str | Path, plot: bool = True) -> Path:
     return path
 
 
-def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, options) -> None:
+class _Unfit(WorkbenchError):
+    """The cell's task cannot be encoded with the model's tokenizer."""
+
+
+def _misfit(model, task, fits: dict) -> str:
+    """Why `task` does not fit `model`'s tokenizer ("" when it does), cached in `fits`."""
+    from workbench.tasks import encode_task
+
+    if task.name not in fits:
+        try:
+            for split in ("select", "heldout"):
+                encode_task(model, task, split)
+            fits[task.name] = ""
+        except WorkbenchError as e:
+            fits[task.name] = str(e)
+    return fits[task.name]
+
+
+def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, options) -> str:
+    """Run one cell; returns a note naming the side tasks left out (they do not fit the
+    model), and raises `_Unfit` when the cell's own task does not."""
     from workbench.loading import load_model
     from workbench.pipeline import run_cel
     from workbench.tasks import load_task
 
     if cell.model not in models:
         models.clear()  # one model in memory at a time
-        models[cell.model] = load_model(cell.model, device=device, dtype=dtype)
+        models[cell.model] = (load_model(cell.model, device=device, dtype=dtype), {})
+    model, fits = models[cell.model]
     for t in [cell.task, *others]:
         if t not in tasks:
             tasks[t] = load_task(t)
+    why = _misfit(model, tasks[cell.task], fits)
+    if why:
+        raise _Unfit(f"task does not fit this model's tokenizer: {why}")
+    others = [o for o in others if o != cell.task]
+    left_out = [o for o in others if _misfit(model, tasks[o], fits)]
     run_cel(
-        models[cell.model],
+        model,
         tasks[cell.task],
-        others=[tasks[o] for o in others if o != cell.task],
+        others=[tasks[o] for o in others if o not in left_out],
         kind=cell.kind,
         out_dir=folder,
         model_name=cell.model,
         progress=progress,
         **options,
     )
+    return f"side tasks left out (they do not fit the tokenizer): {', '.join(left_out)}" \
+        if left_out else ""
 
 
 def run_sweep(
     models: Sequence[str],
-    tasks: Sequence[str],
+    tasks: Sequence[str] | None = None,
     kinds: Sequence[str] = ("zero",),
     out: str | Path = "sweep_results",
     others: Sequence[str] | None = None,
@@ -309,10 +376,14 @@ def run_sweep(
 
     Args:
         models: model names or paths (anything `load_model` accepts).
-        tasks: task names or paths; each cell's task is confirmed on its held-out split.
+        tasks: task names or paths; each cell's task is confirmed on its held-out split. None:
+            each model's own tasks (`workbench.names.own_tasks`). A cell whose task does not
+            fit the model's tokenizer is skipped (`status` says so), not failed.
         kinds: ablation kinds (`"zero"`, `"mean"`).
         out: the sweep folder: one results folder per cell, `sweep.csv` and `sweep.png`.
-        others: side-effect tasks of every cell; None uses the sweep's other tasks.
+        others: side-effect tasks of every cell; None uses the cell model's other own tasks
+            (`tasks` None) or the sweep's other tasks. Those that do not fit a model are left
+            out of its cells (`note` names them).
         device, dtype: where and in what precision models are loaded.
         progress: progress bars (rank 0 only).
         plot: write `sweep.png` and each cell's plots.
@@ -326,6 +397,7 @@ def run_sweep(
 
     Example:
         >>> table = run_sweep(["embedded", "gpt2"], ["embedded_map"], kinds=["zero", "mean"])
+        >>> table = run_sweep(["smollm2-135m", "embedded"])  # each model on its own tasks
     """
     for key in ("kind", "out_dir", "model_name", "others", "progress"):
         if key in cel_options:
@@ -360,10 +432,15 @@ def run_sweep(
     mine = distributed.cells_of_rank(len(pending)) if by_cells else range(len(pending))
     loaded_models: dict = {}
     loaded_tasks: dict = {}
-    failures = []
+    failures, skipped, notes = [], {}, {}
     for j in mine:
         cell = cells[pending[j]]
-        cell_others = side if side is not None else [str(t) for t in dict.fromkeys(tasks)]
+        if side is not None:
+            cell_others = side
+        elif cell.others is not None:
+            cell_others = list(cell.others)
+        else:
+            cell_others = [str(t) for t in dict.fromkeys(tasks)]
         try:
             with contextlib.ExitStack() as stack:
                 if by_cells:  # this rank alone, no collectives
@@ -371,7 +448,7 @@ def run_sweep(
                     folder = out / cell.name
                 else:  # all ranks together; rank 0 writes
                     folder = stack.enter_context(distributed.rank_out_dir(out / cell.name))
-                _run_cell(
+                notes[cell.name] = _run_cell(
                     cell,
                     folder,
                     loaded_models,
@@ -382,19 +459,26 @@ def run_sweep(
                     progress and distributed.is_main(),
                     {**cel_options, "plots": plot},
                 )
+        except _Unfit as e:
+            skipped[cell.name] = str(e)
         except Exception as e:  # reported after every rank is done, so none waits forever
-            failures.append(f"{cell.name}: {type(e).__name__}: {e}")
-    if not by_cells:  # every rank saw the same failures; rank 0 reports them
-        failures = failures if distributed.is_main() else []
-    failures = [f for part in distributed.gather_objects(failures) for f in part]
+            failures.append((cell.name, f"{type(e).__name__}: {e}"))
+    if not by_cells:  # every rank saw the same cells; rank 0 reports them
+        failures, skipped, notes = (failures, skipped, notes) if distributed.is_main() else \
+            ([], {}, {})
+    parts = distributed.gather_objects((failures, skipped, notes))
+    failures = [f for part in parts for f in part[0]]
+    skipped = {k: v for part in parts for k, v in part[1].items()}
+    notes = {k: v for part in parts for k, v in part[2].items() if v}
     table = None
     if distributed.is_main():
-        table = sweep_table(out, cells)
+        table = sweep_table(out, cells, skipped, dict(failures), notes)
         save_sweep(table, out, plot=plot)
     table = distributed.broadcast_object(table)
     if failures:
         raise WorkbenchError(
-            f"{len(failures)} of {len(cells)} sweep cells failed ({'; '.join(failures)}); the "
+            f"{len(failures)} of {len(cells)} sweep cells failed "
+            f"({'; '.join(f'{name}: {why}' for name, why in failures)}); the "
             f"others are in {str(out / TABLE_FILE)!r} and a rerun resumes"
         )
     return table

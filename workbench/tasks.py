@@ -212,6 +212,20 @@ class Task:
         """The first `n` examples (handy for quick runs)."""
         return replace(self, examples=self.examples[:n])
 
+    def first_per_split(self, n: int | None) -> "Task":
+        """The first `n` examples of each split, in file order (all when `n` is None)."""
+        if n is None:
+            return self
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise WorkbenchError(f"examples per split must be a positive integer; got {n!r}")
+        seen: dict[str, int] = {}
+        keep = []
+        for e in self.examples:
+            seen[e.split] = seen.get(e.split, 0) + 1
+            if seen[e.split] <= n:
+                keep.append(e)
+        return replace(self, examples=keep)
+
     @property
     def ids(self) -> list[str]:
         return [e.id for e in self.examples]

@@ -1,0 +1,59 @@
+"""Sweeps over models with different vocabularies: each model's own tasks, and cells whose task
+does not fit a model's tokenizer skipped with the reason (`workbench.sweep`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from workbench.names import hub_task_names
+from workbench.sweep import run_sweep, sweep_cells
+from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
+
+FAST = dict(n_random=10, n_boot=50, max_size=2, top_m=4, progress=False, plot=False)
+
+
+def test_without_tasks_each_model_runs_its_own_tasks_with_its_own_side_tasks():
+    cells = sweep_cells(["smollm2-135m", "embedded"], None, ["zero", "mean"])
+    hub = hub_task_names()
+    assert len(hub) == 12 and "ioi" in hub and not any(t.startswith("embedded") for t in hub)
+    real = [c for c in cells if c.model == "smollm2-135m"]
+    assert [(c.task, c.kind) for c in real] == [(t, k) for t in hub for k in ("zero", "mean")]
+    for c in real:
+        assert c.others == tuple(t for t in hub if t != c.task)
+    emb = [c for c in cells if c.model == "embedded"]
+    assert [(c.task, c.kind, c.others) for c in emb] == [
+        (DEFAULT_TASK, k, tuple(SIDE_TASKS)) for k in ("zero", "mean")
+    ]
+    assert cells[-1].name == f"embedded__{DEFAULT_TASK}__mean"
+
+
+def test_the_cli_passes_no_tasks_when_none_are_named():
+    import workbench.cli as cli
+
+    args = cli.build_parser().parse_args(["sweep", "--models", "smollm2-135m", "embedded"])
+    assert cli._sweep_inputs(args) == (["smollm2-135m", "embedded"], None, None)
+
+
+@pytest.mark.slow
+def test_a_task_that_does_not_fit_the_model_is_skipped_and_left_out_of_side_effects(tmp_path):
+    """The demo model's word vocabulary cannot encode IOI's English: its cell is skipped with the
+    tokenizer's reason, IOI is left out of the other cells' side effects, and those cells equal a
+    sweep that never named IOI."""
+    from workbench.demo import write_demo
+
+    model_dir, main, side = write_demo(tmp_path)
+    models = [str(model_dir)]
+    table = run_sweep(models, [str(main), str(side), "ioi"], out=tmp_path / "with", **FAST)
+    ref = run_sweep(models, [str(main), str(side)], out=tmp_path / "without", **FAST)
+    assert list(table["status"]) == ["done", "done", "skipped"]
+    skipped = table.iloc[2]
+    assert skipped["task"] == "ioi" and pd.isna(skipped["gain"])
+    assert "does not fit this model's tokenizer" in skipped["note"]
+    assert "not in the vocabulary" in skipped["note"]
+    for note in table["note"][:2]:
+        assert note == "side tasks left out (they do not fit the tokenizer): ioi"
+    numbers = ["best", "size", "gain", "gain_lo", "gain_hi", "percentile", "side_worst",
+               "side_worst_task", "side_mean"]
+    pd.testing.assert_frame_equal(table[numbers][:2], ref[numbers], check_exact=True)
+    assert list(ref["status"]) == ["done", "done"] and not ref["note"].fillna("").any()
