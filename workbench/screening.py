@@ -823,8 +823,9 @@ def attribution_effects(
                         continue
                     delta = _z_fill(kind, means, layer, z.detach(), per_position) - z.detach()
                     effect = torch.einsum("bthd,bthd->hb", g, delta).to(per_head.device)
-                    # one example's several forwards (rows != n_rows) all count towards it
-                    per_head[layer] += effect if effect.shape[1] == n_rows else effect.sum(1)[:, None]
+                    if effect.shape[1] != n_rows:  # one example's rows all count towards it
+                        effect = effect.sum(1, keepdim=True)
+                    per_head[layer] += effect
                 est = per_head.flatten(0, 1).float()  # (L * H, batch)
                 est = est.masked_fill(~finite[None], float("nan"))
             if metric is None and name == "accuracy":
