@@ -252,6 +252,49 @@ def test_multi_token_task_is_scored_over_every_answer_position(attn_model):
         assert abs(naive - first) > 1e-3  # the first token alone would give another number
 
 
+def _multi_and_single_tasks():
+    words = [f"w{i}" for i in range(15)]  # w15 is the wrong answer
+    rng = np.random.default_rng(5)
+
+    def task(name, multi):
+        examples = [
+            Example(id=f"{name}{i}", prompt=" ".join(rng.choice(words, 4)),
+                    answers=(" ".join(rng.choice(words, 2 if multi else 1)),), wrong=("w15",),
+                    split="select" if i % 2 else "heldout")
+            for i in range(24)
+        ]
+        return Task(name=name, examples=examples, answer_tokens="multi" if multi else "single",
+                    metric="logprob")
+
+    return task("multi", True), task("single", False)
+
+
+@pytest.mark.parametrize("main_is_multi", [True, False])
+def test_each_task_is_scored_with_its_own_metric_as_main_or_side_task(attn_model, main_is_multi):
+    """A multi-token task's side effects on a single-token task (and the other way round) are
+    that task's own scores: the sequence log-prob for the multi-token task, the first answer
+    token's for the single-token one, as `evaluate` reports them; and so are the per-head side
+    columns of screening."""
+    multi, single = _multi_and_single_tasks()
+    main, side = (multi, single) if main_is_multi else (single, multi)
+    result = run_cel(attn_model, main, others=[side], max_size=2, top_m=3, **FAST)
+    clean = _mean(attn_model, side, None, None)
+    for _, row in result.side_effects.iterrows():
+        heads = row["heads"].split(",")
+        assert_close(row["d_logprob"], _mean(attn_model, side, heads, None) - clean)
+    h = result.heads
+    scored = h[h[f"d_logprob_n_{side.name}"] > 0]
+    assert len(scored)
+    from workbench.racing import example_order
+
+    for _, row in scored.iterrows():  # on the side task's first look (`workbench.racing`)
+        first = example_order(len(side), 0)[: int(row[f"d_logprob_n_{side.name}"])].tolist()
+        part = replace(side, examples=[side.examples[i] for i in first])
+        want = _mean(attn_model, part, [row["head_name"]], None) - _mean(attn_model, part,
+                                                                         None, None)
+        assert_close(row[f"d_logprob_{side.name}"], want)
+
+
 def test_normalized_logit_diff_task_ranks_by_logit_diff(micro):
     model, task, _ = micro
     base = run_cel(model, replace(task, metric="logit_diff"), **FAST)

@@ -279,6 +279,23 @@ def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " bat
     }
 
 
+def task_metric(metric, data):
+    """The metric `data` is scored with in a run whose main metric is `metric`.
+
+    A user's custom metric applies to every task as given. Otherwise (None, or the multi-token
+    metric a run picks for a multi-token main task) each task gets its own: `multi_token_metric`
+    when its answers are several tokens as fitted to the tokenizer (`answer_seqs`), else None
+    (the registered metrics on the first answer token). So a single-token side task of a
+    multi-token task, and a multi-token side task of a single-token one, are each scored as
+    they would be as the main task.
+    """
+    if metric is not None and metric is not multi_token_metric:
+        return metric
+    if isinstance(data, TaskBatch) and data.answer_seqs is not None:
+        return multi_token_metric
+    return None
+
+
 def evaluate(
     model,
     task: Task | TaskBatch,

@@ -33,7 +33,7 @@ from workbench.confirmation import MIN_CLUSTERS, confirm_sets, example_groups
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.heads import HeadSet
-from workbench.metrics import NORMALIZED_METRICS, multi_token_metric
+from workbench.metrics import NORMALIZED_METRICS, multi_token_metric, task_metric
 from workbench.results import CELResult, flagged_heads, mark_best
 from workbench.screening import (
     DEFAULT_CACHE_BYTES,
@@ -106,8 +106,8 @@ class _Run:
 
     def scorer(self, data, means: HeadMeans | None = None) -> MaskScorer:
         return MaskScorer(self.model, data, kind=self.config.kind, means=means,
-                          metric=self.metric, per_position=self.config.per_position,
-                          **self.compute.scorer_options())
+                          metric=task_metric(self.metric, data),
+                          per_position=self.config.per_position, **self.compute.scorer_options())
 
     def means_of(self, data: TaskBatch) -> HeadMeans | None:
         """Mean-ablation means over `data`'s own prompts (None for other kinds)."""

@@ -75,6 +75,7 @@ from workbench.metrics import (
     _masked_gather,
     score_logits,
     shortformer_kwargs,
+    task_metric,
     unembed_at,
 )
 from workbench.racing import ATOL, SCREEN_RULES, OpenFn, first_slice, race
@@ -1059,8 +1060,11 @@ def screen_heads(
         # (the found sets' side effects are measured on every example in confirmation), so
         # they rest on as many examples as the task's first look (the first of the racing
         # order): on SmolLM2 the 38 of induction's first slice cost ioi's whole screening
+        # each task its own metric (a multi-token side task of a single-token task, ...);
+        # a metric on a TaskBatch scores rows one by one, so its slices can be raced
+        item_metric = task_metric(metric, d)
         rule, limit, item_heads = None, None, heads
-        if race_on is not None and metric is None:
+        if race_on is not None and (item_metric is None or isinstance(d, TaskBatch)):
             if suffix is None:
                 rule = SCREEN_RULES[race_rule](race_on)
             else:
@@ -1077,7 +1081,7 @@ def screen_heads(
             method,
             kind,
             item_means,
-            metric,
+            item_metric,
             item_heads,
             max_rows,
             masks_per_pass,
@@ -1099,7 +1103,7 @@ def screen_heads(
         for m, diff in diffs.items():
             for stat, values in effect_summary(diff, n_boot, seed, ci).items():
                 columns[effect_column(m, stat, suffix)] = values.view(L, H)
-        if suffix is None and race_on is not None and metric is None:
+        if suffix is None and rule is not None:  # the main task raced: its pool is known
             hi = columns[effect_column(race_on, "_hi")].cpu()  # (L, H)
             pool = {(l, h): bool(hi[l, h] >= -ATOL) for l in range(L) for h in range(H)}
     df = head_table(columns, L, H)
