@@ -224,3 +224,25 @@ def test_custom_metric_on_transformer_bridge(tmp_path):
     assert df["d_metric"].abs().max() > 1e-4
     att = screen_heads(bridge, tokens, metric=_last_logprob, method="attribution", n_boot=20)
     assert rank_correlation(att["d_metric"], df["d_metric"]) > 0.5
+
+
+def test_attribution_on_a_first_look_scores_the_racing_orders_first_examples(
+    gpt2_like_model, tiny_task
+):
+    """A side task's per-head columns rest on its first look (`max_examples`): attribution then
+    estimates on those examples of the racing order alone, as exact screening scores them, and
+    leaves the others NaN."""
+    from workbench.racing import example_order
+    from workbench.screening import attribution_effects, single_head_diffs
+
+    batch = encode_task(gpt2_like_model, tiny_task)
+    k = 5
+    clean, est = single_head_diffs(gpt2_like_model, batch, "attribution", seed=3, max_examples=k)
+    rows = example_order(len(batch), 3)[:k]
+    want_clean, want = attribution_effects(gpt2_like_model, batch.rows(rows))
+    others = torch.ones(len(batch), dtype=torch.bool)
+    others[rows] = False
+    for name, v in est.items():
+        assert_close(v[:, rows], want[name])
+        assert torch.isnan(v[:, others]).all() and torch.isnan(clean[name][others]).all()
+        assert_close(clean[name][rows], want_clean[name])

@@ -78,7 +78,7 @@ from workbench.metrics import (
     task_metric,
     unembed_at,
 )
-from workbench.racing import ATOL, SCREEN_RULES, OpenFn, first_slice, race
+from workbench.racing import ATOL, SCREEN_RULES, OpenFn, example_order, first_slice, race
 from workbench.stats import effect_summary
 from workbench.tables import head_table
 from workbench.tasks import Task, TaskBatch, encode_task, load_task
@@ -926,9 +926,25 @@ def single_head_diffs(
     examples of the racing order only. `counter["forward_eq"]` adds up the passes spent."""
     method = ScreenMethod.parse(method)
     if method is ScreenMethod.ATTRIBUTION:
-        return attribution_effects(
-            model, data, kind, means, metric, max_rows, per_position, token_budget
+        n_ex = len(data) if isinstance(data, TaskBatch) else None
+        if max_examples is None or n_ex is None or max_examples >= n_ex:
+            return attribution_effects(
+                model, data, kind, means, metric, max_rows, per_position, token_budget
+            )
+        # the first `max_examples` of the racing order, as exact screening scores them
+        rows = example_order(n_ex, seed)[:max_examples]
+        clean, est = attribution_effects(
+            model, data.rows(rows), kind, means, metric, max_rows, per_position, token_budget
         )
+        full_clean, full_est = {}, {}
+        for name, v in clean.items():
+            full_clean[name] = torch.full((n_ex,), float("nan"), device=v.device, dtype=v.dtype)
+            full_clean[name][rows.to(v.device)] = v
+        for name, v in est.items():
+            full_est[name] = torch.full((v.shape[0], n_ex), float("nan"), device=v.device,
+                                        dtype=v.dtype)
+            full_est[name][:, rows.to(v.device)] = v
+        return full_clean, full_est
     L, H = model.cfg.n_layers, model.cfg.n_heads
     chosen = all_heads(model) if heads is None else HeadSet.of(model, heads)
     scorer = MaskScorer(
