@@ -360,6 +360,8 @@ def test_sweep_command_resumes_and_refuses_other_options(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main([*argv, "--n-random", "21"]) == 2  # argparse: the last value wins
     assert "were run with other options" in capsys.readouterr().err
+    assert cli.main([*argv, "--max-examples", "8"]) == 2  # fewer examples than the cell used
+    assert "(max_examples)" in capsys.readouterr().err
     assert report.stat().st_mtime_ns == before
 
 

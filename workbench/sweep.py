@@ -186,6 +186,7 @@ def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
     for key in _CONFIG_OPTIONS:
         if options.get(key) is not None:
             wanted[key] = options[key]
+    wanted["max_examples"] = options.get("max_examples")  # None (all examples) is a choice too
     if "strategy" in options:
         s = options["strategy"]
         wanted["strategies"] = (s,) if isinstance(s, str) else tuple(s)
