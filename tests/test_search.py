@@ -125,6 +125,12 @@ def test_candidates_rule():
     assert candidate_heads(marked) == [(0, 1), (0, 0)]
     marked = select_candidates(df, "accuracy", "logprob", top_m=4)
     assert candidate_heads(marked) == [(0, 1), (0, 0), (1, 0), (0, 2)]  # filled in key order
+    # attribution has no accuracy estimate on a multi-token task: the log-prob ranks alone
+    blind = df.assign(d_accuracy=np.nan, d_accuracy_lo=np.nan)
+    marked = select_candidates(blind, "accuracy", "logprob", top_m=1)
+    assert candidate_heads(marked) == [(0, 2), (0, 0)]  # both log-prob intervals above 0
+    marked = select_candidates(blind, "accuracy", "logprob", top_m=3)
+    assert candidate_heads(marked) == [(0, 2), (0, 0), (0, 1)]
 
 
 def test_lasso_recovers_a_sparse_signal():

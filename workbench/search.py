@@ -483,12 +483,18 @@ def select_candidates(
     heads: pd.DataFrame, first: str, second: str | None, top_m: int
 ) -> pd.DataFrame:
     """Mark candidates in a screening table (see the module docstring for the rule), ranking
-    heads by their gain on `first`, ties broken by `second` (see `rank_order`).
+    heads by their gain on `first`, ties broken by `second` (see `rank_order`); by `second`
+    alone when no head has a number for `first`.
 
     Returns:
         A copy of `heads` with `candidate` (bool) and `candidate_rank` (0 = best, -1 = none).
     """
     df = heads.copy()
+    if (second is not None and f"d_{second}" in df and df[f"d_{first}"].isna().all()
+            and df[f"d_{second}"].notna().any()):
+        # no head has an estimate of `first` (attribution cannot linearise a multi-token
+        # task's exact-match accuracy): rank by `second` alone
+        first, second = second, None
     d_obj = df[f"d_{first}"].to_numpy(dtype=float)
     beyond = df[f"d_{first}_lo"].to_numpy(dtype=float) > 0
     if second is not None and f"d_{second}_lo" in df:
