@@ -352,3 +352,27 @@ def test_search_budget_bounds_the_interaction_search(micro):
     assert tight.config.search_budget == notes["n_masks"] + 2
     with pytest.raises(WorkbenchError, match="search_budget must be an integer >= 1; got 0"):
         run_cel(model, task, search_budget=0, **FAST)
+
+
+def test_max_examples_and_side_examples_run_the_first_examples_of_each_split(micro):
+    """`max_examples` keeps the first N examples of each split of every task (before fitting)
+    and `side_examples` those of the side tasks: the run equals one on tasks cut by hand."""
+    model, task, side = micro
+    got = run_cel(model, task, others=[side], max_examples=6, side_examples=4, max_size=2, **FAST)
+
+    def first(t, n):
+        kept, seen = [], {}
+        for e in t.examples:
+            seen[e.split] = seen.get(e.split, 0) + 1
+            if seen[e.split] <= n:
+                kept.append(e)
+        return replace(t, examples=kept)
+
+    want = run_cel(model, first(task, 6), others=[first(side, 4)], max_size=2, **FAST)
+    assert got.summary["n_examples"]["select"] == got.summary["n_examples"]["heldout"] == 6
+    assert got.summary["n_examples"][side.name] == 4 * len({e.split for e in side.examples})
+    assert got.config.max_examples == 6 and got.config.side_examples == 4
+    _frames_equal(got.confirmation, want.confirmation)
+    _frames_equal(got.side_effects, want.side_effects)
+    with pytest.raises(WorkbenchError, match="max_examples must be an integer >= 1"):
+        run_cel(model, task, max_examples=0, **FAST)

@@ -176,6 +176,13 @@ def _add_run_options(p, several_kinds: bool) -> None:
         help="use only the first N examples of each split of every task (main and side), "
         "before fitting to the tokenizer: a quick look (default: all)",
     )
+    p.add_argument(
+        "--side-examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the same for the side tasks alone (default: --max-examples)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
     p.add_argument(
@@ -201,6 +208,7 @@ def run_options(args) -> dict:
         search_budget=args.search_budget,
         n_boot=args.n_boot,
         max_examples=args.max_examples,
+        side_examples=args.side_examples,
         per_position=args.per_position,
         cluster=args.cluster,
         **({"token_budget": args.token_budget} if args.token_budget else {}),

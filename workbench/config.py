@@ -46,6 +46,8 @@ class CELConfig:
         n_random: random head sets per size in the held-out baseline.
         max_examples: use only the first `max_examples` examples of each split of the main task
             and of each side task (before fitting to the tokenizer), for quick looks; None: all.
+        side_examples: the same for the side tasks alone (None: `max_examples`); side effects
+            cost a pass over every side task per set, so a quick look may measure them on fewer.
         n_boot, ci: paired bootstrap resamples and interval coverage.
         seed: the seed every random draw derives from.
         check_attribution: with `method="attribution"`, also run exact screening to report
@@ -81,6 +83,7 @@ class CELConfig:
     search_budget: int | None = None
     n_random: int = 200
     max_examples: int | None = None
+    side_examples: int | None = None
     n_boot: int = 1000
     ci: float = 0.95
     seed: int = 0
@@ -138,6 +141,7 @@ class CELConfig:
                     ("n_masks", self.n_masks, 2),
                     ("search_budget", self.search_budget, 1),
                     ("max_examples", self.max_examples, 1),
+                    ("side_examples", self.side_examples, 1),
                 )
                 if value is not None
             ),

@@ -100,6 +100,7 @@ _CONFIG_OPTIONS = (
     "search_budget",
     "n_random",
     "max_examples",
+    "side_examples",
     "n_boot",
     "ci",
     "seed",
@@ -186,7 +187,8 @@ def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
     for key in _CONFIG_OPTIONS:
         if options.get(key) is not None:
             wanted[key] = options[key]
-    wanted["max_examples"] = options.get("max_examples")  # None (all examples) is a choice too
+    for key in ("max_examples", "side_examples"):  # None (all examples) is a choice too
+        wanted[key] = options.get(key)
     if "strategy" in options:
         s = options["strategy"]
         wanted["strategies"] = (s,) if isinstance(s, str) else tuple(s)
