@@ -354,21 +354,25 @@ def test_search_budget_bounds_the_interaction_search(micro):
         run_cel(model, task, search_budget=0, **FAST)
 
 
-def test_max_examples_and_side_examples_run_the_first_examples_of_each_split(micro):
-    """`max_examples` keeps the first N examples of each split of every task (before fitting)
-    and `side_examples` those of the side tasks: the run equals one on tasks cut by hand."""
+def test_max_examples_and_side_examples_run_a_seeded_sample_of_each_split(micro):
+    """`max_examples` keeps N examples of each split of every task, drawn with the run's seed
+    (before fitting), and `side_examples` those of the side tasks: the run equals one on tasks
+    cut by hand, and the sample is spread over the file, not its first examples."""
     model, task, side = micro
-    got = run_cel(model, task, others=[side], max_examples=6, side_examples=4, max_size=2, **FAST)
+    got = run_cel(model, task, others=[side], max_examples=6, side_examples=4, max_size=2,
+                  seed=3, **FAST)
 
-    def first(t, n):
-        kept, seen = [], {}
-        for e in t.examples:
-            seen[e.split] = seen.get(e.split, 0) + 1
-            if seen[e.split] <= n:
-                kept.append(e)
-        return replace(t, examples=kept)
+    def sample(t, n):
+        rng = np.random.default_rng(3)
+        keep = set()
+        for split in sorted({e.split for e in t.examples}):
+            idx = [i for i, e in enumerate(t.examples) if e.split == split]
+            keep |= {idx[j] for j in rng.choice(len(idx), n, replace=False)}
+        return replace(t, examples=[e for i, e in enumerate(t.examples) if i in keep])
 
-    want = run_cel(model, first(task, 6), others=[first(side, 4)], max_size=2, **FAST)
+    cut = sample(task, 6)
+    assert [e.id for e in cut.examples] != [e.id for e in task.examples][:12]
+    want = run_cel(model, cut, others=[sample(side, 4)], max_size=2, seed=3, **FAST)
     assert got.summary["n_examples"]["select"] == got.summary["n_examples"]["heldout"] == 6
     assert got.summary["n_examples"][side.name] == 4 * len({e.split for e in side.examples})
     assert got.config.max_examples == 6 and got.config.side_examples == 4

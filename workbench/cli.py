@@ -173,8 +173,8 @@ def _add_run_options(p, several_kinds: bool) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="use only the first N examples of each split of every task (main and side), "
-        "before fitting to the tokenizer: a quick look (default: all)",
+        help="use only N examples of each split of every task (main and side), drawn at random "
+        "with --seed before fitting to the tokenizer: a quick look (default: all)",
     )
     p.add_argument(
         "--side-examples",
@@ -423,11 +423,14 @@ def run_cel_command(args) -> int:
         shutil.rmtree(Path(model_name).parent, ignore_errors=True)
         model_name = "demo"
     cfg = model.cfg
-    # the examples as fitted to this tokenizer (`workbench.task_fit` may drop some)
-    n_sel, n_held = (len(encode_task(model, task, split)) for split in ("select", "heldout"))
-    n_file = len([e for e in task.examples if e.split == "select"])
-    kept = ("" if (n_sel, n_held) == (n_file, len(task) - n_file) else
-            f" (of {n_file} / {len(task) - n_file} in the file, fitted to this tokenizer)")
+    # the examples as fitted to this tokenizer (`workbench.task_fit` may drop some), of those
+    # --max-examples samples as run_cel does
+    sampled = task.sample_per_split(args.max_examples, args.seed)
+    n_sel, n_held = (len(encode_task(model, sampled, split)) for split in ("select", "heldout"))
+    n_file = len([e for e in sampled.examples if e.split == "select"])
+    where = "sampled" if args.max_examples else "in the file"
+    kept = ("" if (n_sel, n_held) == (n_file, len(sampled) - n_file) else
+            f" (of {n_file} / {len(sampled) - n_file} {where}, fitted to this tokenizer)")
     print(
         f"model {model_name}: {cfg.n_layers} layers x {cfg.n_heads} heads on {cfg.device}; "
         f"task {task.name}: {n_sel} selection / {n_held} held-out examples{kept}; "

@@ -44,8 +44,9 @@ class CELConfig:
             (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads
             (`workbench.search.default_budget`).
         n_random: random head sets per size in the held-out baseline.
-        max_examples: use only the first `max_examples` examples of each split of the main task
-            and of each side task (before fitting to the tokenizer), for quick looks; None: all.
+        max_examples: use only `max_examples` examples of each split of the main task and of
+            each side task, drawn with `seed` before fitting to the tokenizer
+            (`Task.sample_per_split`), for quick looks; None: all.
         side_examples: the same for the side tasks alone (None: `max_examples`); side effects
             cost a pass over every side task per set, so a quick look may measure them on fewer.
         n_boot, ci: paired bootstrap resamples and interval coverage.

@@ -172,9 +172,10 @@ def run_cel(
     if "model_name" in settings:
         settings["model"] = settings.pop("model_name")
     config = _settings_config(config, settings, model)
-    main = resolve_task(task).first_per_split(config.max_examples)
+    main = resolve_task(task).sample_per_split(config.max_examples, config.seed)
     side_n = config.side_examples if config.side_examples is not None else config.max_examples
-    other_tasks = {name: t.first_per_split(side_n) for name, t in _other_tasks(others).items()}
+    other_tasks = {name: t.sample_per_split(side_n, config.seed)
+                   for name, t in _other_tasks(others).items()}
     select = encode_task(model, main, "select")
     # the task as fitted to this tokenizer (`workbench.task_fit`): a single-token file can
     # become multi-token (addition's digits on SmolLM2), and is then scored on every token

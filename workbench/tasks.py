@@ -212,19 +212,21 @@ class Task:
         """The first `n` examples (handy for quick runs)."""
         return replace(self, examples=self.examples[:n])
 
-    def first_per_split(self, n: int | None) -> "Task":
-        """The first `n` examples of each split, in file order (all when `n` is None)."""
+    def sample_per_split(self, n: int | None, seed: int = 0) -> "Task":
+        """`n` examples of each split drawn at random (seeded), kept in file order; all when
+        `n` is None or a split has no more. A sample, not the first `n`: task files are often
+        sorted (greater-than by start year), so the first examples are not typical."""
         if n is None:
             return self
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise WorkbenchError(f"examples per split must be a positive integer; got {n!r}")
-        seen: dict[str, int] = {}
-        keep = []
-        for e in self.examples:
-            seen[e.split] = seen.get(e.split, 0) + 1
-            if seen[e.split] <= n:
-                keep.append(e)
-        return replace(self, examples=keep)
+        rng = np.random.default_rng(seed)
+        keep: set[int] = set()
+        for split in sorted({str(e.split) for e in self.examples}):
+            idx = [i for i, e in enumerate(self.examples) if str(e.split) == split]
+            keep.update(idx if len(idx) <= n else
+                        (idx[int(j)] for j in rng.choice(len(idx), n, replace=False)))
+        return replace(self, examples=[e for i, e in enumerate(self.examples) if i in keep])
 
     @property
     def ids(self) -> list[str]:
