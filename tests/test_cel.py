@@ -380,3 +380,17 @@ def test_max_examples_and_side_examples_run_a_seeded_sample_of_each_split(micro)
     _frames_equal(got.side_effects, want.side_effects)
     with pytest.raises(WorkbenchError, match="max_examples must be an integer >= 1"):
         run_cel(model, task, max_examples=0, **FAST)
+
+
+def test_without_side_screening_the_side_effects_are_the_same(micro):
+    """`side_screening=False` drops the per-head side columns only: the sets found, their
+    confirmation and their side effects are those of a run that screens the side task."""
+    model, task, side = micro
+    full = run_cel(model, task, others=[side], max_size=2, **FAST)
+    lean = run_cel(model, task, others=[side], max_size=2, side_screening=False, **FAST)
+    assert any(c.endswith(f"_{side.name}") for c in full.heads.columns)
+    assert not any(c.endswith(f"_{side.name}") for c in lean.heads.columns)
+    main_cols = [c for c in lean.heads.columns]
+    _frames_equal(lean.heads[main_cols], full.heads[main_cols])
+    _frames_equal(lean.confirmation, full.confirmation)
+    _frames_equal(lean.side_effects, full.side_effects)

@@ -177,6 +177,12 @@ def _add_run_options(p, several_kinds: bool) -> None:
         "with --seed before fitting to the tokenizer: a quick look (default: all)",
     )
     p.add_argument(
+        "--no-side-screening",
+        action="store_true",
+        help="screen heads on the main task only (no per-head side-task columns); the found "
+        "sets' side effects are measured as always",
+    )
+    p.add_argument(
         "--side-examples",
         type=int,
         default=None,
@@ -209,6 +215,7 @@ def run_options(args) -> dict:
         n_boot=args.n_boot,
         max_examples=args.max_examples,
         side_examples=args.side_examples,
+        side_screening=not args.no_side_screening,
         per_position=args.per_position,
         cluster=args.cluster,
         **({"token_budget": args.token_budget} if args.token_budget else {}),

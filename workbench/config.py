@@ -47,6 +47,8 @@ class CELConfig:
         max_examples: use only `max_examples` examples of each split of the main task and of
             each side task, drawn with `seed` before fitting to the tokenizer
             (`Task.sample_per_split`), for quick looks; None: all.
+        side_screening: screen every head on the side tasks too (the per-head side columns of
+            the screening table); the side effects of the found sets are measured either way.
         side_examples: the same for the side tasks alone (None: `max_examples`); side effects
             cost a pass over every side task per set, so a quick look may measure them on fewer.
         n_boot, ci: paired bootstrap resamples and interval coverage.
@@ -85,6 +87,7 @@ class CELConfig:
     n_random: int = 200
     max_examples: int | None = None
     side_examples: int | None = None
+    side_screening: bool = True
     n_boot: int = 1000
     ci: float = 0.95
     seed: int = 0
@@ -107,7 +110,7 @@ class CELConfig:
             raise WorkbenchError(
                 f"cluster {self.cluster!r} is unknown; expected one of {list(CLUSTER_MODES)}"
             )
-        for name in ("per_position", "adaptive"):
+        for name in ("per_position", "adaptive", "side_screening"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
         if self.per_position and self.kind is not AblationKind.MEAN:

@@ -259,7 +259,8 @@ def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
     """Stage 1: the single-head screening table with the candidates marked."""
     config, c = run.config, run.compute
     heads = screen_heads(run.model, run.select, config.kind, config.method, split=None,
-                         others=run.others, metric=run.metric, means=run.means,
+                         others=run.others if config.side_screening else (),
+                         metric=run.metric, means=run.means,
                          n_boot=config.n_boot, ci=config.ci, seed=config.seed,
                          progress=c.progress, per_position=config.per_position,
                          race_on=run.order[0] if config.adaptive else None,

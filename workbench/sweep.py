@@ -101,6 +101,7 @@ _CONFIG_OPTIONS = (
     "n_random",
     "max_examples",
     "side_examples",
+    "side_screening",
     "n_boot",
     "ci",
     "seed",
