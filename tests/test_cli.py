@@ -340,6 +340,22 @@ def test_best_is_only_a_significant_set(p_holm, best, line):
             "L0H1,L0H3,L1H1" in report
 
 
+def test_a_run_on_a_sample_is_explained_on_that_sample(demo_files, tmp_path, capsys):
+    """`--max-examples`: the run records the sample's fingerprint and `cel` and `explain`
+    explain the sample's held-out examples."""
+    model_dir, main, _ = demo_files
+    out = tmp_path / "out"
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
+            "--device", "cpu", "--max-examples", "10", *FAST]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "10 selection / 10 held-out examples" in printed
+    first = json.loads((out / "explanation" / "config.json").read_text())
+    assert first["n_examples"] == 10
+    assert cli.main(["explain", "--out", str(out), "--task", str(main), "--device", "cpu"]) == 0
+    assert json.loads((out / "explanation" / "config.json").read_text()) == first
+
+
 def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys):
     model_dir, main, side = demo_files
     out = tmp_path / "out"

@@ -486,7 +486,8 @@ def run_cel_command(args) -> int:
     if not args.no_explain and distributed.is_main() and result.complete:
         from workbench.explain.report import explain_folder
 
-        ex = explain_folder(out, model, task, result)
+        # on the examples the run used (`--max-examples` samples them)
+        ex = explain_folder(out, model, sampled, result)
         if ex is not None:
             print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
     print(f"results: {out}/ (report.md, config.json, CSV tables, plots)")
@@ -565,7 +566,8 @@ def explain_command(args) -> int:
         if result.confirmation.empty:
             raise WorkbenchError(f"{str(out)!r} has no confirmation yet; finish the run first "
                                  "(rerun the same `workbench cel` command)")
-        task = load_task(task_name)
+        cfg = result.config  # a run on a sample (`--max-examples`) recorded the sample's print
+        task = load_task(task_name).sample_per_split(cfg.max_examples, cfg.seed)
         if task_fingerprint(task) != result.config.task_fingerprint:
             raise WorkbenchError(
                 f"task {task_name!r} is not the task {str(out)!r} was made from (its fingerprint "
