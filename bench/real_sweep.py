@@ -30,6 +30,10 @@ def _num(x: float, digits: int) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.{digits}f}"
 
 
+def _plain(x: float, digits: int) -> str:
+    return "–" if math.isnan(x) else f"{x:.{digits}f}"
+
+
 def _interval(row, metric: str, digits: int) -> str:
     d = row.get(f"d_{metric}", math.nan)
     lo, hi = row.get(f"d_{metric}_lo", math.nan), row.get(f"d_{metric}_hi", math.nan)
@@ -108,8 +112,8 @@ def sweep_markdown(sweep: Path) -> str:
                 n, clean = r["n"], f"{r['clean']:.3f}"
             lines.append(
                 f"| {model} | {what} | {n} | {clean} | {r['size']} | {heads} | {r['gain']} "
-                f"| {r['accuracy']} | {r['p_holm']:.4f} | {r['percentile']:.1f} "
-                f"| {r['pool_percentile']:.1f} | {r['side']} |"
+                f"| {r['accuracy']} | {_plain(r['p_holm'], 4)} | {_plain(r['percentile'], 1)} "
+                f"| {_plain(r['pool_percentile'], 1)} | {r['side']} |"
             )
     return "\n".join(lines)
 
