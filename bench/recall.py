@@ -70,6 +70,8 @@ VARIANTS = {
     "interaction, knockout_p 0.5": ("interaction", {"knockout_p": 0.5}),
     "interaction, p 5/n (compressed_sensing's)": ("interaction", {"knockout_p": "5/n"}),
     "interaction, all heads (no pool)": ("interaction", {"pool": None}),
+    "interaction, no screening finalists": ("interaction", {"screen_share": 0.0}),
+    "interaction, half screening finalists": ("interaction", {"screen_share": 0.5}),
 }
 
 

@@ -191,6 +191,41 @@ def test_each_strategy_on_the_planted_micro_model(micro, micro_screen, strategy)
         assert evaluated <= default_budget(n)
 
 
+def test_pick_finalists_takes_a_share_from_screening_then_the_knockouts():
+    from workbench.search import pick_finalists
+
+    a, b, c, d, e, f = [(0, i) for i in range(6)]
+    # k = 5, share 0.25: ceil(1.25) = 2 screening heads, then the knockouts' order without
+    # repeats
+    assert pick_finalists([a, b, c], [c, b, d, e, f], 5, 0.25) == [a, b, c, d, e]
+    assert pick_finalists([a, b, c], [c, b, d, e, f], 5, 0.0) == [c, b, d, e, f]
+    assert pick_finalists([a, b, c], [c, d], 5, 0.25) == [a, b, c, d]  # all there are
+    assert pick_finalists([a, b], [c], 3, 1.0) == [a, b, c]  # screening runs out first
+    assert pick_finalists([a], [], 3, 0.25) == [a]
+
+
+def test_interaction_finalists_include_the_top_screening_candidates(micro, micro_screen):
+    """The finalists are `pick_finalists` of the screening candidates in the pool and the
+    knockouts' order (the SmolLM2 greater_than miss: the best single head was screening's
+    first candidate but not among the knockouts' top heads)."""
+    from workbench.search import pick_finalists
+
+    heads = select_candidates(micro_screen, FIRST, SECOND, 3)
+    budget = 100 + 24  # 100 masks, 24 sets left: 4 finalists (4 + 6 + 4 sets of size 1-3)
+    plain, _ = _search(micro, heads, "interaction", budget=budget, n_masks=100, screen_share=0)
+    mixed, _ = _search(micro, heads, "interaction", budget=budget, n_masks=100,
+                       screen_share=0.75)
+    knocked = plain.notes["interaction"]["finalists"]  # the knockouts' top 4, in order
+    pool = search_pool(heads, FIRST)
+    screened = [f"L{l}H{h}" for l, h in candidate_heads(heads) if (l, h) in pool]
+    assert len(knocked) == 4 and len(screened) == 3
+    # ceil(0.75 * 4) = 3 from screening, then the knockouts' best not yet chosen
+    assert mixed.notes["interaction"]["finalists"] == pick_finalists(screened, knocked, 4, 0.75)
+    assert mixed.notes["interaction"]["finalists"][:3] == screened
+    # here screening's third candidate (a noise head) was not among the knockouts' top 4
+    assert set(screened) - set(knocked)
+
+
 def test_main_effects_equal_least_squares():
     from workbench.search import _main_effects
 
