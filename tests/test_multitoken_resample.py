@@ -278,3 +278,25 @@ def test_attribution_refuses_custom_data_whose_metric_runs_several_forwards(attn
 
     with pytest.raises(WorkbenchError, match="needs one forward over the data's 1 rows"):
         attribution_effects(attn_model, tokens, metric=two_passes)
+
+
+def test_attribution_on_a_multi_token_accuracy_task_has_a_pool_baseline(attn_model):
+    """Attribution has no estimate of exact match, so the log-prob decides the search pool
+    (`search_pool(..., second=)`), and the held-out headline gets its pool baseline."""
+    from workbench.pipeline import run_cel
+    from workbench.search import search_pool
+
+    examples = [
+        Example(id=f"e{i}", prompt=f"w{i % 20} w{(3 * i) % 20} w{(7 * i + 1) % 20}",
+                answers=(f"w{(i + 5) % 19} w{(2 * i) % 20}",), wrong=("w19",),
+                split="select" if i % 2 else "heldout")
+        for i in range(40)
+    ]
+    task = Task(name="multi_acc", examples=examples, answer_tokens="multi", metric="accuracy")
+    result = run_cel(attn_model, task, method="attribution", check_attribution=False,
+                     strategy=["exhaustive"], max_size=2, top_m=3, n_random=20, n_boot=100,
+                     progress=False)
+    assert result.heads["d_accuracy_hi"].isna().all()
+    pool = search_pool(result.heads, "accuracy", second="logprob")
+    assert pool == search_pool(result.heads, "logprob") and pool
+    assert result.confirmation["pool_percentile"].notna().all()

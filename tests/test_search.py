@@ -22,6 +22,7 @@ from workbench.search import (
     candidate_heads,
     get_strategy,
     lasso_cv,
+    search_pool,
     select_candidates,
 )
 from workbench.tasks import encode_task, load_task
@@ -131,6 +132,18 @@ def test_candidates_rule():
     assert candidate_heads(marked) == [(0, 2), (0, 0)]  # both log-prob intervals above 0
     marked = select_candidates(blind, "accuracy", "logprob", top_m=3)
     assert candidate_heads(marked) == [(0, 2), (0, 0), (0, 1)]
+
+
+def test_search_pool_falls_back_to_the_secondary_when_the_objective_has_no_interval():
+    df = pd.DataFrame({
+        "layer": [0, 0, 1], "head": [0, 1, 0],
+        "d_accuracy_hi": [0.1, -0.2, 0.0], "d_logprob_hi": [-0.5, 0.3, -1e-6],
+    })
+    assert search_pool(df, "accuracy", second="logprob") == [(0, 0), (1, 0)]
+    # attribution on a multi-token task: no accuracy interval, the log-prob decides
+    blind = df.assign(d_accuracy_hi=np.nan)
+    assert search_pool(blind, "accuracy") == []
+    assert search_pool(blind, "accuracy", second="logprob") == [(0, 1), (1, 0)]
 
 
 def test_lasso_recovers_a_sparse_signal():

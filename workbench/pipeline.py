@@ -300,7 +300,7 @@ def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
                         knockout_p=config.knockout_p, budget=config.search_budget,
                         seed=config.seed, adaptive=config.adaptive, ci=config.ci,
                         progress=run.compute.progress,
-                        pool=search_pool(result.heads, run.order[0]))
+                        pool=search_pool(result.heads, run.order[0], second=run.order[1]))
     for name in config.strategies:
         get_strategy(name)(space)
     space.scorer.release()
@@ -331,7 +331,7 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
         heldout, {s: HeadSet.of(run.model, n) for s, n in sets.items()}, config.objective,
         config.secondary, others, best_size, select_gains, config.n_random, config.n_boot,
         config.ci, config.seed, run.compute.progress,
-        pool=search_pool(result.heads, run.order[0]), groups=groups["heldout"],
+        pool=search_pool(result.heads, run.order[0], second=run.order[1]), groups=groups["heldout"],
         other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None},
         adaptive=config.adaptive)
     for scorer in (heldout, *others.values()):

@@ -287,14 +287,21 @@ def compressed_sensing(space: SearchSpace) -> None:
         space.score_sets(sets, "compressed_sensing")
 
 
-def search_pool(heads: pd.DataFrame, first: str, atol: float = 1e-5) -> list[Head]:
+def search_pool(
+    heads: pd.DataFrame, first: str, atol: float = 1e-5, second: str | None = None
+) -> list[Head]:
     """Heads whose single removal does not clearly hurt `first`: the upper end of the paired
     interval of `d_<first>` is >= `-atol` (`atol` absorbs the float error of an effect that
-    is exactly zero, ~1e-6 through a forward pass). NaN rows are left out.
+    is exactly zero, ~1e-6 through a forward pass). NaN rows are left out. When no head has
+    an interval for `first` (attribution on a multi-token task's exact match), `second`
+    decides instead, as it ranks the candidates then (`select_candidates`).
 
     Returns:
         The pool, in `(layer, head)` order.
     """
+    if (second is not None and f"d_{second}_hi" in heads
+            and heads[f"d_{first}_hi"].isna().all() and heads[f"d_{second}_hi"].notna().any()):
+        first = second
     hi = heads[f"d_{first}_hi"].to_numpy(dtype=float)
     keep = ~np.isnan(hi) & (hi >= -atol)
     return [
