@@ -300,3 +300,40 @@ def test_attribution_on_a_multi_token_accuracy_task_has_a_pool_baseline(attn_mod
     pool = search_pool(result.heads, "accuracy", second="logprob")
     assert pool == search_pool(result.heads, "logprob") and pool
     assert result.confirmation["pool_percentile"].notna().all()
+
+
+def test_a_one_forward_custom_metric_gets_length_buckets_and_the_same_estimates(
+    gpt2_like_model, tiny_task
+):
+    """A custom metric declared `one_forward` runs once per length bucket under attribution,
+    not once per example, and its estimates equal the one-example-at-a-time ones."""
+    from workbench import one_forward
+    from workbench.metrics import answer_logits, score_logits
+    from workbench.screening import attribution_effects
+
+    calls = []
+
+    def logprob(model, batch):
+        calls.append(len(batch))
+        return score_logits(answer_logits(model, batch), batch)["logprob"]
+
+    batch = encode_task(gpt2_like_model, tiny_task)
+    assert len(set(batch.lengths.tolist())) > 1  # several buckets' worth of lengths
+    clean_slow, slow = attribution_effects(gpt2_like_model, batch, metric=logprob)
+    assert calls == [1] * len(batch)
+    calls.clear()
+    clean_fast, fast = attribution_effects(gpt2_like_model, batch, metric=one_forward(logprob))
+    assert 1 <= len(calls) < len(batch) and sum(calls) == len(batch)
+    assert_close(clean_fast["metric"], clean_slow["metric"])
+    assert_close(fast["metric"], slow["metric"])
+
+
+def test_a_declared_one_forward_metric_that_runs_several_is_refused(attn_model, multi_task):
+    from workbench import one_forward
+    from workbench.metrics import multi_token_metric
+    from workbench.screening import attribution_effects
+
+    batch = encode_task(attn_model, multi_task)
+    with pytest.raises(WorkbenchError, match="declared `one_forward`, but on"):
+        attribution_effects(attn_model, batch, metric=one_forward(
+            lambda model, b: multi_token_metric(model, b)))

@@ -28,6 +28,7 @@ _EXPORTS = {
     "head_table": "workbench.tables",
     "load_model": "workbench.loading",
     "load_task": "workbench.tasks",
+    "one_forward": "workbench.metrics",
     "run_cel": "workbench.pipeline",
     "screen_heads": "workbench.screening",
     "summarize": "workbench.metrics",
@@ -49,6 +50,7 @@ __all__ = [
     "head_table",
     "load_model",
     "load_task",
+    "one_forward",
     "run_cel",
     "screen_heads",
     "summarize",
@@ -59,7 +61,7 @@ if TYPE_CHECKING:  # static checkers and IDEs see the real imports
     from workbench.explain import HeadExplanation, explain_heads
     from workbench.heads import HeadSet
     from workbench.loading import load_model
-    from workbench.metrics import evaluate, summarize
+    from workbench.metrics import evaluate, one_forward, summarize
     from workbench.pipeline import run_cel
     from workbench.results import CELResult
     from workbench.screening import screen_heads

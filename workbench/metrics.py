@@ -279,6 +279,20 @@ def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " bat
     }
 
 
+def one_forward(metric):
+    """Declare that a custom metric scores a `TaskBatch` with one forward over its rows, row
+    `i` scoring example `i` (as the registered metrics do). Attribution screening then runs it
+    on length buckets of examples, one backward each, instead of one example at a time (the
+    safe default, which any row-wise metric gets right: a multi-token metric's forwards hold
+    one row per answer). A declared metric that runs otherwise is refused.
+
+        @one_forward
+        def my_metric(model, batch): ...
+    """
+    metric.one_forward = True
+    return metric
+
+
 def task_metric(metric, data):
     """The metric `data` is scored with in a run whose main metric is `metric`.
 

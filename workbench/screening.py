@@ -768,10 +768,13 @@ def attribution_effects(
             f"without a custom metric the data must be an encoded TaskBatch; got "
             f"{type(data).__name__}"
         )
-    # Task rows are bucketed by length under the token budget. A custom metric on a TaskBatch
-    # runs one example at a time: every forward it makes (a multi-token answer's rows) is then
-    # that example's, and its estimate sums over them. Other custom data is one chunk.
-    if metric is None:
+    # Task rows are bucketed by length under the token budget, as are those of a custom metric
+    # declared `one_forward`. Another custom metric on a TaskBatch runs one example at a time:
+    # every forward it makes (a multi-token answer's rows) is then that example's, and its
+    # estimate sums over them. Other custom data is one chunk.
+    declared = metric is not None and getattr(metric, "one_forward", False)
+    bucketed = metric is None or (declared and isinstance(data, TaskBatch))
+    if bucketed:
         chunks = length_buckets(data.lengths, token_budget, max_rows)
     elif isinstance(data, TaskBatch):
         chunks = [([i], 0) for i in range(len(data))]
@@ -798,13 +801,20 @@ def attribution_effects(
                 # registered metric is differentiable as it is.
                 differentiable = {**scores, "accuracy": _margin(logits, sub)}
         n_rows = next(iter(scores.values())).shape[0]
-        if rows is None and any(len(store.get(n, [])) != 1 or store[n][0].shape[0] != n_rows
-                                for n in names):
+        one_pass = not any(len(store.get(n, [])) != 1 or store[n][0].shape[0] != n_rows
+                           for n in names)
+        ran = [tuple(z.shape[:1]) for z in store.get(names[0], [])]
+        if rows is None and not one_pass:
             raise WorkbenchError(
                 "attribution with a custom metric on custom data needs one forward over the "
-                f"data's {n_rows} rows; this metric ran "
-                f"{[tuple(z.shape[:1]) for z in store.get(names[0], [])]} (rows per forward); "
-                "pass the data as a TaskBatch, or use method 'exact'"
+                f"data's {n_rows} rows; this metric ran {ran} (rows per forward); pass the "
+                "data as a TaskBatch, or use method 'exact'"
+            )
+        if metric is not None and bucketed and (not one_pass or n_rows != len(rows)):
+            raise WorkbenchError(
+                f"the custom metric is declared `one_forward`, but on {len(rows)} examples "
+                f"it ran {ran} (rows per forward) and returned {n_rows} scores; drop the "
+                "declaration (attribution then runs one example at a time)"
             )
         zs = [(layer, z) for layer, n in enumerate(names) for z in store.get(n, [])]
         names_out = list(differentiable)
@@ -837,7 +847,7 @@ def attribution_effects(
         del store, zs
     clean = {k: torch.cat(v) for k, v in clean_parts.items()}
     diffs = {k: torch.cat(v, dim=-1) for k, v in diff_parts.items()}
-    if metric is None:  # back from length order to the data's row order
+    if bucketed:  # back from length order to the data's row order
         order = torch.tensor([i for rows, _ in chunks for i in rows], dtype=torch.long)
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(len(order))
