@@ -8,7 +8,8 @@ claimed improvement: the set, its held-out gain in the task's objective with the
 interval, the accuracy gain, `p_holm`, its percentile among random sets of the same size from
 all heads and from the search pool, and its side effects on the other tasks (how many it hurts
 or helps, by the log-prob interval, and the worst one). It reads the tables only: nothing is
-run. A sweep stopped before writing `sweep.csv` is read from its cell folders.
+run. Cell folders that `sweep.csv` does not list (a sweep stopped early, or earlier commands
+into the same folder) are read too.
 """
 
 from __future__ import annotations
@@ -87,13 +88,18 @@ def cell_rows(folder: Path) -> list[dict]:
 
 
 def sweep_markdown(sweep: Path) -> str:
-    """The markdown table of every finished cell of `sweep` (in `sweep.csv`'s order)."""
-    if (sweep / TABLE_FILE).is_file():
-        table = pd.read_csv(sweep / TABLE_FILE)
-    else:  # a sweep stopped before its table: its cell folders, by name
-        folders = sorted(p.name for p in sweep.iterdir() if (p / "config.json").is_file())
-        table = pd.DataFrame({"model": [f.split("__")[0] for f in folders], "folder": folders,
-                              "status": "done"})
+    """The markdown table of every finished cell of `sweep`, by folder name (`sweep.csv`
+    says which cells were skipped)."""
+    # `sweep.csv` lists the cells of the last command into the folder only, and a sweep
+    # stopped early has none: the other cell folders are read too
+    table = (pd.read_csv(sweep / TABLE_FILE) if (sweep / TABLE_FILE).is_file()
+             else pd.DataFrame(columns=["model", "folder", "status"]))
+    listed = set(table["folder"].astype(str))
+    folders = sorted(p.name for p in sweep.iterdir()
+                     if (p / "config.json").is_file() and p.name not in listed)
+    table = pd.concat([table, pd.DataFrame({
+        "model": [f.split("__")[0] for f in folders], "folder": folders, "status": "done"})],
+        ignore_index=True).sort_values("folder", kind="stable")
     lines = [
         "| model | task (objective), ablation | select / held-out | clean | size | heads | "
         "held-out gain [95 % CI] | accuracy gain | `p_holm` | percentile | pool % | "
