@@ -376,9 +376,10 @@ def interaction(space: SearchSpace) -> None:
        (`pick_finalists`). Every such set is scored exactly: interactions among finalists are
        verified, not modelled. Screening's share is there because a knockout removes ~30 %
        of the pool at once, which on a real model is far from removing one head: on SmolLM2
-       greater_than the best single head (screening's first candidate, +0.15 prob_diff held
+       greater_than the best single head (screening's first candidate, +0.16 prob_diff held
        out) was not among the knockouts' top 20 (`docs/real-model-cel.md`). On planted
-       models the share changes no recall (`docs/recall.md`).
+       models the share changes no recall (`docs/recall.md`). Under `run_cel`'s raced
+       screening a head that does not hurt is ranked on the first slice of examples.
     """
     model = space.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
@@ -414,7 +415,8 @@ def interaction(space: SearchSpace) -> None:
             f"masks (at least 64); give a budget of at least {n_masks + 1}, or fewer masks "
             "(n_masks)"
         )
-    screened = [h for h in space.candidates if h in set(pool)]
+    in_pool = set(pool)
+    screened = [h for h in space.candidates if h in in_pool]
     k = max_finalists(left, space.max_size, len(set(screened) | {pool[j] for j in order}))
     finalists = pick_finalists(screened, [pool[j] for j in order], k, space.screen_share)
     space.notes["interaction"] = {
