@@ -299,9 +299,7 @@ def search_pool(
     Returns:
         The pool, in `(layer, head)` order.
     """
-    if (second is not None and f"d_{second}_hi" in heads
-            and heads[f"d_{first}_hi"].isna().all() and heads[f"d_{second}_hi"].notna().any()):
-        first = second
+    first = estimated_metric(heads, first, second, "_hi")
     hi = heads[f"d_{first}_hi"].to_numpy(dtype=float)
     keep = ~np.isnan(hi) & (hi >= -atol)
     return [
@@ -417,8 +415,9 @@ def interaction(space: SearchSpace) -> None:
         )
     in_pool = set(pool)
     screened = [h for h in space.candidates if h in in_pool]
-    k = max_finalists(left, space.max_size, len(set(screened) | {pool[j] for j in order}))
-    finalists = pick_finalists(screened, [pool[j] for j in order], k, space.screen_share)
+    knocked = [pool[j] for j in order]
+    k = max_finalists(left, space.max_size, len(set(screened) | set(knocked)))
+    finalists = pick_finalists(screened, knocked, k, space.screen_share)
     space.notes["interaction"] = {
         "pool": len(pool),
         "n_masks": n_masks,
@@ -507,6 +506,17 @@ def lasso_cv(
 # Candidates and best sets
 
 
+def estimated_metric(heads: pd.DataFrame, first: str, second: str | None, column: str = "") -> str:
+    """`first`, or `second` when no head has a number in `d_<first><column>` and some have
+    one for `second` (attribution cannot linearise a multi-token task's exact-match
+    accuracy): the metric that ranks the candidates and decides the search pool."""
+    if (second is not None and f"d_{second}{column}" in heads
+            and heads[f"d_{first}{column}"].isna().all()
+            and heads[f"d_{second}{column}"].notna().any()):
+        return second
+    return first
+
+
 def rank_order(objective: str, secondary: str | None, rank_by: str) -> tuple[str, str | None]:
     """`(first, tie-break)` metrics for `rank_by` = `"objective"` or `"secondary"`."""
     if rank_by not in RANK_BY:
@@ -527,10 +537,7 @@ def select_candidates(
         A copy of `heads` with `candidate` (bool) and `candidate_rank` (0 = best, -1 = none).
     """
     df = heads.copy()
-    if (second is not None and f"d_{second}" in df and df[f"d_{first}"].isna().all()
-            and df[f"d_{second}"].notna().any()):
-        # no head has an estimate of `first` (attribution cannot linearise a multi-token
-        # task's exact-match accuracy): rank by `second` alone
+    if estimated_metric(df, first, second) != first:  # rank by `second` alone
         first, second = second, None
     d_obj = df[f"d_{first}"].to_numpy(dtype=float)
     beyond = df[f"d_{first}_lo"].to_numpy(dtype=float) > 0
