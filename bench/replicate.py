@@ -116,7 +116,7 @@ def main(argv=None) -> None:
     table["p_holm_all"] = holm(table["p_value"].to_numpy())
     if args.out:
         table.to_csv(args.out, index=False)
-    print(table.to_markdown(index=False, floatfmt=".4g"))
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
 
 
 if __name__ == "__main__":

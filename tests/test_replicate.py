@@ -6,6 +6,8 @@ import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -88,3 +90,25 @@ def test_replicate_refuses_a_cell_that_used_every_example_or_another_task(tmp_pa
         bench.fresh_examples(task, {"select": task.ids, "heldout": []})
     with pytest.raises(WorkbenchError, match="lacks"):
         bench.fresh_examples(task, {"select": ["not-an-id"], "heldout": []})
+
+
+def test_replicate_command_line_prints_and_writes_the_table(tmp_path, gpt2_like_model, tiny_task,
+                                                           monkeypatch, capsys):
+    """`main` loads each cell's model and task by their recorded names (here replaced by the
+    fixtures), prints the table and writes the same rows to `--out`, with Holm over them all."""
+    bench = _bench()
+    cells = [tmp_path / "zero", tmp_path / "mean"]
+    for cell in cells:
+        run_cel(gpt2_like_model, tiny_task, out_dir=cell, kind=cell.name, max_examples=6,
+                max_size=2, top_m=3, **FAST)
+    monkeypatch.setattr(bench, "load_model", lambda name: gpt2_like_model)
+    monkeypatch.setattr(bench, "load_task", lambda name: tiny_task)
+    out = tmp_path / "table.csv"
+    bench.main([str(c) for c in cells] + ["--out", str(out)])
+    table = pd.read_csv(out)
+    assert list(table["cell"]) == ["zero", "zero", "mean", "mean"]
+    assert list(table.columns) == bench.COLUMNS + ["p_holm_all"]
+    p = np.sort(table["p_value"].to_numpy())
+    assert table["p_holm_all"].min() == pytest.approx(min(1.0, p[0] * 4))
+    printed = capsys.readouterr().out
+    assert all(h in printed for h in table["heads"])
