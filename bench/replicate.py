@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
 from workbench.confirmation import MIN_CLUSTERS, confirm_sets, example_groups  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.fingerprint import model_fingerprint, task_fingerprint  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
 from workbench.metrics import task_metric  # noqa: E402
@@ -67,6 +68,15 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
     cfg, summary = cell_config(folder)
     conf = pd.read_csv(folder / "confirmation.csv")
     heads = pd.read_csv(folder / "heads.csv")
+    if model_fingerprint(model) != cfg["model_fingerprint"]:
+        raise WorkbenchError(f"{str(folder)!r} was run on another model than the one given "
+                             f"(its config records {cfg['model']!r}, fingerprint "
+                             f"{cfg['model_fingerprint']})")
+    if task_fingerprint(task.sample_per_split(cfg["max_examples"], cfg["seed"])) != \
+            cfg["task_fingerprint"]:
+        raise WorkbenchError(f"{str(folder)!r} was run on another version of task "
+                             f"{cfg['task']!r}: its file changed since, so the unused examples "
+                             "are not known")
     fresh = encode_task(model, fresh_examples(task, summary["splits"]))
     kind = AblationKind(cfg["kind"])
     means = None

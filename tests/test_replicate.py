@@ -82,6 +82,21 @@ def test_replicate_scores_the_cells_sets_on_the_unused_examples(tmp_path, gpt2_l
     assert got["p_holm"].min() == pytest.approx(min(1.0, p[0] * len(p)))
 
 
+def test_replicate_refuses_another_model_or_a_changed_task_file(tmp_path, gpt2_like_model,
+                                                                attn_model, tiny_task):
+    bench = _bench()
+    out = tmp_path / "cell"
+    run_cel(gpt2_like_model, tiny_task, out_dir=out, max_examples=6, max_size=2, top_m=3, **FAST)
+    with pytest.raises(WorkbenchError, match="another model"):
+        bench.replicate(out, attn_model, tiny_task)
+    _, summary = bench.cell_config(out)
+    used = summary["splits"]["select"][0]  # a used example's prompt changed in the file
+    changed = replace(tiny_task, examples=[replace(e, prompt=e.prompt + " w2") if e.id == used
+                                           else e for e in tiny_task.examples])
+    with pytest.raises(WorkbenchError, match="another version of task"):
+        bench.replicate(out, gpt2_like_model, changed)
+
+
 def test_replicate_refuses_a_cell_that_used_every_example_or_another_task(tmp_path):
     bench = _bench()
     model, main, _ = micro_cel(tmp_path)
