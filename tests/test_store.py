@@ -108,6 +108,30 @@ def test_missing_stage_file_is_refused(demo, tmp_path, capsys):
            "records combos.csv but the file is missing")
 
 
+def test_run_stopped_between_a_table_and_its_record_resumes(demo, tmp_path, capsys):
+    """A run killed after writing confirmation.csv but before recording it in config.json
+    resumes: that table is recomputed (the same as the finished run's). An unrecorded table
+    earlier than a recorded one was not written by this run's `save`, and is refused."""
+    model_dir, main, side, done = demo
+    out = _copy_run(done, tmp_path)
+    run = json.loads((out / "config.json").read_text())
+    for name in ("confirmation", "side_effects"):
+        del run["files"][name]
+    (out / "config.json").write_text(json.dumps(run))
+    (out / "side_effects.csv").unlink()  # killed between the two tables
+    (out / "confirmation.csv").write_text("size,heads\n1,L0H0\n")  # not a finished table
+    assert cli.main(_argv(model_dir, main, out, "--others", str(side))) == 0
+    assert _snapshot(out)["confirmation.csv"] == _snapshot(done)["confirmation.csv"]
+    assert CELResult.load(out).best == CELResult.load(done).best
+
+    stray = _copy_run(done, tmp_path / "stray")
+    run = json.loads((stray / "config.json").read_text())
+    del run["files"]["heads"]
+    (stray / "config.json").write_text(json.dumps(run))
+    _fails(_argv(model_dir, main, stray, "--others", str(side)), capsys, stray,
+           "heads.csv is not recorded")
+
+
 def test_changed_task_header_is_refused(demo, tmp_path, capsys):
     """Same examples, another header: the old gains must not be reused."""
     model_dir, main, side, done = demo

@@ -186,8 +186,14 @@ class ResultStore:
             return
         self.previous = read_run_file(folder)
         files = self.previous.get("files", {})
+        # `save` writes tables in pipeline order, then config.json: a run stopped in between
+        # leaves tables later than every recorded one unrecorded. They were never loaded and
+        # are recomputed, so they go; any other unrecorded table is not this run's.
+        last = max((TABLES.index(n) for n in files if n in TABLES), default=-1)
         for name in tables:
-            if name not in files:
+            if name not in files and TABLES.index(name) > last:
+                (folder / f"{name}.csv").unlink()
+            elif name not in files:
                 raise WorkbenchError(
                     f"{str(folder)!r}: {name}.csv is not recorded in {CONFIG_FILE} (written by "
                     "another run or an older version); use another folder or delete this one"
