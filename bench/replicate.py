@@ -27,12 +27,13 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
-from workbench.confirmation import MIN_CLUSTERS, confirm_sets, example_groups  # noqa: E402
+from workbench.confirmation import confirm_sets  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.fingerprint import model_fingerprint, task_fingerprint  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
 from workbench.metrics import task_metric  # noqa: E402
+from workbench.pipeline import _clusters  # noqa: E402
 from workbench.screening import MaskScorer  # noqa: E402
 from workbench.search import search_pool  # noqa: E402
 from workbench.stats import holm  # noqa: E402
@@ -72,8 +73,8 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
         raise WorkbenchError(f"{str(folder)!r} was run on another model than the one given "
                              f"(its config records {cfg['model']!r}, fingerprint "
                              f"{cfg['model_fingerprint']})")
-    if task_fingerprint(task.sample_per_split(cfg["max_examples"], cfg["seed"])) != \
-            cfg["task_fingerprint"]:
+    sampled = task.sample_per_split(cfg["max_examples"], cfg["seed"])
+    if task_fingerprint(sampled) != cfg["task_fingerprint"]:
         raise WorkbenchError(f"{str(folder)!r} was run on another version of task "
                              f"{cfg['task']!r}: its file changed since, so the unused examples "
                              "are not known")
@@ -81,17 +82,13 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
     kind = AblationKind(cfg["kind"])
     means = None
     if kind is AblationKind.MEAN:
-        chosen = set(summary["splits"]["select"])
-        select = encode_task(model, replace(task, examples=[e for e in task.examples
-                                                            if e.id in chosen]), "select")
+        select = encode_task(model, sampled, "select")  # the cell's selection split
         means = compute_head_means(model, select.tokens, select.lengths)
     scorer = MaskScorer(model, fresh, kind=kind, means=means, metric=task_metric(None, fresh))
     objective, secondary = cfg["objective"], cfg["secondary"]
     sets = {int(r.size): HeadSet.of(model, r.heads) for r in conf.itertuples()}
     n_random = cfg["n_random"] if n_random is None else n_random
-    groups = example_groups(fresh) if cfg["cluster"] != "none" else None
-    if groups is not None and cfg["cluster"] == "auto" and len(set(groups)) < MIN_CLUSTERS:
-        groups = None  # as the cell clustered (`CELConfig.cluster`)
+    groups = _clusters(fresh, cfg["cluster"])  # as the cell clustered
     table, _ = confirm_sets(scorer, sets, objective, secondary, n_random=n_random,
                             n_boot=cfg["n_boot"], ci=cfg["ci"], seed=cfg["seed"], progress=True,
                             pool=search_pool(heads, objective, second=secondary),
