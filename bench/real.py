@@ -41,12 +41,12 @@ import torch
 import workbench.pipeline as pipeline
 from workbench import cli
 from workbench.confirmation import pool_random_head_sets, random_head_sets
+from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.results import CELResult
 from workbench.screening import MaskScorer, masks_of, resolve_task
 from workbench.search import max_finalists, search_pool
-from workbench.tasks import encode_task
 
 STAGES = ("screen", "search", "confirm")
 

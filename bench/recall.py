@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.encoding import encode_task
 from workbench.pipeline import screen_race_rule
 from workbench.planted import PlantSpec, planted_model, screen_scorer
 from workbench.screening import MaskScorer
@@ -52,7 +53,6 @@ from workbench.search import (
     search_pool,
     select_candidates,
 )
-from workbench.tasks import encode_task
 
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}
 FIRST, SECOND = "logit_diff", "logprob"

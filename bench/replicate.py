@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
 from workbench.confirmation import confirm_sets  # noqa: E402
+from workbench.encoding import encode_task
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.fingerprint import model_fingerprint, task_fingerprint  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
@@ -37,7 +38,7 @@ from workbench.pipeline import _clusters  # noqa: E402
 from workbench.screening import MaskScorer  # noqa: E402
 from workbench.search import search_pool  # noqa: E402
 from workbench.stats import holm  # noqa: E402
-from workbench.tasks import encode_task, load_task  # noqa: E402
+from workbench.tasks import load_task  # noqa: E402
 
 COLUMNS = ["cell", "size", "heads", "n", "clean", "gain", "lo", "hi", "p_value", "p_holm",
            "percentile", "pool_percentile", "secondary", "secondary_gain"]

@@ -29,8 +29,9 @@ import time
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from workbench.encoding import TaskBatch
 from workbench.screening import MaskScorer, attribution_effects, masks_of
-from workbench.tasks import Example, Task, TaskBatch
+from workbench.tasks import Example, Task
 
 
 def gpt2_small_shape(small: bool, device: str) -> HookedTransformer:

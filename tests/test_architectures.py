@@ -30,9 +30,10 @@ import transformers as tf
 
 from tests.helpers import hf_head_removed, loop_head_effects
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
+from workbench.encoding import TaskBatch
 from workbench.screening import screen_heads
 from workbench.tables import table_to_matrix
-from workbench.tasks import Example, Task, TaskBatch
+from workbench.tasks import Example, Task
 
 VOCAB, D_MODEL, N_HEADS, N_LAYERS = 64, 32, 4, 2
 # fp32 through 2 layers: measured max |TL - HF| log-softmax 3.8e-6 over the families below;

@@ -21,8 +21,9 @@ import torch.multiprocessing as mp
 from tests.helpers import randomize_biases, tiny_model, write_task
 from workbench import distributed
 from workbench.distributed import balanced_bounds, shard_plan
+from workbench.encoding import encode_task
 from workbench.screening import MaskScorer, masks_of
-from workbench.tasks import encode_task, load_task
+from workbench.tasks import load_task
 
 WORLD = 2
 SWEEP_OPTIONS = dict(n_random=20, n_boot=100, max_size=2, top_m=4)

@@ -16,6 +16,7 @@ import torch
 from tests.helpers import assert_close, loop_head_effects, randomize_biases, tiny_model, write_task
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import _mask_hook, _replace_heads_hook, mask_hooks
+from workbench.encoding import encode_task
 from workbench.fingerprint import model_fingerprint
 from workbench.metrics import unembed_at
 from workbench.screening import (
@@ -26,7 +27,7 @@ from workbench.screening import (
     screen_heads,
 )
 from workbench.tables import table_to_matrix
-from workbench.tasks import encode_task, load_task
+from workbench.tasks import load_task
 
 METRICS = ("accuracy", "logprob", "logit_diff")
 

@@ -19,6 +19,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tests.helpers import assert_close, write_task
+from workbench.encoding import encode_task
 from workbench.errors import WorkbenchError
 from workbench.explain import (
     OUTCOMES,
@@ -40,7 +41,7 @@ from workbench.explain import (
 )
 from workbench.metrics import answer_logits
 from workbench.tables import check_head_table
-from workbench.tasks import encode_task, load_task
+from workbench.tasks import load_task
 from workbench.tokenizer import WordTokenizer
 
 MICRO_VOCAB = ["<bos>", "<pad>", "mk", "f0", "f1", "f2", "f3", "yes", "no"]

@@ -10,8 +10,9 @@ import torch
 
 from tests.helpers import assert_close
 from workbench import ablated, encode_task, evaluate
+from workbench.encoding import TaskBatch
 from workbench.metrics import METRICS, NORMALIZED_METRICS, get_metric
-from workbench.tasks import METRIC_NAMES, NEEDS_WRONG, Example, Task, TaskBatch
+from workbench.tasks import METRIC_NAMES, NEEDS_WRONG, Example, Task
 
 
 def test_task_metric_names_are_the_registered_metrics():

@@ -11,6 +11,7 @@ import torch
 from tests.helpers import assert_close, loop_head_effects
 from workbench import WorkbenchError
 from workbench.confirmation import confirm_sets, random_head_sets
+from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.planted import PlantSpec, planted_model, screen_scorer
 from workbench.racing import (
@@ -26,7 +27,6 @@ from workbench.screening import MaskScorer, masks_of, screen_heads
 from workbench.search import SearchSpace, best_sets, get_strategy, search_pool, select_candidates
 from workbench.stats import percentile_of, share_at_least
 from workbench.tables import table_to_matrix
-from workbench.tasks import encode_task
 
 FIRST, SECOND = "logit_diff", "logprob"
 METRICS = ("accuracy", "logprob", "logit_diff")

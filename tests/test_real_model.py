@@ -21,10 +21,11 @@ import torch
 
 from tests.helpers import hf_head_removed, loop_head_effects
 from workbench import ablated, compute_head_means
+from workbench.encoding import TaskBatch
 from workbench.screening import screen_heads
 from workbench.stats import helpful_agreement
 from workbench.tables import table_to_matrix
-from workbench.tasks import Example, Task, TaskBatch
+from workbench.tasks import Example, Task
 
 pytestmark = pytest.mark.slow
 

@@ -12,6 +12,7 @@ import torch
 from tests.helpers import assert_close
 from workbench import WorkbenchError
 from workbench.confirmation import confirm_sets, example_groups, pool_random_head_sets
+from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.pipeline import screen_race_rule
 from workbench.planted import PlantSpec, planted_model, screen_scorer
@@ -36,7 +37,6 @@ from workbench.stats import (
     paired_bootstrap,
     sign_flip_pvalue,
 )
-from workbench.tasks import encode_task
 
 FIRST, SECOND = "logit_diff", "logprob"
 # A planted micro model: 6 layers x 4 heads, one harmful single, one OR pair, one OR triple.

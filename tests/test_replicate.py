@@ -14,10 +14,11 @@ import torch
 from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import ablated
+from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.metrics import score_logits
 from workbench.pipeline import run_cel
-from workbench.tasks import encode_task, load_task
+from workbench.tasks import load_task
 
 FAST = dict(n_random=10, n_boot=200, progress=False)
 

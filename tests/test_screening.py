@@ -8,6 +8,7 @@ import torch
 
 from tests.helpers import assert_close, linear_model, tiny_encoder
 from workbench import WorkbenchError, ablated, compute_head_means, evaluate, summarize
+from workbench.encoding import encode_task
 from workbench.heads import all_heads
 from workbench.screening import (
     MaskScorer,
@@ -26,7 +27,6 @@ from workbench.stats import (
     share_at_least,
 )
 from workbench.tables import check_head_table, table_to_matrix
-from workbench.tasks import encode_task
 
 METRICS = ("accuracy", "logprob", "logit_diff")
 

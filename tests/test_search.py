@@ -12,6 +12,7 @@ import torch
 from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, ablated, evaluate, summarize
 from workbench.demo import HARMFUL_HEAD, HELPFUL_HEADS, REDUNDANT_PAIR
+from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
 from workbench.screening import MaskScorer, masks_of, screen_heads
@@ -25,7 +26,7 @@ from workbench.search import (
     search_pool,
     select_candidates,
 )
-from workbench.tasks import encode_task, load_task
+from workbench.tasks import load_task
 
 BEST = {1: HARMFUL_HEAD, 2: ",".join(REDUNDANT_PAIR), 3: "L0H1,L0H3,L1H1"}
 

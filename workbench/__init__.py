@@ -22,7 +22,7 @@ _EXPORTS = {
     "Task": "workbench.tasks",
     "ablated": "workbench.ablation",
     "compute_head_means": "workbench.ablation",
-    "encode_task": "workbench.tasks",
+    "encode_task": "workbench.encoding",
     "evaluate": "workbench.metrics",
     "explain_heads": "workbench.explain",
     "head_table": "workbench.tables",
@@ -58,6 +58,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # static checkers and IDEs see the real imports
     from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
+    from workbench.encoding import encode_task
     from workbench.explain import HeadExplanation, explain_heads
     from workbench.heads import HeadSet
     from workbench.loading import load_model
@@ -66,7 +67,7 @@ if TYPE_CHECKING:  # static checkers and IDEs see the real imports
     from workbench.results import CELResult
     from workbench.screening import screen_heads
     from workbench.tables import head_table
-    from workbench.tasks import Task, encode_task, load_task
+    from workbench.tasks import Task, load_task
 
 
 def __getattr__(name: str):

@@ -417,10 +417,11 @@ def run_cel_command(args) -> int:
     import pandas as pd
 
     from workbench import distributed
+    from workbench.encoding import encode_task
     from workbench.loading import load_model
     from workbench.pipeline import check_counterfactuals, run_cel
     from workbench.store import CONFIG_FILE
-    from workbench.tasks import encode_task, load_task
+    from workbench.tasks import load_task
 
     task = load_task(task_name)
     others = [load_task(o) for o in other_names]

@@ -39,8 +39,9 @@ from torch import Tensor
 from transformer_lens.utilities import apply_softcap
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
+from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
-from workbench.tasks import Task, TaskBatch, encode_task
+from workbench.tasks import Task
 
 NEG_INF = float("-inf")
 

@@ -30,6 +30,7 @@ import torch
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
 from workbench.config import CELConfig
 from workbench.confirmation import MIN_CLUSTERS, confirm_sets, example_groups
+from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.heads import HeadSet
@@ -56,7 +57,7 @@ from workbench.search import (
 from workbench.stats import helpful_agreement, rank_correlation
 from workbench.store import ResultStore
 from workbench.tables import head_name
-from workbench.tasks import Task, TaskBatch, encode_task
+from workbench.tasks import Task
 
 
 @dataclass

@@ -42,6 +42,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
 from workbench.metrics import score_logits
@@ -49,7 +50,7 @@ from workbench.racing import SCREEN_RULES, race
 from workbench.screening import _Targets, effect_column, masks_of
 from workbench.stats import effect_summary
 from workbench.tables import head_name, head_table
-from workbench.tasks import Example, Task, TaskBatch, encode_task
+from workbench.tasks import Example, Task
 from workbench.tokenizer import WordTokenizer
 
 _K_GATE = 400.0  # the attention score per unit of `p` in a gate's key

@@ -68,6 +68,7 @@ from workbench.ablation import (
     compute_resample_z,
     mask_hooks,
 )
+from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, all_heads
 from workbench.metrics import (
@@ -81,7 +82,7 @@ from workbench.metrics import (
 from workbench.racing import ATOL, SCREEN_RULES, OpenFn, example_order, first_slice, race
 from workbench.stats import effect_summary
 from workbench.tables import head_table
-from workbench.tasks import Task, TaskBatch, encode_task, load_task
+from workbench.tasks import Task, load_task
 
 CustomMetric = Callable[[object, object], "Tensor | Mapping[str, Tensor]"]
 STAT_SUFFIXES = ("", "_se", "_lo", "_hi")

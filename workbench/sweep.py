@@ -317,7 +317,7 @@ class _Unfit(WorkbenchError):
 
 def _misfit(model, task, fits: dict) -> str:
     """Why `task` does not fit `model`'s tokenizer ("" when it does), cached in `fits`."""
-    from workbench.tasks import encode_task
+    from workbench.encoding import encode_task
 
     if task.name not in fits:
         try:

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from workbench.errors import WorkbenchError
-from workbench.tasks import SPLITS, Example, Task, encode_example
+from workbench.example_ids import encode_example
+from workbench.tasks import SPLITS, Example, Task
 
 # A fitted task keeps at least this many examples in each split it has.
 MIN_FIT_EXAMPLES = 10

@@ -23,11 +23,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.capture import _as_batch, _attach_outcome, _Capture, _capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import INDEX_COLUMNS, head_name
-from workbench.tasks import Task, TaskBatch
+from workbench.tasks import Task
 
 RoleScheme = Literal["auto", "task", "answers", "positional"]
 

@@ -21,9 +21,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.metrics import _forward_kwargs
-from workbench.tasks import Task, TaskBatch, encode_task, load_task
+from workbench.tasks import Task, load_task
 
 EXAMPLE_INDEX = ("id", "layer", "head", "head_name")
 

@@ -22,12 +22,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from workbench.encoding import TaskBatch
 from workbench.explain.attention import RoleScheme, _roles_for
 from workbench.explain.attribution import _LN_CENTRED, _final_norm_param
 from workbench.explain.capture import _as_batch, _Capture, _capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import head_name
-from workbench.tasks import Task, TaskBatch
+from workbench.tasks import Task
 from workbench.tokenizer import get_tokenizer
 
 

@@ -21,6 +21,7 @@ from typing import Literal
 import pandas as pd
 
 from workbench.ablation import AblationKind, HeadMeans
+from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import (
     RoleScheme,
@@ -40,7 +41,7 @@ from workbench.explain.removal import _default_means, _removal_table, ablation_o
 from workbench.heads import HeadSet, HeadSpec
 from workbench.results import CELResult
 from workbench.tables import save_table
-from workbench.tasks import Task, TaskBatch
+from workbench.tasks import Task
 
 
 @dataclass

@@ -15,13 +15,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import _role_columns
 from workbench.explain.capture import _as_batch, _capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.metrics import _forward_kwargs
 from workbench.tables import head_name
-from workbench.tasks import Task, TaskBatch
+from workbench.tasks import Task
 
 
 def _figure(n_rows: int, n_cols: int, width: float, height: float):

@@ -22,12 +22,13 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_head_means
+from workbench.encoding import TaskBatch
 from workbench.explain.attribution import _attribute, _Attribution, _directions
 from workbench.explain.capture import _as_batch, _attach_outcome, _Capture, _capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.metrics import answer_logits, evaluate, logprob
 from workbench.tables import head_name
-from workbench.tasks import Task, TaskBatch
+from workbench.tasks import Task
 
 OUTCOMES = ("fixed", "broken", "unchanged")
 
