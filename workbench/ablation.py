@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import Enum
 from functools import partial
 
 import torch
@@ -41,32 +40,7 @@ from torch import Tensor
 
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, HeadSpec
-
-
-class AblationKind(str, Enum):
-    """How a removed head's `z` is replaced.
-
-    ZERO: by 0.
-    MEAN: by the head's mean `z` over a reference set (`HeadMeans`): averaged over every real
-        (non-padding) token position of every reference prompt, or, when the means were
-        computed with `per_position=True` on equal-length prompts, the mean at each position.
-    RESAMPLE: by the head's `z` at the same position of the same example's counterfactual
-        prompt (`compute_resample_z`), so the batch must match the counterfactual batch row
-        for row.
-    """
-
-    ZERO = "zero"
-    MEAN = "mean"
-    RESAMPLE = "resample"
-
-    @classmethod
-    def parse(cls, kind: "AblationKind | str") -> "AblationKind":
-        try:
-            return cls(kind)
-        except ValueError:
-            raise WorkbenchError(
-                f"ablation kind {kind!r} is unknown; expected one of {[k.value for k in cls]}"
-            ) from None
+from workbench.options import AblationKind
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from workbench.tasks import Task
 NEG_INF = float("-inf")
 
 
-def _masked_gather(logits: Float[Tensor, "batch d_vocab"], ids: Tensor) -> Tensor:
+def masked_gather(logits: Float[Tensor, "batch d_vocab"], ids: Tensor) -> Tensor:
     """`logits[b, ids[b, k]]`, with -inf where `ids` is the padding -1."""
     out = logits.gather(1, ids.clamp(min=0))
     return out.masked_fill(ids < 0, NEG_INF)
@@ -55,7 +55,7 @@ def _masked_gather(logits: Float[Tensor, "batch d_vocab"], ids: Tensor) -> Tenso
 def accuracy(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
     """1.0 where the argmax (over candidates if the task has them) is an acceptable answer."""
     if batch.candidate_ids is not None:
-        pick = _masked_gather(logits, batch.candidate_ids).argmax(-1, keepdim=True)
+        pick = masked_gather(logits, batch.candidate_ids).argmax(-1, keepdim=True)
         pred = batch.candidate_ids.gather(1, pick).squeeze(1)
     else:
         pred = logits.argmax(-1)
@@ -65,7 +65,7 @@ def accuracy(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[
 def logprob(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
     """Log-probability (nats) of the set of acceptable answers under the full softmax."""
     logp = logits.log_softmax(-1)
-    return _masked_gather(logp, batch.answer_ids).logsumexp(-1)
+    return masked_gather(logp, batch.answer_ids).logsumexp(-1)
 
 
 def logit_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
@@ -74,8 +74,8 @@ def logit_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Floa
         return torch.full(
             (logits.shape[0],), float("nan"), device=logits.device, dtype=logits.dtype
         )
-    right = _masked_gather(logits, batch.answer_ids).logsumexp(-1)
-    wrong = _masked_gather(logits, batch.wrong_ids).logsumexp(-1)
+    right = masked_gather(logits, batch.answer_ids).logsumexp(-1)
+    wrong = masked_gather(logits, batch.wrong_ids).logsumexp(-1)
     return torch.where(torch.isinf(wrong), torch.full_like(right, float("nan")), right - wrong)
 
 
@@ -134,8 +134,9 @@ def score_logits(
     return {name: fn(logits.float(), batch) for name, fn in METRICS.items()}
 
 
-def _forward_kwargs(model) -> dict:
-    # Right padding: TransformerLens only builds a padding mask for left-padded tokenizers.
+def forward_kwargs(model) -> dict:
+    """Keyword arguments of a forward over right-padded tokens: TransformerLens builds a
+    padding mask only for left-padded tokenizers, and right padding needs none."""
     return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
 
 
@@ -184,7 +185,7 @@ def answer_logits(
     n_layers = model.cfg.n_layers
     with model.hooks(fwd_hooks=list(fwd_hooks)):
         if resid is None:
-            final = model(batch.tokens, stop_at_layer=n_layers, **_forward_kwargs(model))
+            final = model(batch.tokens, stop_at_layer=n_layers, **forward_kwargs(model))
         else:
             final = model(
                 resid,
@@ -225,7 +226,7 @@ def _sequence_pass(
         tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
         for j, r in enumerate(chunk):
             tokens[j, : len(r)] = torch.tensor(r)
-        logits = model(tokens.to(device), **_forward_kwargs(model)).float()
+        logits = model(tokens.to(device), **forward_kwargs(model)).float()
         for j in range(len(chunk)):
             k = s + j
             tgt = torch.tensor(targets[k], device=device)

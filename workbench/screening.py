@@ -49,7 +49,6 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import Enum
 from functools import partial
 
 import numpy as np
@@ -72,13 +71,14 @@ from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, all_heads
 from workbench.metrics import (
-    _forward_kwargs,
-    _masked_gather,
+    forward_kwargs,
+    masked_gather,
     score_logits,
     shortformer_kwargs,
     task_metric,
     unembed_at,
 )
+from workbench.options import ScreenMethod
 from workbench.racing import ATOL, SCREEN_RULES, OpenFn, example_order, first_slice, race
 from workbench.stats import effect_summary
 from workbench.tables import head_table
@@ -86,24 +86,6 @@ from workbench.tasks import Task, load_task
 
 CustomMetric = Callable[[object, object], "Tensor | Mapping[str, Tensor]"]
 STAT_SUFFIXES = ("", "_se", "_lo", "_hi")
-
-
-class ScreenMethod(str, Enum):
-    """How single-head effects are computed: `exact` (prefix reuse), `attribution`
-    (gradient estimate), or `naive` (one full forward per head; the reference)."""
-
-    EXACT = "exact"
-    ATTRIBUTION = "attribution"
-    NAIVE = "naive"
-
-    @classmethod
-    def parse(cls, method: "ScreenMethod | str") -> "ScreenMethod":
-        try:
-            return cls(method)
-        except ValueError:
-            raise WorkbenchError(
-                f"screening method {method!r} is unknown; expected one of {[m.value for m in cls]}"
-            ) from None
 
 
 def effect_column(metric: str, stat: str = "", task: str | None = None) -> str:
@@ -429,13 +411,13 @@ class MaskScorer:
                 )
                 answer_hooks, pos_after = answer_only_hooks(model, pos)
                 with model.hooks(fwd_hooks=hooks + answer_hooks):
-                    final = model(tokens, stop_at_layer=L, **_forward_kwargs(model))
+                    final = model(tokens, stop_at_layer=L, **forward_kwargs(model))
                 if keep:
                     self._store(c, [store[f"blocks.{l}.hook_resid_pre"] for l in range(L)])
                     used += self._resid_bytes(chunk)
                 logits = unembed_at(model, final, pos_after)
             else:  # the naive reference: full logits
-                logits = model(tokens, **_forward_kwargs(model))
+                logits = model(tokens, **forward_kwargs(model))
                 logits = logits[torch.arange(logits.shape[0], device=logits.device), pos]
             for name, v in score_logits(logits, _Targets.of(batch, rows=chunk.rows)).items():
                 if name not in out:
@@ -470,7 +452,7 @@ class MaskScorer:
         ]
         with torch.no_grad(), model.hooks(fwd_hooks=hooks):
             resid_top = model(
-                chunk.tokens(self.data), stop_at_layer=top, **_forward_kwargs(model)
+                chunk.tokens(self.data), stop_at_layer=top, **forward_kwargs(model)
             )  # (b, T, d): the residual entering block `top`
         found = {l: store[f"blocks.{l}.hook_resid_pre"] for l in layers if l < top}
         found[top] = resid_top
@@ -594,7 +576,7 @@ class MaskScorer:
                     hooks = ablation_hooks(model, head_list, self.kind, self.means,
                                            self.per_position, resample=self._resample(chunk))
                     logits = model.run_with_hooks(
-                        chunk.tokens(batch), fwd_hooks=hooks, **_forward_kwargs(model)
+                        chunk.tokens(batch), fwd_hooks=hooks, **forward_kwargs(model)
                     )
                     pos = batch.answer_pos[chunk.rows]
                     at_answer = logits[torch.arange(logits.shape[0], device=logits.device), pos]
@@ -679,7 +661,7 @@ class MaskScorer:
 def _margin(logits: Float[Tensor, "batch d_vocab"], batch) -> Float[Tensor, " batch"]:
     """Best answer logit minus best competitor logit (over candidates if the task has them);
     accuracy is `margin > 0` up to ties."""
-    answer = _masked_gather(logits, batch.answer_ids).amax(-1)
+    answer = masked_gather(logits, batch.answer_ids).amax(-1)
     is_answer = (
         torch.zeros_like(logits).scatter_add_(
             1, batch.answer_ids.clamp(min=0), (batch.answer_ids >= 0).to(logits.dtype)
@@ -688,7 +670,7 @@ def _margin(logits: Float[Tensor, "batch d_vocab"], batch) -> Float[Tensor, " ba
     )
     others = logits.masked_fill(is_answer, float("-inf"))
     if batch.candidate_ids is not None:
-        competitor = _masked_gather(others, batch.candidate_ids).amax(-1)
+        competitor = masked_gather(others, batch.candidate_ids).amax(-1)
     else:
         competitor = others.amax(-1)
     return answer - competitor
@@ -795,7 +777,7 @@ def attribution_effects(
                 sub = data.rows(rows)
                 answer_hooks, pos = answer_only_hooks(model, sub.answer_pos)
                 with model.hooks(fwd_hooks=answer_hooks):
-                    final = model(sub.tokens[:, :width], stop_at_layer=L, **_forward_kwargs(model))
+                    final = model(sub.tokens[:, :width], stop_at_layer=L, **forward_kwargs(model))
                 logits = unembed_at(model, final, pos).float()
                 scores = score_logits(logits, sub)
                 # Accuracy is `margin > 0`; its estimate linearises the margin. Every other

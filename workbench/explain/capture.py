@@ -23,7 +23,7 @@ from torch import Tensor
 
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
-from workbench.metrics import _forward_kwargs
+from workbench.metrics import forward_kwargs
 from workbench.tasks import Task, load_task
 
 EXAMPLE_INDEX = ("id", "layer", "head", "head_name")
@@ -82,7 +82,7 @@ def _capture(model, batch: TaskBatch, batch_size: int = 32) -> _Capture:
             rows = torch.arange(len(sub), device=sub.tokens.device)
             pos = sub.answer_pos
             logits, cache = model.run_with_cache(
-                sub.tokens, names_filter=lambda n: n in names, **_forward_kwargs(model)
+                sub.tokens, names_filter=lambda n: n in names, **forward_kwargs(model)
             )
             got = {
                 "logits": logits[rows, pos],

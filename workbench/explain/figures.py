@@ -20,7 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.explain.attention import _role_columns
 from workbench.explain.capture import _as_batch, _capture
 from workbench.heads import HeadSet, HeadSpec
-from workbench.metrics import _forward_kwargs
+from workbench.metrics import forward_kwargs
 from workbench.tables import head_name
 from workbench.tasks import Task
 
@@ -59,7 +59,7 @@ def plot_attention(
     names = {f"blocks.{l}.attn.hook_pattern" for l, _ in head_set}
     with torch.no_grad():
         _, cache = model.run_with_cache(
-            one.tokens, names_filter=lambda x: x in names, **_forward_kwargs(model)
+            one.tokens, names_filter=lambda x: x in names, **forward_kwargs(model)
         )
     toks = one.str_tokens[0]
     fig, axes = _figure(1, len(head_set), max(3.0, 0.35 * n + 1.5), max(3.0, 0.35 * n + 1.0))

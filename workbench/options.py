@@ -1,0 +1,184 @@
+"""The options of a CEL run as named types, and one way to parse them (imports no torch).
+
+Each option with a fixed set of values is an `Option`: a `str` Enum, so a member equals its
+string (`AblationKind.MEAN == "mean"`), prints as it (`f"{kind}"` is `"mean"`) and writes as
+it to JSON and CSV. `Option.parse` (or `choose`) turns user input into a member, or raises a
+`WorkbenchError` that names the option, the value received and the values expected. The
+command line takes its choices from these types, so a value is declared once.
+"""
+
+from __future__ import annotations
+
+import difflib
+from enum import Enum
+
+from workbench.errors import WorkbenchError
+
+
+def choose(value, options, what: str):
+    """`value` if it is one of `options` (an `Option` type, or strings), else a clear error.
+
+    Returns:
+        The `Option` member for an Enum type; `value` itself for a collection of strings.
+
+    Example:
+        >>> choose("mean", AblationKind, "ablation kind")
+        <AblationKind.MEAN: 'mean'>
+        >>> choose("maen", AblationKind, "ablation kind")  # WorkbenchError: ... did you mean
+    """
+    if isinstance(options, type) and issubclass(options, Enum):
+        try:
+            return options(value)
+        except ValueError:
+            allowed = [o.value for o in options]
+    else:
+        allowed = list(options)
+        if value in allowed:
+            return value
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise WorkbenchError(f"{what} {value!r} is unknown; expected one of {allowed}{hint}")
+
+
+class Option(str, Enum):
+    """A named option whose values are strings (see the module docstring)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def what(cls) -> str:
+        """How error messages name this option."""
+        return cls.__name__
+
+    @classmethod
+    def parse(cls, value) -> "Option":
+        return choose(value, cls, cls.what())
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class AblationKind(Option):
+    """How a removed head's `z` is replaced.
+
+    ZERO: by 0.
+    MEAN: by the head's mean `z` over a reference set (`HeadMeans`): averaged over every real
+        (non-padding) token position of every reference prompt, or, when the means were
+        computed with `per_position=True` on equal-length prompts, the mean at each position.
+    RESAMPLE: by the head's `z` at the same position of the same example's counterfactual
+        prompt (`compute_resample_z`), so the batch must match the counterfactual batch row
+        for row.
+    """
+
+    ZERO = "zero"
+    MEAN = "mean"
+    RESAMPLE = "resample"
+
+    @classmethod
+    def what(cls) -> str:
+        return "ablation kind"
+
+
+class ScreenMethod(Option):
+    """How single-head effects are computed: `exact` (prefix reuse), `attribution`
+    (gradient estimate), or `naive` (one full forward per head; the reference)."""
+
+    EXACT = "exact"
+    ATTRIBUTION = "attribution"
+    NAIVE = "naive"
+
+    @classmethod
+    def what(cls) -> str:
+        return "screening method"
+
+
+class RankBy(Option):
+    """`objective`: candidates and sets are ranked by the objective's gain, ties broken by
+    the secondary metric's; `secondary`: the other way round."""
+
+    OBJECTIVE = "objective"
+    SECONDARY = "secondary"
+
+    @classmethod
+    def what(cls) -> str:
+        return "rank_by"
+
+
+class ClusterMode(Option):
+    """What held-out intervals and p-values resample: single examples (`none`), the tasks'
+    `group` labels (`group`), or groups when a split has enough of them (`auto`)."""
+
+    AUTO = "auto"
+    GROUP = "group"
+    NONE = "none"
+
+    @classmethod
+    def what(cls) -> str:
+        return "cluster"
+
+
+class RaceRule(Option):
+    """What racing decides of a head in screening (`workbench.racing.SCREEN_RULES`):
+    `hurts`, until its removal clearly hurts; `pool`, until its membership of the search
+    pool is decided."""
+
+    HURTS = "hurts"
+    POOL = "pool"
+
+    @classmethod
+    def what(cls) -> str:
+        return "race_rule"
+
+
+class SweepSplit(Option):
+    """How a sweep is split across processes: `cells` (whole runs), `masks` (each run's
+    masks), or `auto`."""
+
+    AUTO = "auto"
+    CELLS = "cells"
+    MASKS = "masks"
+
+    @classmethod
+    def what(cls) -> str:
+        return "split"
+
+
+class AnswerTokens(Option):
+    """`single`: every answer is one token in context; `multi`: answers may be several."""
+
+    SINGLE = "single"
+    MULTI = "multi"
+
+    @classmethod
+    def what(cls) -> str:
+        return "answer_tokens"
+
+
+class SplitBy(Option):
+    """Examples without a `split` are split at random by `example`, or by `group`."""
+
+    EXAMPLE = "example"
+    GROUP = "group"
+
+    @classmethod
+    def what(cls) -> str:
+        return "split_by"
+
+
+# The search strategies (`workbench.search.STRATEGIES` implements each; a test checks they
+# match), named here so that the config and the command line need no torch.
+STRATEGY_NAMES = ("beam", "compressed_sensing", "exhaustive", "greedy", "interaction")
+
+
+def strategy_names(value) -> tuple[str, ...]:
+    """A tuple of known strategy names from one name or several."""
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names:
+        raise WorkbenchError("at least one search strategy is needed")
+    return tuple(choose(s, STRATEGY_NAMES, "search strategy") for s in names)
+
