@@ -51,8 +51,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # bench/screen.py, and this checkout's workbench
 from screen import gpt2_small_shape, random_batch  # noqa: E402
 
+from workbench.compute import Compute  # noqa: E402
 from workbench.pipeline import run_cel  # noqa: E402
-from workbench.screening import MaskScorer, masks_of, screen_heads  # noqa: E402
+from workbench.scoring import MaskScorer, masks_of  # noqa: E402
+from workbench.screening import screen_heads  # noqa: E402
+from workbench.stats import Stats  # noqa: E402
 from workbench.tasks import Example, Task  # noqa: E402
 from workbench.tokenizer import WordTokenizer  # noqa: E402
 
@@ -136,8 +139,10 @@ def child(args) -> dict:
     else:
         base = _rss()
     with _RssPeak() as rss:
-        screen_heads(model, batch, heads=heads, split=None, n_boot=200, **kw)
-        scorer = MaskScorer(model, batch, **kw)
+        compute = Compute(**kw)
+        screen_heads(model, batch, heads=heads, split=None, stats=Stats(n_boot=200),
+                     compute=compute)
+        scorer = MaskScorer(model, batch, compute=compute)
         scorer.score(pairs)
         cached = scorer.cached_bytes
         scorer.release()

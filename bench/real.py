@@ -45,7 +45,8 @@ from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.results import CELResult
-from workbench.screening import MaskScorer, masks_of, resolve_task
+from workbench.scoring import MaskScorer, masks_of
+from workbench.screening import resolve_task
 from workbench.search import max_finalists, search_pool
 
 STAGES = ("screen", "search", "confirm")

@@ -1,6 +1,6 @@
 """Benchmark: does each search strategy find the planted best head sets at 144-1024 heads?
 
-Planted-truth models (`workbench.planted`): attention-only, no LayerNorm, every logit known;
+Planted-truth models (`bench/planted.py`): attention-only, no LayerNorm, every logit known;
 three harmful singles (gains 2.0, 1.6, 1.2 nats of logit_diff), two OR pairs (5.0, 3.5), one
 OR triple (9.0), a partial backup (2.5, of which 60 % comes back through the backup), 40 % of
 the other heads helpful and the rest noise heads whose effect depends on the prompt's filler.
@@ -34,16 +34,22 @@ forwards is the forward-equivalents column.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from workbench.encoding import encode_task
-from workbench.pipeline import screen_race_rule
-from workbench.planted import PlantSpec, planted_model, screen_scorer
-from workbench.screening import MaskScorer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout: bench.planted
+
+from bench.planted import PlantSpec, planted_model  # noqa: E402
+from workbench.compute import Compute  # noqa: E402
+from workbench.encoding import encode_task  # noqa: E402
+from workbench.pipeline import screen_race_rule  # noqa: E402
+from workbench.scoring import MaskScorer  # noqa: E402
+from workbench.screening import ScreenRace, screen_scorer  # noqa: E402
 from workbench.search import (
     STRATEGIES,
     SearchSpace,
@@ -53,6 +59,7 @@ from workbench.search import (
     search_pool,
     select_candidates,
 )
+from workbench.stats import Stats  # noqa: E402
 
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}
 FIRST, SECOND = "logit_diff", "logprob"
@@ -97,13 +104,19 @@ def check_forward(pm, n_masks: int = 8, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     masks = torch.tensor(rng.random((n_masks, L, H)) < 0.3).float()
     batch = encode_task(pm.model, pm.task, "select")
-    real = MaskScorer(pm.model, batch, masks_per_pass=n_masks, max_rows=1 << 16).score(masks)
+    real = MaskScorer(
+        pm.model, batch, compute=Compute(masks_per_pass=n_masks, max_rows=1 << 16)
+    ).score(masks)
     fast = pm.scorer("select").score(masks)
     return float((real["logit_diff"] - fast["logit_diff"]).abs().max())
 
 
 def run_plant(
-    n_heads: int, seed: int, rows: dict[str, tuple], max_size: int = 3, noise_sd: float = 0.1,
+    n_heads: int,
+    seed: int,
+    rows: dict[str, tuple],
+    max_size: int = 3,
+    noise_sd: float = 0.1,
     adaptive: bool = True,
 ) -> list[dict]:
     L, H = SHAPES[n_heads]
@@ -111,8 +124,13 @@ def run_plant(
     screen = CountingScorer(pm.scorer("select"))
     t0 = time.process_time()
     # raced as run_cel races it for these strategies (`screen_race_rule`)
-    heads = screen_scorer(screen, n_boot=200, seed=seed, race_on=FIRST if adaptive else None,
-                          race_rule=screen_race_rule([name for name, _ in rows.values()]))
+    heads = screen_scorer(
+        screen,
+        race_on=ScreenRace(FIRST, screen_race_rule([name for name, _ in rows.values()]))
+        if adaptive
+        else None,
+        stats=Stats(n_boot=200, seed=seed),
+    )
     t_screen = time.process_time() - t0
     heads = select_candidates(heads, FIRST, SECOND, 8)
     pool = search_pool(heads, FIRST)
@@ -173,8 +191,11 @@ def main() -> None:
     p.add_argument("--noise-sd", type=float, default=0.1, help="noise heads' largest sd")
     p.add_argument("--check", action="store_true", help="check analytic scores by forwards")
     p.add_argument("--csv", default=None, help="also write the per-plant rows here")
-    p.add_argument("--exhaustive-screen", action="store_true",
-                   help="screen every head on every example (default: raced, as run_cel)")
+    p.add_argument(
+        "--exhaustive-screen",
+        action="store_true",
+        help="screen every head on every example (default: raced, as run_cel)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     sizes = args.heads or ([144] if args.quick else sorted(SHAPES))
@@ -189,8 +210,9 @@ def main() -> None:
     records = []
     for n in sizes:
         for seed in range(n_seeds):
-            rows_done = run_plant(n, seed, rows, noise_sd=args.noise_sd,
-                                  adaptive=not args.exhaustive_screen)
+            rows_done = run_plant(
+                n, seed, rows, noise_sd=args.noise_sd, adaptive=not args.exhaustive_screen
+            )
             records += rows_done
             for r in rows_done:  # per plant, so a long run that is cut short still reports
                 hits = "".join("x" if r[f"hit_{s}"] else "." for s in (1, 2, 3))

@@ -27,17 +27,18 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
+from workbench.compute import Compute  # noqa: E402
 from workbench.confirmation import confirm_sets  # noqa: E402
-from workbench.encoding import encode_task
+from workbench.encoding import encode_task  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.fingerprint import model_fingerprint, task_fingerprint  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
 from workbench.metrics import task_metric  # noqa: E402
 from workbench.pipeline import _clusters  # noqa: E402
-from workbench.screening import MaskScorer  # noqa: E402
+from workbench.scoring import MaskScorer  # noqa: E402
 from workbench.search import search_pool  # noqa: E402
-from workbench.stats import holm  # noqa: E402
+from workbench.stats import Stats, holm  # noqa: E402
 from workbench.tasks import load_task  # noqa: E402
 
 COLUMNS = ["cell", "size", "heads", "n", "clean", "gain", "lo", "hi", "p_value", "p_holm",
@@ -85,13 +86,14 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
     if kind is AblationKind.MEAN:
         select = encode_task(model, sampled, "select")  # the cell's selection split
         means = compute_head_means(model, select.tokens, select.lengths)
-    scorer = MaskScorer(model, fresh, kind=kind, means=means, metric=task_metric(None, fresh))
+    scorer = MaskScorer(model, fresh, kind=kind, means=means, metric=task_metric(None, fresh),
+                        compute=Compute())  # progress bars
     objective, secondary = cfg["objective"], cfg["secondary"]
     sets = {int(r.size): HeadSet.of(model, r.heads) for r in conf.itertuples()}
     n_random = cfg["n_random"] if n_random is None else n_random
     groups = _clusters(fresh, cfg["cluster"])  # as the cell clustered
-    table, _ = confirm_sets(scorer, sets, objective, secondary, n_random=n_random,
-                            n_boot=cfg["n_boot"], ci=cfg["ci"], seed=cfg["seed"], progress=True,
+    stats = Stats(n_boot=cfg["n_boot"], ci=cfg["ci"], seed=cfg["seed"])
+    table, _ = confirm_sets(scorer, sets, objective, secondary, n_random=n_random, stats=stats,
                             pool=search_pool(heads, objective, second=secondary),
                             groups=groups, adaptive=cfg["adaptive"])
     scorer.release()

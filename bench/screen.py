@@ -29,8 +29,10 @@ import time
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from workbench.attribution import attribution_effects
+from workbench.compute import Compute
 from workbench.encoding import TaskBatch
-from workbench.screening import MaskScorer, attribution_effects, masks_of
+from workbench.scoring import MaskScorer, masks_of
 from workbench.tasks import Example, Task
 
 
@@ -135,7 +137,7 @@ def main() -> None:
     clock = _clock(args.device)
     t = time_heads(
         MaskScorer(model, batch, reuse_prefix=False),
-        MaskScorer(model, batch, masks_per_pass=args.masks_per_pass),
+        MaskScorer(model, batch, compute=Compute(masks_per_pass=args.masks_per_pass)),
         masks,
         clock,
     )

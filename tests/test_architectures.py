@@ -32,6 +32,7 @@ from tests.helpers import hf_head_removed, loop_head_effects
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
 from workbench.encoding import TaskBatch
 from workbench.screening import screen_heads
+from workbench.stats import Stats
 from workbench.tables import table_to_matrix
 from workbench.tasks import Example, Task
 
@@ -212,7 +213,7 @@ def measure(family: str, tmp_path) -> dict[str, float]:
         mean_ablation = max(mean_ablation, float((hooked_mean - ref_mean).abs().max()))
         effect = max(effect, float((ref - expected).abs().max()))
     out.update(ablation=ablation, mean_ablation=mean_ablation, head_effect=effect)
-    exact = screen_heads(model, batch, split=None, n_boot=10)
+    exact = screen_heads(model, batch, split=None, stats=Stats(n_boot=10))
     loop = loop_head_effects(model, batch)
     out["screening"] = max(
         float(np.abs(table_to_matrix(exact, f"d_{m}") - loop[m]).max())

@@ -20,9 +20,10 @@ import torch.multiprocessing as mp
 
 from tests.helpers import randomize_biases, tiny_model, write_task
 from workbench import distributed
+from workbench.compute import Compute
 from workbench.distributed import balanced_bounds, shard_plan
 from workbench.encoding import encode_task
-from workbench.screening import MaskScorer, masks_of
+from workbench.scoring import MaskScorer, masks_of
 from workbench.tasks import load_task
 
 WORLD = 2
@@ -85,8 +86,10 @@ def _scorer_worker(rank: int, store: str, folder: str) -> None:
     means = compute_head_means(model, batch.tokens, batch.lengths)
     scorers = {
         "prefix": MaskScorer(model, batch),
-        "prefix, 7 rows per forward": MaskScorer(model, batch, max_rows=7),
-        "prefix, 3 masks per pass, mean": MaskScorer(model, batch, "mean", means, masks_per_pass=3),
+        "prefix, 7 rows per forward": MaskScorer(model, batch, compute=Compute(max_rows=7)),
+        "prefix, 3 masks per pass, mean": MaskScorer(
+            model, batch, "mean", means, compute=Compute(masks_per_pass=3)
+        ),
         "naive": MaskScorer(model, batch, reuse_prefix=False),
         "custom metric": MaskScorer(model, batch, metric=_logprob_metric),
     }
@@ -143,7 +146,7 @@ def test_shards_cut_only_between_tiled_passes(tmp_path):
     """With 3 masks per pass, every cut in the plan is at a first-layer change or at a
     multiple of 3 masks into a layer's group, as one process tiles them."""
     model, task, _, sets = _scorer_cases(tmp_path)
-    scorer = MaskScorer(model, encode_task(model, task), masks_per_pass=3)
+    scorer = MaskScorer(model, encode_task(model, task), compute=Compute(masks_per_pass=3))
     for world in (2, 3, 5):
         order, bounds = shard_plan(scorer, sets, world)
         assert sorted(order.tolist()) == list(range(len(sets)))
@@ -269,22 +272,42 @@ def test_torchrun_launch_writes_one_process_tables(tmp_path):
 
     prefix = _isolated_network()
     if prefix is None:
-        pytest.skip("needs a network namespace with loopback only (unshare -n or -rn) for "
-                    "torchrun's store, which listens on every interface")
+        pytest.skip(
+            "needs a network namespace with loopback only (unshare -n or -rn) for "
+            "torchrun's store, which listens on every interface"
+        )
     model_dir, main, side = write_demo(tmp_path)
     argv = ["cel", "--model", str(model_dir), "--task", str(main), "--others", str(side)]
     argv += ["--device", "cpu", *CEL_FAST]
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root), "GLOO_SOCKET_IFNAME": "lo",
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+    }
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
-              "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29500",
-              "-m", "workbench", *argv, "--out", str(tmp_path / "two")]
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(WORLD),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:29500",
+        "-m",
+        "workbench",
+        *argv,
+        "--out",
+        str(tmp_path / "two"),
+    ]
     script = "ip link set lo up && exec " + " ".join(shlex_quote(a) for a in launch)
-    done = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True,
-                          env=env, timeout=600)
+    done = subprocess.run(
+        [*prefix, "sh", "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     # rank 0 alone prints the run's summary (the other rank is quiet)
     assert done.stdout.count("best set: L0H1,L1H1") == 1, done.stdout[-4000:]

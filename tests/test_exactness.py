@@ -16,16 +16,14 @@ import torch
 from tests.helpers import assert_close, loop_head_effects, randomize_biases, tiny_model, write_task
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import _mask_hook, _replace_heads_hook, mask_hooks
+from workbench.attribution import attribution_effects
+from workbench.compute import Compute
 from workbench.encoding import encode_task
 from workbench.fingerprint import model_fingerprint
 from workbench.metrics import unembed_at
-from workbench.screening import (
-    MaskScorer,
-    attribution_effects,
-    length_buckets,
-    masks_of,
-    screen_heads,
-)
+from workbench.scoring import MaskScorer, length_buckets, masks_of
+from workbench.screening import screen_heads
+from workbench.stats import Stats
 from workbench.tables import table_to_matrix
 from workbench.tasks import load_task
 
@@ -45,10 +43,8 @@ def _exact_vs_loop(model, batch, kind="zero", means=None, per_position=False, **
         "exact",
         split=None,
         means=means,
-        n_boot=10,
         per_position=per_position,
-        **kw,
-    )
+        **kw, stats=Stats(n_boot=10))
     loop = loop_head_effects(model, batch, kind, means, per_position)
     return {m: table_to_matrix(exact, f"d_{m}") for m in METRICS}, loop
 
@@ -220,14 +216,15 @@ def test_chunking_and_caching_variants_equal_one_big_chunk(gpt2_like_model, task
     batch = encode_task(model, task, "select")
     means = compute_head_means(model, batch.tokens, batch.lengths)
     masks = masks_of(model, SETS)
-    big = MaskScorer(model, batch, "mean", means, token_budget=10**6, masks_per_pass=1)
+    one = Compute(token_budget=10**6, masks_per_pass=1)
+    big = MaskScorer(model, batch, "mean", means, compute=one)
     ref = big.score(masks)
-    scorer = MaskScorer(model, batch, "mean", means, **options)
+    scorer = MaskScorer(model, batch, "mean", means, compute=Compute(**options))
     got = scorer.score(masks)
     # Same ops on differently shaped batches: measured max difference 9.5e-7 nats (fp32).
     for m in METRICS:
         assert_close(got[m], ref[m], msg=m)
-    assert len(scorer._chunks()) > 1
+    assert len(scorer.chunks()) > 1
     scorer.release()
     assert scorer.cached_bytes == 0
     again = scorer.score(masks)  # rebuilt after release
@@ -241,9 +238,9 @@ def test_chunking_and_caching_variants_equal_one_big_chunk(gpt2_like_model, task
 def test_scorer_budget_errors(gpt2_like_model, task):
     batch = encode_task(gpt2_like_model, task, "select")
     with pytest.raises(WorkbenchError, match="token_budget must be an integer >= 1; got 0"):
-        MaskScorer(gpt2_like_model, batch, token_budget=0)
+        MaskScorer(gpt2_like_model, batch, compute=Compute(token_budget=0))
     with pytest.raises(WorkbenchError, match="cache_bytes must be an integer >= 0"):
-        MaskScorer(gpt2_like_model, batch, cache_bytes=-1)
+        MaskScorer(gpt2_like_model, batch, compute=Compute(cache_bytes=-1))
 
 
 def test_mask_hooks_accept_masks_on_another_device(gpt2_like_model):

@@ -192,7 +192,7 @@ def test_resample_errors_are_clear(gpt2_like_model, tiny_task, cf_task):
 def test_exact_screening_over_all_answer_positions(attn_model, multi_task):
     """MaskScorer with `multi_token_metric` equals `evaluate` with each mask's heads removed."""
     from workbench.metrics import multi_token_metric
-    from workbench.screening import MaskScorer, masks_of
+    from workbench.scoring import MaskScorer, masks_of
 
     batch = encode_task(attn_model, multi_task)
     sets = [["L0H1"], ["L0H0", "L1H2"], ["L1H3"]]
@@ -211,7 +211,7 @@ def test_multi_token_scores_of_a_slice_equal_the_full_scores_columns(attn_model,
     """Racing scores slices of rows: with `multi_token_metric` the slice runs alone (its cost is
     its share of a pass) and gives the full pass's numbers for those rows."""
     from workbench.metrics import multi_token_metric
-    from workbench.screening import MaskScorer, masks_of
+    from workbench.scoring import MaskScorer, masks_of
 
     batch = encode_task(attn_model, multi_task)
     masks = masks_of(attn_model, [["L0H1"], ["L0H0", "L1H2"], []])
@@ -239,8 +239,8 @@ def test_attribution_on_a_multi_token_task_is_the_derivative_of_the_exact_scores
     """Attribution with `multi_token_metric` counts every forward an example makes (its answers'
     rows): each head's estimate equals the finite difference of the exact scores when that head's
     z moves a small step towards its ablated value (zero ablation: z -> (1 - eps) z)."""
+    from workbench.attribution import attribution_effects
     from workbench.metrics import multi_token_metric
-    from workbench.screening import attribution_effects
 
     batch = encode_task(attn_model, multi_task)
     clean, est = attribution_effects(attn_model, batch, metric=multi_token_metric)
@@ -269,7 +269,7 @@ def test_attribution_on_a_multi_token_task_is_the_derivative_of_the_exact_scores
 
 
 def test_attribution_refuses_custom_data_whose_metric_runs_several_forwards(attn_model):
-    from workbench.screening import attribution_effects
+    from workbench.attribution import attribution_effects
 
     tokens = torch.tensor([[1, 2, 3], [4, 5, 6]])
 
@@ -308,8 +308,8 @@ def test_a_one_forward_custom_metric_gets_length_buckets_and_the_same_estimates(
     """A custom metric declared `one_forward` runs once per length bucket under attribution,
     not once per example, and its estimates equal the one-example-at-a-time ones."""
     from workbench import one_forward
+    from workbench.attribution import attribution_effects
     from workbench.metrics import answer_logits, score_logits
-    from workbench.screening import attribution_effects
 
     calls = []
 
@@ -330,8 +330,8 @@ def test_a_one_forward_custom_metric_gets_length_buckets_and_the_same_estimates(
 
 def test_a_declared_one_forward_metric_that_runs_several_is_refused(attn_model, multi_task):
     from workbench import one_forward
+    from workbench.attribution import attribution_effects
     from workbench.metrics import multi_token_metric
-    from workbench.screening import attribution_effects
 
     batch = encode_task(attn_model, multi_task)
     with pytest.raises(WorkbenchError, match="declared `one_forward`, but on"):

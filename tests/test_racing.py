@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close, loop_head_effects
 from workbench import WorkbenchError
+from workbench.compute import Compute
 from workbench.confirmation import confirm_sets, random_head_sets
 from workbench.encoding import encode_task
 from workbench.heads import HeadSet
-from workbench.planted import PlantSpec, planted_model, screen_scorer
 from workbench.racing import (
     MIN_SLICE,
     clearly_hurts,
@@ -23,9 +24,10 @@ from workbench.racing import (
     separated_from,
     slice_ends,
 )
-from workbench.screening import MaskScorer, masks_of, screen_heads
+from workbench.scoring import MaskScorer, masks_of
+from workbench.screening import ScreenRace, screen_heads, screen_scorer
 from workbench.search import SearchSpace, best_sets, get_strategy, search_pool, select_candidates
-from workbench.stats import percentile_of, share_at_least
+from workbench.stats import Stats, percentile_of, share_at_least
 from workbench.tables import table_to_matrix
 
 FIRST, SECOND = "logit_diff", "logprob"
@@ -63,9 +65,9 @@ def test_scoring_a_slice_equals_the_full_scores_at_those_rows(
     masks = masks_of(model, [["L0H1"], ["L1H0", "L1H3"], [], ["L1H2", "L0H0"]])
     options = dict(masks_per_pass=masks_per_pass, token_budget=token_budget,
                    cache_bytes=cache_bytes)
-    full = MaskScorer(model, batch, **options).score(masks)
+    full = MaskScorer(model, batch, compute=Compute(**options)).score(masks)
     rows = example_order(len(batch), seed=1)[:7]
-    part = MaskScorer(model, batch, **options).score(masks, rows=rows)
+    part = MaskScorer(model, batch, compute=Compute(**options)).score(masks, rows=rows)
     naive = MaskScorer(model, batch, reuse_prefix=False).score(masks, rows=rows)
     for m in METRICS:
         assert part[m].shape == (4, 7)
@@ -92,15 +94,16 @@ def test_raced_screening_equals_the_naive_loop_where_undecided(gpt2_like_model, 
     exhaustive table too, and the search pool is the same."""
     model = gpt2_like_model
     batch = encode_task(model, tiny_task, "select")
-    raced = screen_heads(model, batch, split=None, n_boot=200, race_on="logprob")
-    exact = screen_heads(model, batch, split=None, n_boot=200)
+    raced = screen_heads(
+        model, batch, split=None, race_on=ScreenRace("logprob"), stats=Stats(n_boot=200)
+    )
+    exact = screen_heads(model, batch, split=None, stats=Stats(n_boot=200))
     loop = loop_head_effects(model, batch)
     n = table_to_matrix(raced, "d_logprob_n").ravel()
     done = n == len(batch)
     assert done.any()
     for m in METRICS:
-        assert_close(table_to_matrix(raced, f"d_{m}").ravel()[done], loop[m].ravel()[done],
-                     msg=m)
+        assert_close(table_to_matrix(raced, f"d_{m}").ravel()[done], loop[m].ravel()[done], msg=m)
     assert (table_to_matrix(exact, "d_logprob_hi").ravel()[~done] < 0).all()
     assert search_pool(raced, "logprob") == search_pool(exact, "logprob")
     assert (table_to_matrix(exact, "d_logprob_n") == len(batch)).all()
@@ -110,9 +113,14 @@ def test_raced_screening_on_a_planted_model_closes_only_hurting_heads(micro):
     """At 24 heads, 64 selection examples: heads stop early only where removing them clearly
     hurts in the exhaustive table too, every planted enhancing head sees every example, and
     the pool and candidates equal the exhaustive ones."""
-    exact = select_candidates(screen_heads(micro.model, micro.task, n_boot=200), FIRST, SECOND, 8)
+    exact = select_candidates(
+        screen_heads(micro.model, micro.task, stats=Stats(n_boot=200)), FIRST, SECOND, 8
+    )
     raced = select_candidates(
-        screen_heads(micro.model, micro.task, n_boot=200, race_on=FIRST), FIRST, SECOND, 8
+        screen_heads(micro.model, micro.task, race_on=ScreenRace(FIRST), stats=Stats(n_boot=200)),
+        FIRST,
+        SECOND,
+        8,
     )
     n_select = int(exact["d_logit_diff_n"].max())
     stopped = raced[raced["d_logit_diff_n"] < n_select]
@@ -131,12 +139,25 @@ def test_raced_screening_on_a_planted_model_closes_only_hurting_heads(micro):
 
 @pytest.mark.parametrize("strategy", ["interaction", "exhaustive"])
 def test_raced_search_finds_the_exhaustive_best_sets(micro, strategy):
-    heads = select_candidates(screen_scorer(micro.scorer("select"), n_boot=200), FIRST, SECOND, 8)
+    heads = select_candidates(
+        screen_scorer(micro.scorer("select"), stats=Stats(n_boot=200)), FIRST, SECOND, 8
+    )
     found = {}
     for adaptive in (False, True):
-        space = SearchSpace(micro.scorer("select"), list(heads[heads.candidate].sort_values(
-            "candidate_rank")[["layer", "head"]].itertuples(index=False, name=None)),
-            FIRST, SECOND, max_size=3, seed=0, pool=search_pool(heads, FIRST), adaptive=adaptive)
+        space = SearchSpace(
+            micro.scorer("select"),
+            list(
+                heads[heads.candidate]
+                .sort_values("candidate_rank")[["layer", "head"]]
+                .itertuples(index=False, name=None)
+            ),
+            FIRST,
+            SECOND,
+            max_size=3,
+            seed=0,
+            pool=search_pool(heads, FIRST),
+            adaptive=adaptive,
+        )
         get_strategy(strategy)(space)
         combos = pd.DataFrame(space.records)
         found[adaptive] = (best_sets(combos, FIRST, SECOND, 3), space.forward_eq, combos)
@@ -158,8 +179,12 @@ def test_raced_random_baseline_percentile_equals_the_exhaustive_one(micro):
     percentile and share equal those of the 60 exact gains, at a fraction of the rows."""
     scorer = micro.scorer("heldout")
     sets = {s: HeadSet.of(micro.model, micro.best[s]) for s in (1, 2, 3)}
-    runs = {a: confirm_sets(scorer, sets, FIRST, SECOND, n_random=60, n_boot=100, adaptive=a)[0]
-            for a in (False, True)}
+    runs = {
+        a: confirm_sets(
+            scorer, sets, FIRST, SECOND, n_random=60, adaptive=a, stats=Stats(n_boot=100)
+        )[0]
+        for a in (False, True)
+    }
     exact, raced = runs[False], runs[True]
     L, H = MICRO.n_layers, MICRO.n_heads
     clean = scorer.clean()
@@ -184,8 +209,9 @@ def test_separated_sets_are_decided_only_when_their_interval_excludes_the_value(
     assert rule(means, ses, 2.0, torch.arange(4)).tolist() == [False, True, False, True]
     hurts = clearly_hurts("a")
     assert hurts(means, ses, 2.0, torch.arange(4)).tolist() == [True, True, True, True]
-    assert hurts({"a": torch.tensor([-1.0])}, {"a": torch.tensor([0.2])}, 2.0,
-                 torch.arange(1)).tolist() == [False]
+    assert hurts(
+        {"a": torch.tensor([-1.0])}, {"a": torch.tensor([0.2])}, 2.0, torch.arange(1)
+    ).tolist() == [False]
     assert np.isfinite(look_z(0.99, 10))
 
 
@@ -195,10 +221,10 @@ def test_gpu_token_budget_tiles_many_masks_per_forward():
     the measured one mask per pass)."""
     from types import SimpleNamespace
 
-    from workbench.screening import (
+    from workbench.compute import (
         DEFAULT_TOKEN_BUDGET,
         GPU_TOKEN_CAP,
-        _default_masks_per_pass,
+        default_masks_per_pass,
         device_token_budget,
     )
 
@@ -206,9 +232,10 @@ def test_gpu_token_budget_tiles_many_masks_per_forward():
     budget = device_token_budget(cfg, free_bytes=100 << 30)
     assert DEFAULT_TOKEN_BUDGET < budget <= GPU_TOKEN_CAP
     model = SimpleNamespace(cfg=cfg)
-    assert _default_masks_per_pass(model, 150, 30, budget) >= 64
+    assert default_masks_per_pass(model, 150, 30, budget) >= 64
     assert device_token_budget(SimpleNamespace(**{**vars(cfg), "device": "cpu"})) == (
-        DEFAULT_TOKEN_BUDGET)
+        DEFAULT_TOKEN_BUDGET
+    )
     small = device_token_budget(cfg, free_bytes=1 << 20)  # nearly full: never below the CPU's
     assert small == DEFAULT_TOKEN_BUDGET
 
@@ -224,11 +251,18 @@ def test_cuda_tiles_many_masks_per_forward_and_matches_the_cpu(tiny_task):
     for device in ("cpu", "cuda"):
         model = tiny_model(attn_only=False, seed=1, device=device)
         batch = encode_task(model, tiny_task, "select")
-        masks = (torch.rand(40, model.cfg.n_layers, model.cfg.n_heads,
-                            generator=torch.Generator().manual_seed(0)) < 0.3).float()
+        masks = (
+            torch.rand(
+                40,
+                model.cfg.n_layers,
+                model.cfg.n_heads,
+                generator=torch.Generator().manual_seed(0),
+            )
+            < 0.3
+        ).float()
         scorer = MaskScorer(model, batch)
         if device == "cuda":
-            assert scorer.masks_per_pass(scorer._chunks()[0]) >= 16
+            assert scorer.masks_per_pass(scorer.chunks()[0]) >= 16
         scores[device] = {m: v.cpu() for m, v in scorer.score(masks).items()}
     for m in METRICS:
         assert_close(scores["cuda"][m], scores["cpu"][m], atol=1e-4, msg=m)
@@ -244,7 +278,9 @@ def test_side_task_columns_rest_on_the_first_slice(micro):
 
     model, task = micro.model, micro.task
     side = encode_task(model, task)
-    raced = screen_heads(model, task, others={"side": side}, n_boot=50, race_on=FIRST)
+    raced = screen_heads(
+        model, task, others={"side": side}, race_on=ScreenRace(FIRST), stats=Stats(n_boot=50)
+    )
     in_pool = (raced[f"d_{FIRST}_hi"] >= -ATOL).to_numpy()
     assert in_pool.any() and not in_pool.all()
     k = first_slice(len(encode_task(model, task, "select")))  # the task's first look
@@ -274,9 +310,13 @@ def test_pool_rule_decides_membership_and_keeps_every_exhaustive_pool_head(micro
 
     assert screen_race_rule(["interaction"]) == "pool"
     assert screen_race_rule(["interaction", "greedy"]) == "hurts"
-    tables = {rule: screen_heads(micro.model, micro.task, n_boot=200, race_on=FIRST,
-                                 race_rule=rule) for rule in ("pool", "hurts")}
-    exact = screen_heads(micro.model, micro.task, n_boot=200)
+    tables = {
+        rule: screen_heads(
+            micro.model, micro.task, race_on=ScreenRace(FIRST, rule), stats=Stats(n_boot=200)
+        )
+        for rule in ("pool", "hurts")
+    }
+    exact = screen_heads(micro.model, micro.task, stats=Stats(n_boot=200))
     pool, hurts = tables["pool"], tables["hurts"]
     n_select = int(exact["d_logit_diff_n"].max())
     done = pool["d_logit_diff_n"] == n_select
@@ -290,8 +330,9 @@ def test_pool_rule_decides_membership_and_keeps_every_exhaustive_pool_head(micro
     assert (exact.loc[out.index, "d_logit_diff_hi"] < 0).all()
     assert set(search_pool(pool, FIRST)) >= set(search_pool(exact, FIRST))
     roles = {f"L{l}H{h}": r for (l, h), r in micro.roles.items()}
-    enhancing = {name for name, r in roles.items()
-                 if r in ("single", "member", "backup_a", "backup_b")}
+    enhancing = {
+        name for name, r in roles.items() if r in ("single", "member", "backup_a", "backup_b")
+    }
     assert enhancing <= {f"L{l}H{h}" for l, h in search_pool(pool, FIRST)}
     task = micro.task.name
     assert pool.attrs["forward_eq"][task] < hurts.attrs["forward_eq"][task]
@@ -300,7 +341,7 @@ def test_pool_rule_decides_membership_and_keeps_every_exhaustive_pool_head(micro
     ses = {"a": torch.tensor([0.1, 0.1, 0.0, 0.5])}
     assert rule(means, ses, 2.0, torch.arange(4)).tolist() == [False, True, False, False]
     with pytest.raises(WorkbenchError, match="race_rule"):
-        screen_heads(micro.model, micro.task, race_on=FIRST, race_rule="bogus")
+        screen_heads(micro.model, micro.task, race_on=ScreenRace(FIRST, "bogus"))
 
 
 def test_pool_random_sets_reuse_the_random_sets_and_stay_uniform():
@@ -317,11 +358,13 @@ def test_pool_random_sets_reuse_the_random_sets_and_stay_uniform():
     assert len({tuple(s) for s in sets}) == 10 and all(set(s) <= set(pool) for s in sets)
     assert sets == pool_random_head_sets(pool, 2, 10, seed=5, reuse=random_sets)
     plain = pool_random_head_sets(pool, 2, 10, seed=5)
-    assert [s for s in sets[len(inside):]] == [s for s in plain if s not in inside][
-        : 10 - len(inside)]
+    assert [s for s in sets[len(inside) :]] == [s for s in plain if s not in inside][
+        : 10 - len(inside)
+    ]
     # fewer pool sets than asked: all of them, as without reuse
     assert pool_random_head_sets(pool[:4], 2, 10, 5, reuse=random_sets) == (
-        pool_random_head_sets(pool[:4], 2, 10, 5))
+        pool_random_head_sets(pool[:4], 2, 10, 5)
+    )
     counts: dict[tuple, int] = {}
     n_seeds = 3000
     for seed in range(n_seeds):
@@ -344,16 +387,27 @@ def test_pool_baseline_reuses_scores_and_equals_scoring_the_pool_sets(micro, ada
     heads = [(l, h) for l in range(L) for h in range(H)]
     pool = heads[2:]  # 22 of 24 heads: most random sets lie in the pool
     sets = {s: HeadSet.of(micro.model, micro.best[s]) for s in (1, 2, 3)}
-    conf, _ = confirm_sets(scorer, sets, FIRST, SECOND, n_random=60, n_boot=100, pool=pool,
-                           adaptive=adaptive)
+    conf, _ = confirm_sets(
+        scorer,
+        sets,
+        FIRST,
+        SECOND,
+        n_random=60,
+        pool=pool,
+        adaptive=adaptive,
+        stats=Stats(n_boot=100),
+    )
     clean = scorer.clean()
     for i, size in enumerate((1, 2, 3)):
         random_sets = random_head_sets(L, H, size, 60, 0)
         pool_sets = pool_random_head_sets(pool, size, 60, 0, reuse=random_sets)
         shared = sum(s in random_sets for s in pool_sets)
         assert conf["n_pool_random_shared"][i] == shared > 0
-        gains = (scorer.score(masks_of(micro.model, pool_sets))[FIRST]
-                 - clean[FIRST][None]).mean(-1).numpy()
+        gains = (
+            (scorer.score(masks_of(micro.model, pool_sets))[FIRST] - clean[FIRST][None])
+            .mean(-1)
+            .numpy()
+        )
         assert_close(conf["pool_percentile"][i], percentile_of(conf[f"d_{FIRST}"][i], gains))
         new = len(pool_sets) - shared
         assert conf["pool_forward_eq"][i] <= new + 1e-9
@@ -366,20 +420,24 @@ def test_cpu_tiles_small_slices_up_to_its_token_target(gpt2_like_model, tiny_tas
     that large gets one mask per pass, and the tiled scores equal one mask per pass."""
     from types import SimpleNamespace
 
-    from workbench.screening import CPU_TOKEN_TARGET, DEFAULT_TOKEN_BUDGET, _default_masks_per_pass
+    from workbench.compute import CPU_TOKEN_TARGET, DEFAULT_TOKEN_BUDGET, default_masks_per_pass
 
     cpu = SimpleNamespace(cfg=SimpleNamespace(device="cpu"))
-    assert _default_masks_per_pass(cpu, 20, 20, DEFAULT_TOKEN_BUDGET) == CPU_TOKEN_TARGET // 400
-    assert _default_masks_per_pass(cpu, 154, 20, DEFAULT_TOKEN_BUDGET) == 1
-    assert _default_masks_per_pass(cpu, 20, 20, 800) == 2  # never past the token budget
+    assert default_masks_per_pass(cpu, 20, 20, DEFAULT_TOKEN_BUDGET) == CPU_TOKEN_TARGET // 400
+    assert default_masks_per_pass(cpu, 154, 20, DEFAULT_TOKEN_BUDGET) == 1
+    assert default_masks_per_pass(cpu, 20, 20, 800) == 2  # never past the token budget
     model = gpt2_like_model
     batch = encode_task(model, tiny_task, "select")
     scorer = MaskScorer(model, batch)
-    assert scorer.masks_per_pass(scorer._chunks()[0]) > 1
-    masks = (torch.rand(12, model.cfg.n_layers, model.cfg.n_heads,
-                        generator=torch.Generator().manual_seed(2)) < 0.4).float()
+    assert scorer.masks_per_pass(scorer.chunks()[0]) > 1
+    masks = (
+        torch.rand(
+            12, model.cfg.n_layers, model.cfg.n_heads, generator=torch.Generator().manual_seed(2)
+        )
+        < 0.4
+    ).float()
     rows = example_order(len(batch), seed=0)[:5]
     tiled = scorer.score(masks, rows=rows)
-    one = MaskScorer(model, batch, masks_per_pass=1).score(masks, rows=rows)
+    one = MaskScorer(model, batch, compute=Compute(masks_per_pass=1)).score(masks, rows=rows)
     for m in METRICS:
         assert_close(tiled[m], one[m], msg=m)

@@ -23,7 +23,7 @@ from tests.helpers import hf_head_removed, loop_head_effects
 from workbench import ablated, compute_head_means
 from workbench.encoding import TaskBatch
 from workbench.screening import screen_heads
-from workbench.stats import helpful_agreement
+from workbench.stats import Stats, helpful_agreement
 from workbench.tables import table_to_matrix
 from workbench.tasks import Example, Task
 
@@ -80,7 +80,7 @@ def batch(smollm2_hf):
 
 @pytest.fixture(scope="module")
 def exact_table(smollm2, batch):
-    return screen_heads(smollm2, batch, split=None, heads=SUBSET, n_boot=10)
+    return screen_heads(smollm2, batch, split=None, heads=SUBSET, stats=Stats(n_boot=10))
 
 
 def _real(lengths, width: int) -> torch.Tensor:
@@ -139,7 +139,8 @@ def _rows(table: pd.DataFrame, heads) -> pd.DataFrame:
 def attribution_agreement(model, batch, exact: pd.DataFrame, heads) -> dict[str, dict]:
     """`helpful_agreement` of attribution screening against exact screening on `heads`, per
     metric (zero ablation)."""
-    attribution = screen_heads(model, batch, split=None, method="attribution", n_boot=10)
+    attribution = screen_heads(model, batch, split=None, method="attribution",
+                               stats=Stats(n_boot=10))
     return {
         m: helpful_agreement(_rows(attribution, heads), _rows(exact, heads), m)
         for m in ("logprob", "logit_diff")
@@ -208,7 +209,7 @@ if __name__ == "__main__":
     print("ablations", measure_ablations(model, hf, b))
     every = [(layer, head) for layer in range(30) for head in range(9)]
     t = time.time()
-    exact = screen_heads(model, b, split=None, n_boot=10)
+    exact = screen_heads(model, b, split=None, stats=Stats(n_boot=10))
     print(f"exact screening of all 270 heads: {time.time() - t:.1f} s")
     for name, heads in (("subset", SUBSET), ("all 270 heads", every)):
         for m, a in attribution_agreement(model, b, exact, heads).items():

@@ -9,14 +9,16 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close
 from workbench import WorkbenchError
+from workbench.compute import Compute
 from workbench.confirmation import confirm_sets, example_groups, pool_random_head_sets
 from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.pipeline import screen_race_rule
-from workbench.planted import PlantSpec, planted_model, screen_scorer
-from workbench.screening import MaskScorer, masks_of, screen_heads
+from workbench.scoring import MaskScorer, masks_of
+from workbench.screening import ScreenRace, screen_heads, screen_scorer
 from workbench.search import (
     STRATEGIES,
     SearchSpace,
@@ -28,6 +30,7 @@ from workbench.search import (
     select_candidates,
 )
 from workbench.stats import (
+    Stats,
     bootstrap_weights,
     cluster_bootstrap_weights,
     clustered_bootstrap,
@@ -52,7 +55,7 @@ def micro():
 
 @pytest.fixture(scope="module")
 def micro_screen(micro):
-    heads = screen_heads(micro.model, micro.task, n_boot=200)
+    heads = screen_heads(micro.model, micro.task, stats=Stats(n_boot=200))
     return select_candidates(heads, FIRST, SECOND, 8)
 
 
@@ -71,7 +74,7 @@ def test_planted_model_logits_are_the_planted_numbers(micro):
     """The forward pass, the per-example loop and the analytic scorer agree on random masks."""
     masks = _random_masks(micro, 24, 0.3, seed=0)
     batch = encode_task(micro.model, micro.task, "select")
-    real = MaskScorer(micro.model, batch, masks_per_pass=8).score(masks)
+    real = MaskScorer(micro.model, batch, compute=Compute(masks_per_pass=8)).score(masks)
     fast = micro.scorer("select").score(masks)
     L, H = MICRO.n_layers, MICRO.n_heads
     for i, m in enumerate(masks):
@@ -130,7 +133,7 @@ def test_backup_head_gives_back_part_of_the_gain():
 
 
 def test_analytic_screen_equals_screen_heads(micro, micro_screen):
-    fast = screen_scorer(micro.scorer("select"), n_boot=200)
+    fast = screen_scorer(micro.scorer("select"), stats=Stats(n_boot=200))
     for col in ("d_logit_diff", "d_logprob", "d_accuracy", "d_logit_diff_hi"):
         assert_close(fast[col], micro_screen[col], atol=1e-4)
 
@@ -147,7 +150,8 @@ def test_size_one_screening_cannot_see_the_pair(micro, micro_screen):
 
 
 def _search(pm, heads, strategy, **kw):
-    scorer = MaskScorer(pm.model, encode_task(pm.model, pm.task, "select"), masks_per_pass=16)
+    batch = encode_task(pm.model, pm.task, "select")
+    scorer = MaskScorer(pm.model, batch, compute=Compute(masks_per_pass=16))
     space = SearchSpace(
         scorer,
         candidate_heads(heads),
@@ -213,8 +217,7 @@ def test_interaction_finalists_include_the_top_screening_candidates(micro, micro
     heads = select_candidates(micro_screen, FIRST, SECOND, 3)
     budget = 100 + 24  # 100 masks, 24 sets left: 4 finalists (4 + 6 + 4 sets of size 1-3)
     plain, _ = _search(micro, heads, "interaction", budget=budget, n_masks=100, screen_share=0)
-    mixed, _ = _search(micro, heads, "interaction", budget=budget, n_masks=100,
-                       screen_share=0.75)
+    mixed, _ = _search(micro, heads, "interaction", budget=budget, n_masks=100, screen_share=0.75)
     knocked = plain.notes["interaction"]["finalists"]  # the knockouts' top 4, in order
     pool = search_pool(heads, FIRST)
     screened = [f"L{l}H{h}" for l, h in candidate_heads(heads) if (l, h) in pool]
@@ -388,8 +391,14 @@ def _pipeline(pm, n_random=40, alpha=0.05, cluster=True, adaptive=True):
     select = pm.scorer("select")
     heldout = pm.scorer("heldout")
     heads = select_candidates(
-        screen_scorer(select, n_boot=200, race_on=FIRST if adaptive else None,
-                      race_rule=screen_race_rule(["interaction"])), FIRST, SECOND, 8
+        screen_scorer(
+            select,
+            race_on=ScreenRace(FIRST, screen_race_rule(["interaction"])) if adaptive else None,
+            stats=Stats(n_boot=200),
+        ),
+        FIRST,
+        SECOND,
+        8,
     )
     pool = search_pool(heads, FIRST)
     space = SearchSpace(
@@ -411,10 +420,10 @@ def _pipeline(pm, n_random=40, alpha=0.05, cluster=True, adaptive=True):
         SECOND,
         best_size=best,
         n_random=n_random,
-        n_boot=200,
         pool=pool,
         groups=example_groups(heldout.data) if cluster else None,
         adaptive=adaptive,
+        stats=Stats(n_boot=200),
     )
     return conf, bool((conf["p_holm"] < alpha).any())
 
@@ -425,8 +434,11 @@ def test_null_models_rarely_declare_an_enhancement(adaptive):
     raced (the default) or not. The noise is shared by the examples of a filler, so the test
     clusters by filler."""
     declared = [
-        _pipeline(planted_model(PlantSpec.null(n_layers=4, n_heads=4, seed=s)), n_random=0,
-                  adaptive=adaptive)[1]
+        _pipeline(
+            planted_model(PlantSpec.null(n_layers=4, n_heads=4, seed=s)),
+            n_random=0,
+            adaptive=adaptive,
+        )[1]
         for s in range(20)
     ]
     assert sum(declared) <= 1

@@ -8,17 +8,14 @@ import torch
 
 from tests.helpers import assert_close, linear_model, tiny_encoder
 from workbench import WorkbenchError, ablated, compute_head_means, evaluate, summarize
+from workbench.attribution import attribution_effects
+from workbench.compute import Compute
 from workbench.encoding import encode_task
 from workbench.heads import all_heads
-from workbench.screening import (
-    MaskScorer,
-    attribution_effects,
-    masks_of,
-    naive_effects,
-    screen_heads,
-    single_head_diffs,
-)
+from workbench.scoring import MaskScorer, masks_of
+from workbench.screening import naive_effects, screen_heads, single_head_diffs
 from workbench.stats import (
+    Stats,
     bootstrap_weights,
     mean_se,
     paired_bootstrap,
@@ -41,7 +38,9 @@ def test_prefix_reuse_equals_naive_loop(request, tiny_task, kind, model_name):
     model = request.getfixturevalue(model_name)
     batch = encode_task(model, tiny_task, "select")
     means = _means(model, batch)
-    exact = screen_heads(model, batch, kind, "exact", split=None, means=means, n_boot=50)
+    exact = screen_heads(
+        model, batch, kind, "exact", split=None, means=means, stats=Stats(n_boot=50)
+    )
     naive = naive_effects(model, batch, kind, means)
     for m in METRICS:
         assert_close(table_to_matrix(exact, f"d_{m}"), naive[m], msg=m)
@@ -52,7 +51,7 @@ def test_prefix_reuse_equals_naive_loop(request, tiny_task, kind, model_name):
 def test_exact_equals_evaluate_per_head(gpt2_like_model, tiny_task):
     """An independent reference: the foundation's `evaluate` with one head ablated."""
     model = gpt2_like_model
-    df = screen_heads(model, tiny_task, "zero", split="select", n_boot=20)
+    df = screen_heads(model, tiny_task, "zero", split="select", stats=Stats(n_boot=20))
     clean = summarize(evaluate(model, tiny_task, split="select"), by=None).iloc[0]
     for layer, head in [(0, 1), (1, 3)]:
         ablated_row = summarize(
@@ -72,9 +71,13 @@ def test_tiled_and_chunked_scoring_equals_one_mask_at_a_time(
     means = _means(model, batch)
     sets = [["L0H1"], ["L1H0", "L1H3"], ["L0H0", "L0H2", "L1H1"], [], ["L1H2"]]
     masks = masks_of(model, sets)
-    ref = MaskScorer(model, batch, "mean", means, masks_per_pass=1).score(masks)
+    ref = MaskScorer(model, batch, "mean", means, compute=Compute(masks_per_pass=1)).score(masks)
     got = MaskScorer(
-        model, batch, "mean", means, masks_per_pass=masks_per_pass, max_rows=max_rows
+        model,
+        batch,
+        "mean",
+        means,
+        compute=Compute(masks_per_pass=masks_per_pass, max_rows=max_rows),
     ).score(masks)
     for m in METRICS:
         assert_close(got[m], ref[m], msg=m)
@@ -90,7 +93,7 @@ def test_tiled_and_chunked_scoring_equals_one_mask_at_a_time(
 def test_table_schema_and_other_tasks(attn_model, tiny_task):
     other = tiny_task.subset("heldout")
     other.name = "other"
-    df = screen_heads(attn_model, tiny_task, others=[other], n_boot=50)
+    df = screen_heads(attn_model, tiny_task, others=[other], stats=Stats(n_boot=50))
     check_head_table(df)
     assert len(df) == 8
     for m in METRICS:
@@ -103,7 +106,7 @@ def test_table_schema_and_other_tasks(attn_model, tiny_task):
         "other": len(other),
     }
     # The other task's columns are its own screening, not a copy of the main task's.
-    direct = screen_heads(attn_model, other, split=None, n_boot=50)
+    direct = screen_heads(attn_model, other, split=None, stats=Stats(n_boot=50))
     assert_close(df["d_logprob_other"], direct["d_logprob"])
 
 
@@ -121,8 +124,8 @@ def test_attribution_is_exact_when_the_metric_is_linear_in_z(tiny_task):
 
 
 def test_attribution_table_ranks_like_exact(gpt2_like_model, tiny_task):
-    att = screen_heads(gpt2_like_model, tiny_task, method="attribution", n_boot=20)
-    exact = screen_heads(gpt2_like_model, tiny_task, method="exact", n_boot=20)
+    att = screen_heads(gpt2_like_model, tiny_task, method="attribution", stats=Stats(n_boot=20))
+    exact = screen_heads(gpt2_like_model, tiny_task, method="exact", stats=Stats(n_boot=20))
     check_head_table(att)
     assert list(att.columns) == list(exact.columns)
     assert rank_correlation(att["d_logit_diff"], exact["d_logit_diff"]) > 0.7
@@ -139,7 +142,7 @@ def _mlm_metric(model, tokens):
 def test_custom_metric_on_hooked_encoder():
     enc = tiny_encoder()
     tokens = torch.randint(0, 30, (5, 7))
-    df = screen_heads(enc, tokens, metric=_mlm_metric, n_boot=20)
+    df = screen_heads(enc, tokens, metric=_mlm_metric, stats=Stats(n_boot=20))
     check_head_table(df)
     clean = _mlm_metric(enc, tokens)["lp"]
     for layer, head in all_heads(enc):
@@ -147,7 +150,9 @@ def test_custom_metric_on_hooked_encoder():
             ref = (_mlm_metric(enc, tokens)["lp"] - clean).mean()
         row = df[(df["layer"] == layer) & (df["head"] == head)].iloc[0]
         assert_close(row["d_lp"], ref)
-    att = screen_heads(enc, tokens, metric=_mlm_metric, method="attribution", n_boot=20)
+    att = screen_heads(
+        enc, tokens, metric=_mlm_metric, method="attribution", stats=Stats(n_boot=20)
+    )
     assert np.isfinite(att["d_lp"]).all()
     assert rank_correlation(att["d_lp"], df["d_lp"]) > 0.5
     with pytest.raises(WorkbenchError, match="means"):
@@ -214,7 +219,7 @@ def test_custom_metric_on_transformer_bridge(tmp_path):
     bridge = TransformerBridge.boot_transformers(str(tmp_path / "g"), device="cpu")
     bridge.enable_compatibility_mode(disable_warnings=True, fold_value_biases=False)
     tokens = torch.randint(0, 50, (6, 7))
-    df = screen_heads(bridge, tokens, metric=_last_logprob, n_boot=20)
+    df = screen_heads(bridge, tokens, metric=_last_logprob, stats=Stats(n_boot=20))
     clean = _last_logprob(bridge, tokens)
     for layer, head in [(0, 1), (1, 2)]:
         with ablated(bridge, [(layer, head)]), torch.no_grad():
@@ -222,7 +227,9 @@ def test_custom_metric_on_transformer_bridge(tmp_path):
         row = df[(df["layer"] == layer) & (df["head"] == head)].iloc[0]
         assert_close(row["d_metric"], ref)
     assert df["d_metric"].abs().max() > 1e-4
-    att = screen_heads(bridge, tokens, metric=_last_logprob, method="attribution", n_boot=20)
+    att = screen_heads(
+        bridge, tokens, metric=_last_logprob, method="attribution", stats=Stats(n_boot=20)
+    )
     assert rank_correlation(att["d_metric"], df["d_metric"]) > 0.5
 
 
@@ -232,8 +239,9 @@ def test_attribution_on_a_first_look_scores_the_racing_orders_first_examples(
     """A side task's per-head columns rest on its first look (`max_examples`): attribution then
     estimates on those examples of the racing order alone, as exact screening scores them, and
     leaves the others NaN."""
+    from workbench.attribution import attribution_effects
     from workbench.racing import example_order
-    from workbench.screening import attribution_effects, single_head_diffs
+    from workbench.screening import single_head_diffs
 
     batch = encode_task(gpt2_like_model, tiny_task)
     k = 5

@@ -11,11 +11,13 @@ import torch
 
 from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, ablated, evaluate, summarize
+from workbench.compute import Compute
 from workbench.demo import HARMFUL_HEAD, HELPFUL_HEADS, REDUNDANT_PAIR
 from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
-from workbench.screening import MaskScorer, masks_of, screen_heads
+from workbench.scoring import MaskScorer, masks_of
+from workbench.screening import screen_heads
 from workbench.search import (
     STRATEGIES,
     SearchSpace,
@@ -26,6 +28,7 @@ from workbench.search import (
     search_pool,
     select_candidates,
 )
+from workbench.stats import Stats
 from workbench.tasks import load_task
 
 BEST = {1: HARMFUL_HEAD, 2: ",".join(REDUNDANT_PAIR), 3: "L0H1,L0H3,L1H1"}
@@ -60,7 +63,9 @@ def test_micro_model_is_what_it_claims(micro):
 
 
 def _space(model, task, **kw):
-    heads = select_candidates(screen_heads(model, task, n_boot=200), "accuracy", "logprob", 8)
+    heads = select_candidates(
+        screen_heads(model, task, stats=Stats(n_boot=200)), "accuracy", "logprob", 8
+    )
     scorer = MaskScorer(model, encode_task(model, task, "select"))
     return SearchSpace(scorer, candidate_heads(heads), "accuracy", "logprob", **kw)
 
@@ -136,10 +141,14 @@ def test_candidates_rule():
 
 
 def test_search_pool_falls_back_to_the_secondary_when_the_objective_has_no_interval():
-    df = pd.DataFrame({
-        "layer": [0, 0, 1], "head": [0, 1, 0],
-        "d_accuracy_hi": [0.1, -0.2, 0.0], "d_logprob_hi": [-0.5, 0.3, -1e-6],
-    })
+    df = pd.DataFrame(
+        {
+            "layer": [0, 0, 1],
+            "head": [0, 1, 0],
+            "d_accuracy_hi": [0.1, -0.2, 0.0],
+            "d_logprob_hi": [-0.5, 0.3, -1e-6],
+        }
+    )
     assert search_pool(df, "accuracy", second="logprob") == [(0, 0), (1, 0)]
     # attribution on a multi-token task: no accuracy interval, the log-prob decides
     blind = df.assign(d_accuracy_hi=np.nan)
@@ -163,7 +172,7 @@ def test_batched_set_scores_equal_one_ablated_run(micro):
     model, task, _ = micro
     batch = encode_task(model, task, "heldout")
     sets = [["L0H3"], ["L0H1", "L1H1"], ["L1H2", "L0H0", "L0H3"], ["L1H0"]]
-    tiled = MaskScorer(model, batch, masks_per_pass=4).score(masks_of(model, sets))
+    tiled = MaskScorer(model, batch, compute=Compute(masks_per_pass=4)).score(masks_of(model, sets))
     clean = MaskScorer(model, batch).clean()
     for i, s in enumerate(sets):
         with ablated(model, s), torch.no_grad():

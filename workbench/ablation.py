@@ -187,7 +187,7 @@ def _replace_heads_hook(
     return z
 
 
-def _fill_for(
+def fill_for(
     kind: AblationKind,
     means: HeadMeans | None,
     layer: int,
@@ -195,6 +195,8 @@ def _fill_for(
     per_position: bool,
     resample: Tensor | None = None,
 ) -> Tensor | None:
+    """What replaces the `z` of `heads` at `layer`: None for zero ablation, else `[head, d]`
+    means, `[pos, head, d]` per-position means, or `[batch, pos, head, d]` resampled z."""
     if kind is AblationKind.RESAMPLE:
         if resample is None:
             raise WorkbenchError(
@@ -215,6 +217,29 @@ def _fill_for(
     return means.averaged[layer, heads]
 
 
+def replacement_z(
+    z: Float[Tensor, "batch pos head_index d_head"],
+    kind: AblationKind,
+    means: HeadMeans | None,
+    layer: int,
+    per_position: bool = False,
+) -> Float[Tensor, "batch pos head_index d_head"]:
+    """What zero or mean ablation puts in place of every head's `z` at `layer`, shaped like
+    `z` (attribution screening's `z_ablated`)."""
+    fill = fill_for(kind, means, layer, list(range(z.shape[2])), per_position)
+    if fill is None:
+        return torch.zeros_like(z)
+    fill = fill.to(device=z.device, dtype=z.dtype)
+    if fill.ndim == 3:  # per position: [pos, head, d]
+        if fill.shape[0] < z.shape[1]:
+            raise WorkbenchError(
+                f"per-position means cover {fill.shape[0]} positions but the input has "
+                f"{z.shape[1]}; compute the means on prompts of this length"
+            )
+        return fill[: z.shape[1]][None].expand_as(z)
+    return fill.expand_as(z)
+
+
 def ablation_hooks(
     model,
     heads: Iterable[HeadSpec] | HeadSet | None,
@@ -231,7 +256,7 @@ def ablation_hooks(
     head_set = HeadSet.of(model, heads)
     hooks = []
     for layer, layer_heads in head_set.by_layer().items():
-        fill = _fill_for(kind, means, layer, layer_heads, per_position, resample)
+        fill = fill_for(kind, means, layer, layer_heads, per_position, resample)
         idx = torch.tensor(layer_heads)  # moved to z.device inside the hook
         hooks.append((_hook_z_name(layer), partial(_replace_heads_hook, heads=idx, fill=fill)))
     return hooks
@@ -304,7 +329,7 @@ def mask_hooks(
     for layer in range(n_layers):
         if layer not in allowed or not bool(masks[:, layer].any()):
             continue
-        fill = _fill_for(kind, means, layer, list(range(n_heads)), per_position, resample)
+        fill = fill_for(kind, means, layer, list(range(n_heads)), per_position, resample)
         keep = 1.0 - masks[:, layer]
         hooks.append((_hook_z_name(layer), partial(_mask_hook, keep=keep, fill=fill)))
     return hooks

@@ -52,8 +52,9 @@ import torch
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
 from workbench.racing import race, separated_from
-from workbench.screening import MaskScorer, masks_of
+from workbench.scoring import Scorer, masks_of
 from workbench.stats import (
+    Stats,
     clustered_bootstrap,
     effect_summary,
     example_counts,
@@ -164,23 +165,19 @@ def example_groups(data) -> list | None:
 
 
 def confirm_sets(
-    heldout: MaskScorer,
+    heldout: Scorer,
     sets: Mapping[int, HeadSet],
     objective: str,
     secondary: str | None = None,
-    others: Mapping[str, MaskScorer] | None = None,
+    others: Mapping[str, Scorer] | None = None,
     best_size: int | None = None,
     select_gains: Mapping[int, float] | None = None,
     n_random: int = 200,
-    n_boot: int = 1000,
-    ci: float = 0.95,
-    seed: int = 0,
-    progress: bool = False,
+    stats: Stats | None = None,
     *,
     pool=None,
     groups=None,
     other_groups: Mapping[str, list] | None = None,
-    n_flips: int = 10000,
     adaptive: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
@@ -194,11 +191,12 @@ def confirm_sets(
         select_gains: size -> the set's objective gain on the selection split (reported
             next to the held-out gain).
         n_random: random sets per size; 0 skips the baseline.
+        stats: the bootstrap's resamples, level and seed, and the sign flips of the p-values
+            (`Stats()` by default); `seed` also draws the random sets.
         pool: heads the second random baseline draws from (None: no pool baseline).
         groups: per-example cluster labels of the held-out split (`example_groups`), or None
             for independent examples.
         other_groups: the same for each side-effect task.
-        n_flips: sign patterns for the p-values when there are more than that.
         adaptive: race the random sets (`workbench.racing`): a set is scored on more held-out
             examples only while its interval still contains the found set's gain (on the
             objective or the secondary), so the percentiles and shares equal the exhaustive
@@ -208,6 +206,9 @@ def confirm_sets(
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
     """
+    stats = stats or Stats()
+    n_boot, ci, seed, n_flips = stats.n_boot, stats.ci, stats.seed, stats.n_flips
+    progress = heldout.compute.progress
     model = heldout.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
     _check_clusters(groups, "held-out split")

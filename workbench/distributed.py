@@ -234,7 +234,7 @@ def _first_layers(masks: Tensor, n_layers: int) -> Tensor:
 def _pass_granularity(scorer) -> int:
     """A multiple of every `masks_per_pass` the scorer uses, so that shards cut at multiples
     of it (within one first-layer group) leave each tiled forward's masks together."""
-    sizes = {scorer.masks_per_pass(chunk) for chunk in scorer._chunks()}
+    sizes = {scorer.masks_per_pass(chunk) for chunk in scorer.chunks()}
     return math.lcm(*sizes) if sizes else 1
 
 

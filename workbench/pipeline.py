@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
+from workbench.compute import Compute
 from workbench.config import CELConfig
 from workbench.confirmation import MIN_CLUSTERS, confirm_sets, example_groups
 from workbench.encoding import TaskBatch, encode_task
@@ -36,14 +37,8 @@ from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.heads import HeadSet
 from workbench.metrics import NORMALIZED_METRICS, multi_token_metric, task_metric
 from workbench.results import CELResult, flagged_heads, mark_best
-from workbench.screening import (
-    DEFAULT_CACHE_BYTES,
-    CustomMetric,
-    MaskScorer,
-    resolve_task,
-    screen_heads,
-    single_head_diffs,
-)
+from workbench.scoring import CustomMetric, MaskScorer
+from workbench.screening import ScreenRace, resolve_task, screen_heads, single_head_diffs
 from workbench.search import (
     RANKED_STRATEGIES,
     SearchSpace,
@@ -54,38 +49,10 @@ from workbench.search import (
     search_pool,
     select_candidates,
 )
-from workbench.stats import helpful_agreement, rank_correlation
+from workbench.stats import Stats, helpful_agreement, rank_correlation
 from workbench.store import ResultStore
 from workbench.tables import head_name
 from workbench.tasks import Task
-
-
-@dataclass
-class Compute:
-    """How a run computes, not what it computes (not part of the config).
-
-    Attributes:
-        max_rows: the most rows (masks x examples) per forward; None picks per device.
-        masks_per_pass: masks per tiled forward; None picks per device.
-        token_budget: the most tokens (rows x padded length) per forward; None picks per
-            device (`workbench.screening.device_token_budget`).
-        cache_bytes: the most bytes of cached residuals a scorer keeps between calls.
-        offload: keep those caches in CPU memory.
-        progress: show progress bars.
-    """
-
-    max_rows: int | None = None
-    masks_per_pass: int | None = None
-    token_budget: int | None = None
-    cache_bytes: int = DEFAULT_CACHE_BYTES
-    offload: bool = False
-    progress: bool = True
-
-    def scorer_options(self) -> dict:
-        """The options `MaskScorer`, `screen_heads` and `single_head_diffs` share."""
-        return dict(max_rows=self.max_rows, masks_per_pass=self.masks_per_pass,
-                    token_budget=self.token_budget, cache_bytes=self.cache_bytes,
-                    offload=self.offload)
 
 
 @dataclass
@@ -102,13 +69,17 @@ class _Run:
     compute: Compute
 
     @property
+    def stats(self) -> Stats:
+        return Stats(self.config.n_boot, self.config.ci, self.config.seed)
+
+    @property
     def order(self) -> tuple[str, str | None]:
         return rank_order(self.config.objective, self.config.secondary, self.config.rank_by)
 
     def scorer(self, data, means: HeadMeans | None = None) -> MaskScorer:
         return MaskScorer(self.model, data, kind=self.config.kind, means=means,
                           metric=task_metric(self.metric, data),
-                          per_position=self.config.per_position, **self.compute.scorer_options())
+                          per_position=self.config.per_position, compute=self.compute)
 
     def means_of(self, data: TaskBatch) -> HeadMeans | None:
         """Mean-ablation means over `data`'s own prompts (None for other kinds)."""
@@ -164,10 +135,7 @@ def run_cel(
         >>> result.confirmation[["size", "heads", "d_accuracy", "percentile"]]
     """
     t0 = time.perf_counter()
-    compute = compute or Compute()
-    for name in (f.name for f in dataclasses.fields(Compute)):
-        if name in settings:
-            compute = dataclasses.replace(compute, **{name: settings.pop(name)})
+    compute = Compute.split_settings(settings, compute)
     if "strategy" in settings:
         settings["strategies"] = settings.pop("strategy")
     if "model_name" in settings:
@@ -258,20 +226,18 @@ def run_cel(
 
 def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
     """Stage 1: the single-head screening table with the candidates marked."""
-    config, c = run.config, run.compute
+    config = run.config
+    race = ScreenRace(run.order[0], screen_race_rule(config.strategies))
     heads = screen_heads(run.model, run.select, config.kind, config.method, split=None,
                          others=run.others if config.side_screening else (),
-                         metric=run.metric, means=run.means,
-                         n_boot=config.n_boot, ci=config.ci, seed=config.seed,
-                         progress=c.progress, per_position=config.per_position,
-                         race_on=run.order[0] if config.adaptive else None,
-                         race_rule=screen_race_rule(config.strategies),
-                         **c.scorer_options())
+                         metric=run.metric, means=run.means, per_position=config.per_position,
+                         stats=run.stats, race_on=race if config.adaptive else None,
+                         compute=run.compute)
     result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
     if config.method == "attribution" and config.check_attribution:
         _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
-                                     run.metric, progress=c.progress, desc="exact check",
-                                     per_position=config.per_position, **c.scorer_options())
+                                     run.metric, per_position=config.per_position,
+                                     compute=run.compute, desc="exact check")
         rho, agreement = {}, {}
         for m, d in exact.items():
             heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()
@@ -330,8 +296,7 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
     result.summary["clustered"] = {n: g is not None for n, g in groups.items()}
     confirmation, side_effects = confirm_sets(
         heldout, {s: HeadSet.of(run.model, n) for s, n in sets.items()}, config.objective,
-        config.secondary, others, best_size, select_gains, config.n_random, config.n_boot,
-        config.ci, config.seed, run.compute.progress,
+        config.secondary, others, best_size, select_gains, config.n_random, run.stats,
         pool=search_pool(result.heads, run.order[0], second=run.order[1]), groups=groups["heldout"],
         other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None},
         adaptive=config.adaptive)

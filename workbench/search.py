@@ -69,11 +69,9 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
+from workbench.options import STRATEGY_NAMES, choose
 from workbench.racing import ATOL, example_order, first_slice, interval, race
-from workbench.screening import (
-    MaskScorer,
-    masks_of,
-)
+from workbench.scoring import MaskScorer, masks_of
 from workbench.tables import head_name
 
 HeadTuple = tuple[Head, ...]
@@ -450,11 +448,8 @@ RANKED_STRATEGIES = frozenset({"exhaustive", "greedy", "beam"})
 
 
 def get_strategy(name: str) -> Strategy:
-    if name not in STRATEGIES:
-        raise WorkbenchError(
-            f"search strategy {name!r} is unknown; expected one of {sorted(STRATEGIES)}"
-        )
-    return STRATEGIES[name]
+    """The strategy named `name`, one of `workbench.options.STRATEGY_NAMES`."""
+    return STRATEGIES[choose(name, STRATEGY_NAMES, "search strategy")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ standard error is `std(ddof=1) / sqrt(n)`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import torch
@@ -21,6 +23,31 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.errors import WorkbenchError
+
+
+@dataclass(frozen=True)
+class Stats:
+    """How intervals and p-values are computed.
+
+    Attributes:
+        n_boot: paired bootstrap resamples.
+        ci: the intervals' coverage (and the level racing's looks are corrected to).
+        seed: seeds the resamples, the sign flips and the racing order.
+        n_flips: sign patterns of the sign-flip p-values when there are more than that.
+    """
+
+    n_boot: int = 1000
+    ci: float = 0.95
+    seed: int = 0
+    n_flips: int = 10000
+
+    def __post_init__(self) -> None:
+        for name, low in (("n_boot", 1), ("seed", 0), ("n_flips", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise WorkbenchError(f"{name} must be an integer >= {low}; got {value!r}")
+        if not 0.0 < self.ci < 1.0:
+            raise WorkbenchError(f"ci must be in (0, 1); got {self.ci}")
 
 
 def mean_se(diffs: Float[Tensor, "n_rows batch"]) -> tuple[Tensor, Tensor]:

@@ -36,20 +36,18 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
-import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from workbench.compute import QUIET
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
 from workbench.metrics import score_logits
-from workbench.racing import SCREEN_RULES, race
-from workbench.screening import _Targets, effect_column, masks_of
-from workbench.stats import effect_summary
-from workbench.tables import head_name, head_table
+from workbench.scoring import Targets
+from workbench.tables import head_name
 from workbench.tasks import Example, Task
 from workbench.tokenizer import WordTokenizer
 
@@ -194,12 +192,13 @@ class AnalyticScorer:
     shares the helpful heads' and readers' sum, `y<i>` gets 1 more, `D` the harmful sum, every
     other token 0) and scored by the same `score_logits` as the model's, so search strategies
     see the numbers a forward pass would give at a tiny fraction of the cost. For benchmarks at
-    1024 heads on a CPU; `tests/test_planted.py` checks it against `MaskScorer`.
+    1024 heads on a CPU; `tests/test_recall.py` checks it against `MaskScorer`.
     """
 
     def __init__(self, planted: "PlantedModel", data: TaskBatch) -> None:
         self.model, self.data, self.planted = planted, data, planted
         self.model = planted.model
+        self.compute = QUIET  # no progress bars: a closed-form score is instant
         spec = planted.spec
         L, H = spec.n_layers, spec.n_heads
         n = L * H
@@ -265,7 +264,7 @@ class AnalyticScorer:
     def _score(self, removed: Tensor) -> dict[str, Tensor]:
         batch = len(self.data)
         k = removed.shape[0]
-        targets = _Targets.of(self.data, k)
+        targets = Targets.of(self.data, k)
         return {
             m: v.view(k, batch) for m, v in score_logits(self._logits(removed), targets).items()
         }
@@ -292,25 +291,6 @@ class AnalyticScorer:
         if rows is None:
             return full
         return {m: v[:, torch.as_tensor(rows).cpu()] for m, v in full.items()}
-
-
-def screen_scorer(
-    scorer, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, race_on: str | None = None,
-    race_rule: str = "hurts",
-) -> pd.DataFrame:
-    """The single-head screening table (`screen_heads`'s schema for the main task) from any
-    scorer with `clean()` / `score(masks, rows=...)`, e.g. an `AnalyticScorer`; raced on
-    `race_on` by `race_rule` as `screen_heads` races (None: every head on every example)."""
-    model = scorer.model
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    heads = [(l, h) for l in range(L) for h in range(H)]
-    rule = SCREEN_RULES[race_rule](race_on) if race_on is not None else None
-    raced = race(scorer, masks_of(model, [[h] for h in heads]), rule, seed, ci)
-    columns = {}
-    for m, d in raced.diffs.items():
-        for stat, values in effect_summary(d, n_boot, seed, ci).items():
-            columns[effect_column(m, stat)] = values.view(L, H)
-    return head_table(columns, L, H)
 
 
 def _as_head(h) -> Head:
@@ -510,7 +490,7 @@ def planted_model(spec: PlantSpec | None = None, device: str = "cpu") -> Planted
         examples=examples,
         metric="logit_diff",
         description="answer y<i> to 'f<j> x<i>' on a planted model; D is the distractor",
-        source="workbench.planted",
+        source="bench/planted.py",
     )
     planted = [h for h, r in pm.roles.items() if r in ("single", "member", "backup_a", "backup_b")]
     for size in (1, 2, 3):
