@@ -25,10 +25,13 @@ prompt), one module per angle:
   rest went through later layers or the final layer norm's scale.
 
 `explain_heads` (`explanation`) runs all of it on one forward pass (`capture`) and returns a
-`HeadExplanation` holding the tables; `figures` draws them with matplotlib. Per-head tables
-follow the schema of `workbench.tables` (`layer, head, head_name` first); per-example tables
-start with `id, layer, head, head_name`. Logits and log-probs are in nats; attention is a
-fraction in [0, 1]; entropy is in nats.
+`HeadExplanation` holding the tables; `figures` draws them with matplotlib; `report`
+(`explain_folder`) writes one into a CEL results folder and its `report.md`. The helpers the
+modules share (`capture`, `attribute`, `roles_for`, the `*_table` builders) are public names
+of their modules but not exported here. Per-head tables follow the schema of
+`workbench.tables` (`layer, head, head_name` first); per-example tables start with `id, layer,
+head, head_name`. Logits and log-probs are in nats; attention is a fraction in [0, 1]; entropy
+is in nats.
 
 Example:
     >>> ex = explain_heads(model, task, ["L1H2"], split="heldout")

@@ -6,10 +6,11 @@ different lengths and wordings into comparable numbers: the roles come from the 
 labels them (e.g. `marker`, `context`, `query`, with `bos` at position 0), else from position
 (`bos`, `previous`, `self`, `other`) and from the answers (`answer` / `wrong`: an earlier token
 equal to a correct / wrong answer, such as IOI's indirect object and subject), chosen through
-the `ROLE_SCHEMES` registry. Attention to
-a role is a fraction of the head's attention, so the roles of one example sum to 1; the
-entropy (nats) says how spread the attention is. `summarize_attention` averages the
-per-example table per head, optionally split by whether ablation fixed or broke the example.
+the `ROLE_SCHEMES` registry. Attention to a role is a fraction of the head's attention, so
+the roles of one example sum to 1; the entropy (nats) says how spread the attention is.
+`summarize_attention` averages the per-example table per head, optionally split by whether
+ablation fixed or broke the example. `roles_for` (every prompt's roles) and `attention_table`
+(the table from a `capture`) are shared with `circuits` and `explain_heads`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
-from workbench.explain.capture import _as_batch, _attach_outcome, _Capture, _capture
+from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import INDEX_COLUMNS, head_name
 from workbench.tasks import Task
@@ -79,7 +80,8 @@ ROLE_SCHEMES: dict[str, Callable[[TaskBatch, int], list[str]]] = {
 }
 
 
-def _roles_for(batch: TaskBatch, scheme: RoleScheme) -> list[list[str]]:
+def roles_for(batch: TaskBatch, scheme: RoleScheme) -> list[list[str]]:
+    """The role of every position of every prompt under `scheme` (see `attention_by_role`)."""
     if scheme == "auto":
         # without answer tokens in the prompts, the answer roles are the positional ones
         scheme = "task" if batch.roles is not None else "answers"
@@ -103,9 +105,10 @@ def _entropy(p: Float[Tensor, "... key_pos"]) -> Float[Tensor, "..."]:
     return -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
 
 
-def _attention_table(
-    cap: _Capture, heads: HeadSet, roles: list[list[str]], outcomes: pd.DataFrame | None
+def attention_table(
+    cap: Capture, heads: HeadSet, roles: list[list[str]], outcomes: pd.DataFrame | None
 ) -> pd.DataFrame:
+    """`attention_by_role`'s table from a capture and the prompts' roles (`roles_for`)."""
     batch = cap.batch
     order = _role_order(roles)
     records = []
@@ -133,7 +136,7 @@ def _attention_table(
                 }
             )
     df = pd.DataFrame(records)
-    return _attach_outcome(df, outcomes)
+    return attach_outcome(df, outcomes)
 
 
 def attention_by_role(
@@ -165,13 +168,14 @@ def attention_by_role(
         position), and `attn_<role>` for every role: the fraction of attention on that role's
         positions (0 where the example has none); the `attn_*` of a row sum to 1.
     """
-    batch = _as_batch(model, task, split)
+    batch = as_batch(model, task, split)
     head_set = HeadSet.of(model, heads)
-    cap = _capture(model, batch, batch_size)
-    return _attention_table(cap, head_set, _roles_for(batch, roles), outcomes)
+    cap = capture(model, batch, batch_size)
+    return attention_table(cap, head_set, roles_for(batch, roles), outcomes)
 
 
-def _role_columns(df: pd.DataFrame) -> list[str]:
+def role_columns(df: pd.DataFrame) -> list[str]:
+    """The `attn_<role>` columns of an attention table or its summary, in table order."""
     return [c for c in df.columns if c.startswith("attn_")]
 
 
@@ -196,7 +200,7 @@ def summarize_attention(
         raise WorkbenchError(
             f"attention table has no column {by!r}; columns: {list(attention.columns)}"
         )
-    role_cols = _role_columns(attention)
+    role_cols = role_columns(attention)
     rows = []
     for key, df in attention.groupby(keys, sort=True):
         key = key if isinstance(key, tuple) else (key,)

@@ -23,6 +23,10 @@ architectures. With several acceptable (or wrong) answers, the direction is the 
 directions, so the attributions sum to the mean answer logit minus the mean wrong logit. When
 an example has no wrong answer, its wrong answer is the clean model's highest-scoring
 non-answer token (`wrong_source = "rival"`).
+
+`attribute` splits a `capture`'s logits into these components once (`Attribution`), for
+`removal` and `explain_heads` too; `logit_directions` and `final_norm_param` are the final
+norm's reading of the residual stream that `circuits` and `removal` reuse.
 """
 
 from __future__ import annotations
@@ -39,13 +43,13 @@ from torch import Tensor
 
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
-from workbench.explain.capture import _as_batch, _Capture, _capture
+from workbench.explain.capture import Capture, as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import INDEX_COLUMNS, head_name
 from workbench.tasks import Task
 from workbench.tokenizer import get_tokenizer
 
-_LN_CENTRED = ("LN", "LNPre")
+LN_CENTRED = ("LN", "LNPre")  # final norms that centre the residual stream over d_model
 
 
 def _id_mask(ids: Int[Tensor, "batch k"], d_vocab: int) -> Tensor:
@@ -55,7 +59,7 @@ def _id_mask(ids: Int[Tensor, "batch k"], d_vocab: int) -> Tensor:
     return hits > 0
 
 
-def _wrong_ids(model, cap: _Capture) -> tuple[Tensor, list[str]]:
+def _wrong_ids(model, cap: Capture) -> tuple[Tensor, list[str]]:
     """Each example's wrong answers (padded with -1); the clean model's best non-answer token
     (over the candidates when the task has them) where the example has none."""
     batch = cap.batch
@@ -78,12 +82,12 @@ def _wrong_ids(model, cap: _Capture) -> tuple[Tensor, list[str]]:
     return ids, ["task" if bool(h) else "rival" for h in has_wrong]
 
 
-def _final_norm_param(model, name: str) -> Tensor | None:
+def final_norm_param(model, name: str) -> Float[Tensor, " d_model"] | None:
     """The final norm's weight `w` or bias `b`; None when folded away or there is no norm."""
     return getattr(getattr(model, "ln_final", None), name, None)
 
 
-def _directions(
+def logit_directions(
     model, ids: Int[Tensor, "batch k"]
 ) -> tuple[Float[Tensor, "batch d_model"], Float[Tensor, " batch"]]:
     """The mean effective unembedding direction of each row's ids, and the constant term.
@@ -97,19 +101,19 @@ def _directions(
         raise WorkbenchError("every example needs at least one answer and one wrong token")
     cols = model.W_U[:, ids.clamp(min=0)].permute(1, 2, 0).float()  # (B, K, d)
     const = model.b_U[ids.clamp(min=0)].float()  # (B, K)
-    b = _final_norm_param(model, "b")
+    b = final_norm_param(model, "b")
     if b is not None:
         const = const + cols @ b.float()
-    w = _final_norm_param(model, "w")
+    w = final_norm_param(model, "w")
     if w is not None:
         cols = cols * w.float()
-    if model.cfg.normalization_type in _LN_CENTRED:
+    if model.cfg.normalization_type in LN_CENTRED:
         cols = cols - cols.mean(-1, keepdim=True)
     weights = valid / valid.sum(-1, keepdim=True)
     return (cols * weights[..., None]).sum(1), (const * weights).sum(1)
 
 
-def _logit_parts(model, cap: _Capture, direction: Tensor, const: Tensor) -> dict[str, Tensor]:
+def _logit_parts(model, cap: Capture, direction: Tensor, const: Tensor) -> dict[str, Tensor]:
     """Each component's share of `direction`'s logit: name -> `[batch]` or `[batch, layer(,
     head)]`."""
     d = direction / cap.scale[:, None]  # (B, d)
@@ -134,25 +138,34 @@ def _logit_parts(model, cap: _Capture, direction: Tensor, const: Tensor) -> dict
 
 
 @dataclass
-class _Attribution:
+class Attribution:
+    """Every component's direct logit attribution onto the answers and the wrong answers.
+
+    `answer` and `wrong` map a component (`embed`, `pos_embed`, `head`, `b_O`, `mlp`, `b_U`,
+    `other`) to its share of the logit, `[batch]`, `[batch, layer]` or, for `head`,
+    `[batch, layer, head_index]` (nats).
+    """
+
     answer: dict[str, Tensor]
     wrong: dict[str, Tensor]
-    wrong_ids: Tensor
-    wrong_source: list[str]
+    wrong_ids: Int[Tensor, "batch k"]  # padded with -1
+    wrong_source: list[str]  # per example: "task" or "rival"
 
     def diff(self, key: str) -> Tensor:
+        """The component's attribution onto the answers minus that onto the wrong answers."""
         return self.answer[key] - self.wrong[key]
 
 
-def _attribute(model, cap: _Capture) -> _Attribution:
+def attribute(model, cap: Capture) -> Attribution:
+    """Split the captured logits of the answers and wrong answers into components."""
     wrong_ids, source = _wrong_ids(model, cap)
     with torch.no_grad():
-        answer = _logit_parts(model, cap, *_directions(model, cap.batch.answer_ids))
-        wrong = _logit_parts(model, cap, *_directions(model, wrong_ids))
-    return _Attribution(answer, wrong, wrong_ids, source)
+        answer = _logit_parts(model, cap, *logit_directions(model, cap.batch.answer_ids))
+        wrong = _logit_parts(model, cap, *logit_directions(model, wrong_ids))
+    return Attribution(answer, wrong, wrong_ids, source)
 
 
-def _components_table(model, cap: _Capture, att: _Attribution) -> pd.DataFrame:
+def _components_table(model, cap: Capture, att: Attribution) -> pd.DataFrame:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     ids = cap.batch.task.ids
     frames = []
@@ -207,9 +220,9 @@ def dla_components(
         components of one example, `dla_correct` is the answer's logit and `dla_diff` is the
         answer-minus-wrong logit difference (see the module docstring).
     """
-    batch = _as_batch(model, task, split)
-    cap = _capture(model, batch, batch_size)
-    return _components_table(model, cap, _attribute(model, cap))
+    batch = as_batch(model, task, split)
+    cap = capture(model, batch, batch_size)
+    return _components_table(model, cap, attribute(model, cap))
 
 
 def comparison_heads(model, heads: Iterable[HeadSpec] | HeadSet, seed: int = 0) -> HeadSet:
@@ -232,9 +245,10 @@ def comparison_heads(model, heads: Iterable[HeadSpec] | HeadSet, seed: int = 0) 
     return HeadSet.of(model, picks)
 
 
-def _dla_table(
-    model, cap: _Capture, att: _Attribution, heads: HeadSet, comparison: HeadSet
+def dla_table(
+    model, cap: Capture, att: Attribution, heads: HeadSet, comparison: HeadSet
 ) -> pd.DataFrame:
+    """`direct_logit_attribution`'s table from a capture and its `attribute`."""
     tok = get_tokenizer(model)
     batch = cap.batch
     answer = tok.str_tokens(batch.answer_ids[:, 0].tolist())
@@ -283,14 +297,15 @@ def direct_logit_attribution(
         One row per (example, head): `id, layer, head, head_name, head_group, answer, wrong,
         wrong_source` (`task` or `rival`), `dla_correct, dla_wrong, dla_diff` (nats).
     """
-    batch = _as_batch(model, task, split)
+    batch = as_batch(model, task, split)
     head_set = HeadSet.of(model, heads)
-    comp = _resolve_comparison(model, head_set, comparison, seed)
-    cap = _capture(model, batch, batch_size)
-    return _dla_table(model, cap, _attribute(model, cap), head_set, comp)
+    comp = resolve_comparison(model, head_set, comparison, seed)
+    cap = capture(model, batch, batch_size)
+    return dla_table(model, cap, attribute(model, cap), head_set, comp)
 
 
-def _resolve_comparison(model, heads: HeadSet, comparison, seed: int) -> HeadSet:
+def resolve_comparison(model, heads: HeadSet, comparison, seed: int) -> HeadSet:
+    """The comparison heads: drawn for `"random"`, else the given ones, none in `heads`."""
     if isinstance(comparison, str) and comparison == "random":
         return comparison_heads(model, heads, seed)
     comp = HeadSet.of(model, comparison)

@@ -3,13 +3,13 @@
 Every angle of `workbench.explain` reads the same few activations at the answer position (the
 last real token of each right-padded prompt): each head's attention row (`hook_pattern`) and
 its output before `W_O` (`hook_z`), the embeddings, each MLP's output, the final residual
-stream and the final layer norm's scale (`ln_final.hook_scale`). `_capture` runs the model
+stream and the final layer norm's scale (`ln_final.hook_scale`). `capture` runs the model
 once per mini-batch with `run_with_cache`, filtered to exactly these hooks, and keeps only the
 answer position of each prompt (for attention, that position's row over the keys). With causal
 attention, the right padding after the answer position cannot change anything at it.
 
 Per-example tables of the package start with `EXAMPLE_INDEX` (`id, layer, head, head_name`);
-`_attach_outcome` adds the `outcome` column of `ablation_outcomes` after them.
+`attach_outcome` adds the `outcome` column of `ablation_outcomes` after them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from workbench.tasks import Task, load_task
 EXAMPLE_INDEX = ("id", "layer", "head", "head_name")
 
 
-def _as_batch(model, task: Task | TaskBatch | str, split: str | None) -> TaskBatch:
+def as_batch(model, task: Task | TaskBatch | str, split: str | None) -> TaskBatch:
     """Encode a task (a `Task`, a task name/path, or an encoded batch) and pick one split."""
     if isinstance(task, str):
         task = load_task(task)
@@ -48,7 +48,7 @@ def _as_batch(model, task: Task | TaskBatch | str, split: str | None) -> TaskBat
 
 
 @dataclass
-class _Capture:
+class Capture:
     """What one clean forward pass leaves at the answer position of every prompt."""
 
     batch: TaskBatch
@@ -62,7 +62,8 @@ class _Capture:
     resid: Float[Tensor, "batch d_model"]  # the final residual stream
 
 
-def _capture(model, batch: TaskBatch, batch_size: int = 32) -> _Capture:
+def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
+    """Run `batch` through `model` once (in mini-batches) and keep its answer positions."""
     n_layers = model.cfg.n_layers
     has_mlp = not model.cfg.attn_only
     names = {
@@ -110,7 +111,7 @@ def _capture(model, batch: TaskBatch, batch_size: int = 32) -> _Capture:
             for key, value in got.items():
                 parts.setdefault(key, []).append(value.float())
     cat = {key: torch.cat(v) for key, v in parts.items()}
-    return _Capture(
+    return Capture(
         batch=batch,
         logits=cat["logits"],
         attn=cat["attn"],
@@ -123,7 +124,7 @@ def _capture(model, batch: TaskBatch, batch_size: int = 32) -> _Capture:
     )
 
 
-def _attach_outcome(df: pd.DataFrame, outcomes: pd.DataFrame | None) -> pd.DataFrame:
+def attach_outcome(df: pd.DataFrame, outcomes: pd.DataFrame | None) -> pd.DataFrame:
     """Insert an `outcome` column after the head columns, matched on example id."""
     if outcomes is not None:
         df.insert(4, "outcome", df["id"].map(outcomes.set_index("id")["outcome"]))

@@ -9,7 +9,8 @@ suppresses (`ov_circuit`; a copying head promotes the source token itself). The 
 (`W_Q W_K^T`, with `b_Q`, `b_K`) says where the head looks: the attention scores between the
 task's query tokens and every token in its prompts give the source tokens the head prefers
 (`qk_circuit`). Both are the direct path only, from token embeddings through each layer's
-`ln1`: earlier layers and position are left out.
+`ln1`: earlier layers and position are left out. `ov_table` and `qk_table` build the tables
+from a `capture` and the prompts' roles, for `explain_heads`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.encoding import TaskBatch
-from workbench.explain.attention import RoleScheme, _roles_for
-from workbench.explain.attribution import _LN_CENTRED, _final_norm_param
-from workbench.explain.capture import _as_batch, _Capture, _capture
+from workbench.explain.attention import RoleScheme, roles_for
+from workbench.explain.attribution import LN_CENTRED, final_norm_param
+from workbench.explain.capture import Capture, as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import head_name
 from workbench.tasks import Task
@@ -44,15 +45,15 @@ def _to_logits(model, vecs: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vo
 
     The final scale is left out: it is positive, so it changes no ranking or sign.
     """
-    if model.cfg.normalization_type in _LN_CENTRED:
+    if model.cfg.normalization_type in LN_CENTRED:
         vecs = vecs - vecs.mean(-1, keepdim=True)
-    w = _final_norm_param(model, "w")
+    w = final_norm_param(model, "w")
     if w is not None:
         vecs = vecs * w.float()
     return vecs @ model.W_U.float()
 
 
-def _top_sources(cap: _Capture, layer: int, head: int, n: int) -> list[tuple[int, float]]:
+def _top_sources(cap: Capture, layer: int, head: int, n: int) -> list[tuple[int, float]]:
     """The token ids receiving the most attention from the answer position, summed over
     examples, with their mean attention per example."""
     mass: dict[int, float] = {}
@@ -69,7 +70,8 @@ def _format_tokens(tok, ids: Sequence[int], values: Sequence[float]) -> str:
     return ", ".join(f"{t!r} ({v:+.2f})" for t, v in zip(tok.str_tokens(ids), values, strict=True))
 
 
-def _ov_table(model, cap: _Capture, heads: HeadSet, n_sources: int, top_k: int) -> pd.DataFrame:
+def ov_table(model, cap: Capture, heads: HeadSet, n_sources: int, top_k: int) -> pd.DataFrame:
+    """`ov_circuit`'s table, with the source tokens taken from a capture."""
     tok = get_tokenizer(model)
     records = []
     with torch.no_grad():
@@ -126,14 +128,15 @@ def ov_circuit(
         output tokens with the largest / smallest logit, as text with values), `self_logit`,
         `self_rank` (0 when the head promotes the source token itself most: a copying head).
     """
-    batch = _as_batch(model, task, split)
-    cap = _capture(model, batch, batch_size)
-    return _ov_table(model, cap, HeadSet.of(model, heads), n_sources, top_k)
+    batch = as_batch(model, task, split)
+    cap = capture(model, batch, batch_size)
+    return ov_table(model, cap, HeadSet.of(model, heads), n_sources, top_k)
 
 
-def _qk_table(
+def qk_table(
     model, batch: TaskBatch, heads: HeadSet, roles: list[list[str]], top_k: int
 ) -> pd.DataFrame:
+    """`qk_circuit`'s table from an encoded batch and its prompts' roles (`roles_for`)."""
     tok = get_tokenizer(model)
     role_of: dict[int, Counter] = {}
     dest: Counter = Counter()
@@ -198,5 +201,5 @@ def qk_circuit(
         `source_token, score` (attention score, before softmax), `source_role` (the role the
         token most often has in the prompts).
     """
-    batch = _as_batch(model, task, split)
-    return _qk_table(model, batch, HeadSet.of(model, heads), _roles_for(batch, roles), top_k)
+    batch = as_batch(model, task, split)
+    return qk_table(model, batch, HeadSet.of(model, heads), roles_for(batch, roles), top_k)

@@ -25,19 +25,19 @@ from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import (
     RoleScheme,
-    _attention_table,
-    _roles_for,
+    attention_table,
+    roles_for,
     summarize_attention,
 )
 from workbench.explain.attribution import (
-    _attribute,
-    _dla_table,
-    _resolve_comparison,
+    attribute,
+    dla_table,
+    resolve_comparison,
     summarize_dla,
 )
-from workbench.explain.capture import _as_batch, _capture
-from workbench.explain.circuits import _ov_table, _qk_table
-from workbench.explain.removal import _default_means, _removal_table, ablation_outcomes
+from workbench.explain.capture import as_batch, capture
+from workbench.explain.circuits import ov_table, qk_table
+from workbench.explain.removal import ablation_outcomes, default_means, removal_table
 from workbench.heads import HeadSet, HeadSpec
 from workbench.results import CELResult
 from workbench.tables import save_table
@@ -138,7 +138,7 @@ def explain_heads(
         >>> ex = explain_heads(model, "embedded_map", result, split="heldout")
         >>> ex.roles_by_outcome
     """
-    batch = _as_batch(model, task, split)
+    batch = as_batch(model, task, split)
     significant, note = None, ""
     if isinstance(heads, CELResult):
         heads, kind, per_position, significant, note = _from_result(heads, kind, per_position)
@@ -148,15 +148,15 @@ def explain_heads(
     head_set = HeadSet.of(model, heads)
     if not len(head_set):
         raise WorkbenchError("explain_heads needs at least one head")
-    comp = _resolve_comparison(model, head_set, comparison, seed)
-    means = _default_means(model, batch, kind, means)
-    role_lists = _roles_for(batch, roles)
+    comp = resolve_comparison(model, head_set, comparison, seed)
+    means = default_means(model, batch, kind, means)
+    role_lists = roles_for(batch, roles)
     outcomes = ablation_outcomes(model, batch, head_set, None, kind, means)
-    cap = _capture(model, batch, batch_size)
-    att = _attribute(model, cap)
-    attention = _attention_table(cap, head_set, role_lists, outcomes)
-    comparison_attention = _attention_table(cap, comp, role_lists, None) if len(comp) else None
-    dla = _dla_table(model, cap, att, head_set, comp)
+    cap = capture(model, batch, batch_size)
+    att = attribute(model, cap)
+    attention = attention_table(cap, head_set, role_lists, outcomes)
+    comparison_attention = attention_table(cap, comp, role_lists, None) if len(comp) else None
+    dla = dla_table(model, cap, att, head_set, comp)
     return HeadExplanation(
         heads=head_set,
         comparison=comp,
@@ -168,9 +168,9 @@ def explain_heads(
                           else summarize_attention(comparison_attention)),
         dla=dla,
         dla_summary=summarize_dla(dla),
-        ov=_ov_table(model, cap, head_set, n_sources, top_k),
-        qk=_qk_table(model, batch, head_set, role_lists, top_k),
-        removal=_removal_table(
+        ov=ov_table(model, cap, head_set, n_sources, top_k),
+        qk=qk_table(model, batch, head_set, role_lists, top_k),
+        removal=removal_table(
             model, cap, att, head_set, kind, means, per_position, outcomes, batch_size
         ),
         config={

@@ -17,8 +17,8 @@ import torch
 
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
-from workbench.explain.attention import _role_columns
-from workbench.explain.capture import _as_batch, _capture
+from workbench.explain.attention import role_columns
+from workbench.explain.capture import as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.metrics import forward_kwargs
 from workbench.tables import head_name
@@ -48,7 +48,7 @@ def plot_attention(
     Returns:
         A matplotlib `Figure`, one heatmap (query rows x key columns) per head.
     """
-    batch = _as_batch(model, task, split)
+    batch = as_batch(model, task, split)
     if isinstance(example, str):
         if example not in batch.task.ids:
             raise WorkbenchError(f"example id {example!r} is not in this split")
@@ -88,10 +88,10 @@ def plot_answer_attention(
     Returns:
         A matplotlib `Figure`: rows are examples, columns positions, colour is attention.
     """
-    batch = _as_batch(model, task, split)
+    batch = as_batch(model, task, split)
     batch = batch.rows(slice(0, n_examples))
     ((layer, h),) = HeadSet.of(model, [head]).heads
-    cap = _capture(model, batch)
+    cap = capture(model, batch)
     width = int(batch.lengths.max())
     attn = cap.attn[:, layer, h, :width].cpu().numpy()
     fig, axes = _figure(1, 1, 0.7 * width + 1.5, 0.45 * len(batch) + 1.2)
@@ -128,7 +128,7 @@ def plot_role_bars(roles: pd.DataFrame, by: str | None = None):
     """
     if by is None and "outcome" in roles:
         by = "outcome"
-    role_cols = _role_columns(roles)
+    role_cols = role_columns(roles)
     names = list(dict.fromkeys(roles["head_name"]))
     fig, axes = _figure(1, len(names), max(3.0, 0.5 * len(role_cols) + 1.5), 3.2)
     x = np.arange(len(role_cols))

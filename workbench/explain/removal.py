@@ -8,7 +8,8 @@ splits the change in the answer-minus-wrong logit difference per example into th
 by the ablated one at the clean final-norm scale (`-dla_diff` for zero ablation), and the
 *indirect effect*, the rest, which went through later layers or the final norm's scale.
 Mean ablation uses the means over the task's `select` split (where CEL chose the heads)
-unless means are given.
+unless means are given (`default_means`); `removal_table` builds the table from a `capture`
+and its `attribute`, for `explain_heads`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_head_means
 from workbench.encoding import TaskBatch
-from workbench.explain.attribution import _attribute, _Attribution, _directions
-from workbench.explain.capture import _as_batch, _attach_outcome, _Capture, _capture
+from workbench.explain.attribution import Attribution, attribute, logit_directions
+from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.metrics import answer_logits, evaluate, logprob
 from workbench.tables import head_name
@@ -33,7 +34,7 @@ from workbench.tasks import Task
 OUTCOMES = ("fixed", "broken", "unchanged")
 
 
-def _default_means(
+def default_means(
     model, batch: TaskBatch, kind: AblationKind, means: HeadMeans | None
 ) -> HeadMeans | None:
     """Means for mean ablation when none are given: over the task's `select` split (where CEL
@@ -61,9 +62,9 @@ def ablation_outcomes(
         logprob_clean, logprob_ablated, delta_logprob` (`outcome` is `"fixed"` for wrong ->
         right, `"broken"` for right -> wrong, else `"unchanged"`; log-probs in nats).
     """
-    batch = _as_batch(model, task, split)
+    batch = as_batch(model, task, split)
     kind = AblationKind.parse(kind)
-    means = _default_means(model, batch, kind, means)
+    means = default_means(model, batch, kind, means)
     clean = evaluate(model, batch)
     abl = evaluate(model, batch, heads=HeadSet.of(model, heads), kind=kind, means=means)
     before, after = clean["correct"].to_numpy(), abl["correct"].to_numpy()
@@ -106,10 +107,10 @@ def _mean_logit(logits: Tensor, ids: Tensor) -> Tensor:
     return (logits.gather(1, ids.clamp(min=0)) * valid).sum(-1) / valid.sum(-1)
 
 
-def _removal_table(
+def removal_table(
     model,
-    cap: _Capture,
-    att: _Attribution,
+    cap: Capture,
+    att: Attribution,
     heads: HeadSet,
     kind: AblationKind,
     means: HeadMeans | None,
@@ -117,12 +118,13 @@ def _removal_table(
     outcomes: pd.DataFrame | None,
     batch_size: int,
 ) -> pd.DataFrame:
+    """`removal_vs_dla`'s table from a capture and its `attribute`."""
     batch = cap.batch
     answer_ids, wrong_ids = batch.answer_ids, att.wrong_ids
     clean_diff = _mean_logit(cap.logits, answer_ids) - _mean_logit(cap.logits, wrong_ids)
     clean_lp = logprob(cap.logits, batch)
-    d_answer, _ = _directions(model, answer_ids)
-    d_wrong, _ = _directions(model, wrong_ids)
+    d_answer, _ = logit_directions(model, answer_ids)
+    d_wrong, _ = logit_directions(model, wrong_ids)
     frames = []
     for layer, head in heads:
         hooks = ablation_hooks(model, [(layer, head)], kind, means, per_position)
@@ -156,7 +158,7 @@ def _removal_table(
             )
         )
     df = pd.concat(frames, ignore_index=True)
-    return _attach_outcome(df, outcomes)
+    return attach_outcome(df, outcomes)
 
 
 def removal_vs_dla(
@@ -183,14 +185,14 @@ def removal_vs_dla(
         dla_diff, direct_effect, delta_logit_diff, indirect_effect, delta_logprob` (nats;
         `delta_* = ablated - clean`; `delta_logit_diff = direct_effect + indirect_effect`).
     """
-    batch = _as_batch(model, task, split)
+    batch = as_batch(model, task, split)
     kind = AblationKind.parse(kind)
-    means = _default_means(model, batch, kind, means)
-    cap = _capture(model, batch, batch_size)
-    return _removal_table(
+    means = default_means(model, batch, kind, means)
+    cap = capture(model, batch, batch_size)
+    return removal_table(
         model,
         cap,
-        _attribute(model, cap),
+        attribute(model, cap),
         HeadSet.of(model, heads),
         kind,
         means,

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.explain.attention import _role_columns
+from workbench.explain.attention import role_columns
 from workbench.explain.explanation import HeadExplanation, explain_heads
 from workbench.results import CELResult
 from workbench.store import ResultStore, write_json
@@ -137,10 +137,10 @@ def _head_table(t: dict[str, pd.DataFrame]) -> list[str]:
     )
     dla = t["dla_summary"][["head_name", "dla_correct", "dla_wrong", "dla_diff", "dla_diff_se"]]
     table = roles.merge(dla, on="head_name", how="left")
-    shares = [*_role_columns(table), "entropy"]
+    shares = [*role_columns(table), "entropy"]
     table[shares] = table[shares].astype(float).round(3)  # fractions; 4 significant digits
     # of 4e-06 say nothing more than 0.000
-    cols = ["head_name", "group", "top_role", *_role_columns(table), "entropy", "dla_diff",
+    cols = ["head_name", "group", "top_role", *role_columns(table), "entropy", "dla_diff",
             "dla_diff_se", "dla_correct", "dla_wrong", "top_tokens"]
     return _markdown(table[[c for c in cols if c in table]])
 
@@ -205,7 +205,7 @@ def explanation_figure(roles: pd.DataFrame, comparison_roles: pd.DataFrame,
     groups = [("removed", roles)]
     if not comparison_roles.empty:
         groups.append(("comparison", comparison_roles))
-    role_cols = list(dict.fromkeys(c for _, g in groups for c in _role_columns(g)))
+    role_cols = list(dict.fromkeys(c for _, g in groups for c in role_columns(g)))
     heads = [(name, g, row) for name, g in groups for _, row in g.iterrows()]
     fig = Figure(figsize=(max(7.0, 0.9 * len(heads) + 5.0), 3.6), layout="constrained")
     ax_role, ax_dla = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
