@@ -28,14 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
 from workbench.compute import Compute  # noqa: E402
-from workbench.confirmation import confirm_sets  # noqa: E402
+from workbench.confirmation import cluster_labels, confirm_sets  # noqa: E402
 from workbench.encoding import encode_task  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.fingerprint import model_fingerprint, task_fingerprint  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
 from workbench.metrics import task_metric  # noqa: E402
-from workbench.pipeline import _clusters  # noqa: E402
 from workbench.scoring import MaskScorer  # noqa: E402
 from workbench.search import search_pool  # noqa: E402
 from workbench.stats import Stats, holm  # noqa: E402
@@ -91,7 +90,7 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
     objective, secondary = cfg["objective"], cfg["secondary"]
     sets = {int(r.size): HeadSet.of(model, r.heads) for r in conf.itertuples()}
     n_random = cfg["n_random"] if n_random is None else n_random
-    groups = _clusters(fresh, cfg["cluster"])  # as the cell clustered
+    groups = cluster_labels(fresh, cfg["cluster"])  # as the cell clustered
     stats = Stats(n_boot=cfg["n_boot"], ci=cfg["ci"], seed=cfg["seed"])
     table, _ = confirm_sets(scorer, sets, objective, secondary, n_random=n_random, stats=stats,
                             pool=search_pool(heads, objective, second=secondary),

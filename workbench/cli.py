@@ -1,13 +1,20 @@
-"""The `workbench` command: `cel` (the main job), `sweep`, `theory`, `notebooks`.
+"""The `workbench` command: `cel` (the main job), `sweep`, `explain`, `theory`, `notebooks`.
 
     workbench                                  # = workbench cel with its defaults
     workbench cel --model gpt2 --task ioi --others induction --ablation mean --out cel_ioi
     workbench sweep --models gpt2 embedded --tasks ioi embedded_map --ablation zero mean
     torchrun --nproc-per-node 2 -m workbench sweep   # the same, on 2 processes
     workbench cel --model path/to/checkpoint --task my_task.jsonl --method attribution
+    workbench cel --model smollm2-135m --task ioi --threads 1   # 1 thread: a busy machine
     workbench explain --out cel_ioi            # (re)explain the best set of a results folder
     workbench theory --quick
     workbench notebooks
+
+This module holds the parser and one function per subcommand (`run_cel_command`,
+`run_sweep_command`, `explain_command`, `notebooks_command`; `theory`'s are in
+`workbench.theory.cli`), which check the inputs, load the model and print the results. The
+options of a run are `CELConfig`'s fields: each flag's default is the field's default and its
+choices are the values of its option type (`workbench.options`), so neither is written here.
 
 `workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
 default task and side tasks; so does `--model embedded_llama` or another name of
@@ -27,28 +34,58 @@ prints one line saying so and exits with status 130. Input errors print one line
 (`workbench: error: ...`) to stderr and exit with status 2.
 
 Start-up is kept short: building the parser and checking names and paths import neither torch
-nor TransformerLens (`workbench.names`), so `--help` and a typo answer in about a second; the
-heavy modules are imported only once the inputs are known to be good.
+nor TransformerLens (`workbench.config`, `workbench.options` and `workbench.names` need
+neither), so `--help` and a typo answer in about a second; the heavy modules are imported only
+once the inputs are known to be good.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from workbench.config import CEL_METHODS, CELConfig
 from workbench.errors import WorkbenchError
+from workbench.names import SHIPPED_REAL
+from workbench.options import STRATEGY_NAMES, AblationKind, ClusterMode, SweepSplit
+from workbench.zoo import EMBEDDED_FAMILY
 
 DEFAULT_OUT = "cel_results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
-# The values of `workbench.ablation.AblationKind` and the names of `workbench.search.STRATEGIES`,
-# written out so the parser is built without importing torch (tests check they agree).
-ABLATION_KINDS = ("zero", "mean", "resample")
-STRATEGY_NAMES = ("beam", "compressed_sensing", "exhaustive", "greedy", "interaction")
+# CELConfig's defaults, which are the flags' defaults
+CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CELConfig)}
+# CELConfig fields given by other means than a flag of the same name (`_resolve_inputs`, the
+# sweep's cells)
+_NOT_FLAGS = ("model", "task", "others")
+THREADS_HELP = (
+    "torch's CPU threads per operation (torch.set_num_threads), set before the model loads "
+    "(default: torch's own, one per core); on a busy machine 1 thread is often faster"
+)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a clear parser error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {text!r}")
+    return value
+
+
+def _use_threads(threads: int | None) -> None:
+    """Set torch's intra-op CPU threads (None: leave torch's default)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def _add_cel_parser(subparsers) -> None:
@@ -65,8 +102,9 @@ def _add_cel_parser(subparsers) -> None:
         "--model",
         default=None,
         metavar="NAME|PATH",
-        help="'embedded' (default), a workbench checkpoint or Hugging Face folder, or "
-        "a TransformerLens model name",
+        help=f"'embedded' (default; also {', '.join(EMBEDDED_FAMILY[1:])}), a shipped real "
+        f"model ({', '.join(SHIPPED_REAL)}), a GGUF file (.gguf), a workbench checkpoint or "
+        "Hugging Face folder, or a TransformerLens model name such as gpt2 (from the hub)",
     )
     p.add_argument(
         "--task",
@@ -99,18 +137,25 @@ def _add_cel_parser(subparsers) -> None:
 
 
 def _add_run_options(p, several_kinds: bool) -> None:
-    """The options of a CEL run, shared by `cel` and `sweep` (`sweep` takes several kinds)."""
+    """The options of a CEL run, shared by `cel` and `sweep` (`sweep` takes several kinds).
+
+    Each flag for a `CELConfig` field stores under the field's name (`run_options` collects
+    them) with the field's default; `sweep`'s `--ablation` stores a list as `kinds`."""
+    d = CONFIG_DEFAULTS
     p.add_argument(
         "--ablation",
-        choices=ABLATION_KINDS,
-        default=["zero"] if several_kinds else "zero",
+        dest="kinds" if several_kinds else "kind",
+        choices=AblationKind.values(),
+        default=[d["kind"]] if several_kinds else d["kind"],
         nargs="+" if several_kinds else None,
         help="replace a removed head's z by 0, by its mean over each task's prompts, or by its "
-        "z on the example's counterfactual prompt (tasks with 'counterfactual' fields)",
+        "z on the example's counterfactual prompt (tasks with 'counterfactual' fields) "
+        f"(default {d['kind']})",
     )
     p.add_argument(
         "--per-position",
         action="store_true",
+        default=d["per_position"],
         help="mean ablation with the mean at each position (prompts of equal length)",
     )
     p.add_argument(
@@ -118,108 +163,142 @@ def _add_run_options(p, several_kinds: bool) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="the most tokens (rows x padded length) in one forward; bounds memory",
+        help="the most tokens (rows x padded length) in one forward; bounds memory "
+        "(default: picked per device)",
     )
     p.add_argument(
         "--method",
-        choices=["exact", "attribution"],
-        default="exact",
-        help="single-head screening: exact (prefix reuse) or attribution (gradients)",
+        choices=[m.value for m in CEL_METHODS],
+        default=d["method"],
+        help="single-head screening: exact (prefix reuse) or attribution (gradients) "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--no-attribution-check",
-        action="store_true",
+        dest="check_attribution",
+        action="store_false",
+        default=d["check_attribution"],
         help="with --method attribution, skip the exact screening that reports attribution's "
         "agreement with it (faster; the table then has attribution's estimates only)",
     )
-    p.add_argument("--max-size", type=int, default=3, help="largest head set to search")
+    p.add_argument(
+        "--max-size",
+        type=int,
+        default=d["max_size"],
+        metavar="N",
+        help="largest head set to search (default %(default)s)",
+    )
     p.add_argument(
         "--strategy",
+        dest="strategies",
         nargs="+",
-        default=["interaction"],
+        default=list(d["strategies"]),
         choices=STRATEGY_NAMES,
-        help="search strategies, run in order on a shared cache (default interaction: "
-        "knockouts over the heads that do not clearly hurt, then exact scoring of finalists)",
+        metavar="NAME",
+        help=f"search strategies ({', '.join(STRATEGY_NAMES)}), run in order on a shared "
+        "cache (default "
+        f"{' '.join(d['strategies'])}: knockouts over the heads that do not clearly hurt, then "
+        "exact scoring of finalists)",
     )
     p.add_argument(
         "--cluster",
-        choices=["auto", "group", "none"],
-        default="auto",
-        help="held-out intervals and p-values resample the tasks' groups (auto: when a split "
-        "has at least 8) or single examples",
+        choices=ClusterMode.values(),
+        default=d["cluster"],
+        help="held-out intervals and p-values resample the tasks' groups (group; auto: when a "
+        "split has at least 8) or single examples (none) (default %(default)s)",
     )
-    p.add_argument("--top-m", type=int, default=8, help="candidates for the exhaustive search")
+    p.add_argument(
+        "--top-m",
+        type=int,
+        default=d["top_m"],
+        metavar="N",
+        help="candidates for the exhaustive search (default %(default)s)",
+    )
     p.add_argument(
         "--search-budget",
         type=int,
-        default=None,
+        default=d["search_budget"],
+        metavar="N",
         help="masks the interaction search may score on the selection split "
         "(default: 2.5 x heads + 500)",
     )
     p.add_argument(
         "--objective",
-        default=None,
+        default=d["objective"],
         help="metric to improve: accuracy, logprob, logit_diff or prob_diff (default: the task's)",
     )
     p.add_argument(
         "--n-random",
         type=int,
-        default=200,
-        help="random head sets per size in the held-out baseline",
+        default=d["n_random"],
+        metavar="N",
+        help="random head sets per size in the held-out baseline (default %(default)s)",
     )
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument(
+        "--n-boot",
+        type=int,
+        default=d["n_boot"],
+        metavar="N",
+        help="paired bootstrap resamples of the held-out intervals (default %(default)s)",
+    )
     p.add_argument(
         "--max-examples",
         type=int,
-        default=None,
+        default=d["max_examples"],
         metavar="N",
         help="use only N examples of each split of every task (main and side), drawn at random "
         "with --seed before fitting to the tokenizer: a quick look (default: all)",
     )
     p.add_argument(
         "--no-side-screening",
-        action="store_true",
+        dest="side_screening",
+        action="store_false",
+        default=d["side_screening"],
         help="screen heads on the main task only (no per-head side-task columns); the found "
         "sets' side effects are measured as always",
     )
     p.add_argument(
         "--side-examples",
         type=int,
-        default=None,
+        default=d["side_examples"],
         metavar="N",
         help="the same for the side tasks alone (default: --max-examples)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=d["seed"],
+        metavar="N",
+        help="the seed every random draw of the run derives from (default %(default)s)",
+    )
+    _add_load_options(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_load_options(p) -> None:
+    """Where, in what precision and on how many threads the model runs."""
     p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, cuda:1, mps")
     p.add_argument(
         "--dtype",
         default=None,
-        help="auto (bfloat16 on CUDA GPUs, float32 on CPU/MPS), float32, bfloat16, float16 "
-        "(default: float32 for hub and Hugging Face models; bf16 halves GPU memory)",
+        help="float32, bfloat16 (bf16), float16 (fp16), float64, or auto: bfloat16 on CUDA GPUs "
+        "that support it, float16 on older ones, float32 on CPU and MPS (default: float32, or "
+        "the dtype a workbench checkpoint was saved in; bfloat16 halves GPU memory)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N", help=THREADS_HELP)
 
 
 def run_options(args) -> dict:
-    """The `run_cel` settings given by `_add_run_options` flags."""
-    return dict(
-        method=args.method,
-        check_attribution=not args.no_attribution_check,
-        max_size=args.max_size,
-        strategy=args.strategy,
-        n_random=args.n_random,
-        seed=args.seed,
-        objective=args.objective,
-        top_m=args.top_m,
-        search_budget=args.search_budget,
-        n_boot=args.n_boot,
-        max_examples=args.max_examples,
-        side_examples=args.side_examples,
-        side_screening=not args.no_side_screening,
-        per_position=args.per_position,
-        cluster=args.cluster,
-        **({"token_budget": args.token_budget} if args.token_budget else {}),
-    )
+    """The `run_cel` settings given by `_add_run_options` flags: every `CELConfig` field with
+    a flag (stored under its name), and `token_budget` when given."""
+    options = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(CELConfig)
+        if f.name not in _NOT_FLAGS and hasattr(args, f.name)
+    }
+    if args.token_budget:
+        options["token_budget"] = args.token_budget
+    return options
 
 
 def _add_sweep_parser(subparsers) -> None:
@@ -258,10 +337,11 @@ def _add_sweep_parser(subparsers) -> None:
     )
     p.add_argument(
         "--split",
-        choices=["auto", "cells", "masks"],
-        default="auto",
+        choices=SweepSplit.values(),
+        default=SweepSplit.AUTO,
         help="under torchrun: deal cells to ranks, or run each cell on all ranks with its "
-        "masks split (auto: cells when there are at least as many as ranks)",
+        "masks split (auto: cells when there are at least as many as ranks) (default "
+        "%(default)s)",
     )
     p.add_argument(
         "--out",
@@ -301,9 +381,13 @@ def _add_explain_parser(subparsers) -> None:
         help="the task file, when the recorded task name is not a task in tasks/ (its "
         "fingerprint must match the recorded one)",
     )
-    p.add_argument("--split", choices=["heldout", "select"], default="heldout")
-    p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, mps")
-    p.add_argument("--dtype", default=None, help="as for `workbench cel`")
+    p.add_argument(
+        "--split",
+        choices=["heldout", "select"],
+        default="heldout",
+        help="the split whose examples the explanation is computed on (default %(default)s)",
+    )
+    _add_load_options(p)
     p.set_defaults(func=explain_command)
 
 
@@ -417,24 +501,26 @@ def run_cel_command(args) -> int:
     import pandas as pd
 
     from workbench import distributed
-    from workbench.encoding import encode_task
     from workbench.loading import load_model
-    from workbench.pipeline import check_counterfactuals, run_cel
+    from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
     from workbench.store import CONFIG_FILE
     from workbench.tasks import load_task
 
     task = load_task(task_name)
     others = [load_task(o) for o in other_names]
-    check_counterfactuals(args.ablation, [task, *others])  # before the model loads
+    check_counterfactuals(args.kind, [task, *others])  # before the model loads
+    _use_threads(args.threads)
     model = load_model(model_name, device=distributed.local_device(args.device), dtype=args.dtype)
     if note:  # the demo's files are loaded; the results folder records what matters
         shutil.rmtree(Path(model_name).parent, ignore_errors=True)
         model_name = "demo"
     cfg = model.cfg
-    # the examples as fitted to this tokenizer (`workbench.task_fit` may drop some), of those
-    # --max-examples samples as run_cel does
-    sampled = task.sample_per_split(args.max_examples, args.seed)
-    n_sel, n_held = (len(encode_task(model, sampled, split)) for split in ("select", "heldout"))
+    # validated, sampled (--max-examples) and encoded once: the counts printed are the
+    # examples the run uses, as fitted to this tokenizer (`workbench.task_fit` may drop some)
+    run = prepare_run(model, task, others=others, model_name=model_name,
+                      progress=not args.quiet and distributed.is_main(), **run_options(args))
+    sampled = run.main
+    n_sel, n_held = len(run.select), len(run.heldout)
     n_file = len([e for e in sampled.examples if e.split == "select"])
     where = "sampled" if args.max_examples else "in the file"
     kept = ("" if (n_sel, n_held) == (n_file, len(sampled) - n_file) else
@@ -448,23 +534,13 @@ def run_cel_command(args) -> int:
     if (out / CONFIG_FILE).is_file() and not args.overwrite:
         print(f"resuming from {out}", flush=True)
     with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
-        result = run_cel(
-            model,
-            task,
-            others=others,
-            kind=args.ablation,
-            out_dir=run_out,
-            model_name=model_name,
-            progress=not args.quiet and distributed.is_main(),
-            overwrite=args.overwrite,
-            **run_options(args),
-        )
-    from workbench.results import _split_order
+        result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
+    from workbench.report import split_order
 
     obj = result.config.objective
     clean = result.summary.get("clean", {})
     print()
-    print(f"clean {obj}: " + ", ".join(f"{k} {clean[k][obj]:.3f}" for k in _split_order(clean)
+    print(f"clean {obj}: " + ", ".join(f"{k} {clean[k][obj]:.3f}" for k in split_order(clean)
                                        if obj in clean[k]))
     with pd.option_context(
         "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
@@ -574,6 +650,7 @@ def explain_command(args) -> int:
                 f"task {task_name!r} is not the task {str(out)!r} was made from (its fingerprint "
                 "differs); pass --task with the task file of that run"
             )
+        _use_threads(args.threads)
         model = load_model(model_name, device=args.device, dtype=args.dtype)
         if model_fingerprint(model) != result.config.model_fingerprint:
             raise WorkbenchError(
@@ -622,19 +699,20 @@ def run_sweep_command(args) -> int:
     """Run `workbench sweep`; returns the exit status."""
     import pandas as pd
 
-    from workbench.sweep import TABLE_FILE, run_sweep
+    from workbench.sweep import TABLE_FILE, run_sweep, shown_table
 
     models, tasks, others = _sweep_inputs(args)
     n_tasks = f"{len(tasks)} tasks" if tasks is not None else "their own tasks"
     print(
-        f"sweep: {len(models)} models x {n_tasks} x {len(args.ablation)} ablation kinds"
+        f"sweep: {len(models)} models x {n_tasks} x {len(args.kinds)} ablation kinds"
         f" -> {args.out}/",
         flush=True,
     )
+    _use_threads(args.threads)
     table = run_sweep(
         models,
         tasks,
-        kinds=args.ablation,
+        kinds=args.kinds,
         out=args.out,
         others=others,
         device=args.device,
@@ -644,23 +722,7 @@ def run_sweep_command(args) -> int:
         split=args.split,
         **run_options(args),
     )
-    cols = [
-        "model",
-        "task",
-        "kind",
-        "objective",
-        "best",
-        "significant",
-        "gain",
-        "gain_lo",
-        "gain_hi",
-        "percentile",
-        "side_worst",
-        "side_worst_task",
-    ]
-    shown = table[cols].copy()
-    for c in ("model", "task"):  # paths print as their last part
-        shown[c] = [Path(str(v)).name for v in shown[c]]
+    shown = shown_table(table)
     print()
     with pd.option_context(
         "display.width", 160, "display.max_columns", 20, "display.float_format", "{:.3f}".format

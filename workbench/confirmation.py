@@ -51,6 +51,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
+from workbench.options import ClusterMode
 from workbench.racing import race, separated_from
 from workbench.scoring import Scorer, masks_of
 from workbench.stats import (
@@ -162,6 +163,17 @@ def example_groups(data) -> list | None:
     task = getattr(data, "task", None)
     labels = [e.group for e in task.examples] if task is not None else []
     return labels if any(g is not None for g in labels) else None
+
+
+def cluster_labels(data, mode: ClusterMode | str) -> list | None:
+    """The group labels to cluster a split's inference by, or None for independent examples
+    (`CELConfig.cluster`: `none`, `group`, or `auto`: groups when there are at least
+    `MIN_CLUSTERS`)."""
+    mode = ClusterMode.parse(mode)
+    labels = example_groups(data) if mode is not ClusterMode.NONE else None
+    if labels is None or (mode is ClusterMode.AUTO and len(set(labels)) < MIN_CLUSTERS):
+        return None
+    return labels
 
 
 def confirm_sets(

@@ -30,7 +30,7 @@ import torch
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
 from workbench.compute import Compute
 from workbench.config import CELConfig
-from workbench.confirmation import MIN_CLUSTERS, confirm_sets, example_groups
+from workbench.confirmation import cluster_labels, confirm_sets
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
@@ -56,17 +56,32 @@ from workbench.tasks import Task
 
 
 @dataclass
-class _Run:
-    """What every stage needs: the model, the encoded data and the validated config."""
+class CELRun:
+    """A CEL run prepared by `prepare_run`, before any forward pass: what every stage needs.
+
+    Attributes:
+        model: the hooked model.
+        config: the validated config (its metrics are resolved when the run starts).
+        main: the main task, sampled (`max_examples`) but not yet fitted to the tokenizer.
+        select, heldout: the main task's splits encoded for `model` (as fitted to its
+            tokenizer: `len(select)` is the number of selection examples the run uses).
+        others: the side tasks by name, sampled (`side_examples`).
+        metric: the custom metric, or None.
+        means: the main task's mean-ablation means (None: computed when the run starts).
+        compute: how the run computes.
+        started: `time.perf_counter()` when preparation began (the setup time counts it).
+    """
 
     model: object
     config: CELConfig
+    main: Task
     select: TaskBatch
     heldout: TaskBatch
     others: dict[str, Task]
     metric: CustomMetric | None
     means: HeadMeans | None
     compute: Compute
+    started: float = 0.0
 
     @property
     def stats(self) -> Stats:
@@ -112,10 +127,9 @@ def run_cel(
         config: the run's settings; or give them as keyword `settings`, any `CELConfig` field
             (`kind`, `method`, `max_size`, `strategies` (or `strategy`), `n_random`, `seed`,
             `objective`, `rank_by`, `top_m`, `beam_width`, `n_masks`, `knockout_p`,
-            `search_budget`, `n_boot`, `ci`, `check_attribution`, `model` for the name
-            recorded), validated before any
-            forward pass. Any `Compute` field (`max_rows`, `token_budget`, `progress`, ...)
-            given here sets `compute`.
+            `search_budget`, `n_boot`, `ci`, `check_attribution`, `model_name` for the name
+            recorded), validated before any forward pass. Any `Compute` field (`max_rows`,
+            `token_budget`, `progress`, `threads`, ...) given here sets `compute`.
         out_dir: the results folder: stage files are written as they finish and a rerun
             with the same config resumes from them; None keeps everything in memory.
         metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them);
@@ -134,6 +148,25 @@ def run_cel(
         >>> result = run_cel(model, "ioi", others=["induction"], kind="mean", out_dir="cel_ioi")
         >>> result.confirmation[["size", "heads", "d_accuracy", "percentile"]]
     """
+    run = prepare_run(model, task, others, config, metric=metric, means=means, compute=compute,
+                      **settings)
+    return run_prepared(run, out_dir=out_dir, plots=plots, overwrite=overwrite)
+
+
+def prepare_run(
+    model,
+    task,
+    others: Sequence = (),
+    config: CELConfig | None = None,
+    *,
+    metric: CustomMetric | None = None,
+    means: HeadMeans | None = None,
+    compute: Compute | None = None,
+    **settings,
+) -> CELRun:
+    """The first step of `run_cel` (same arguments): the config validated, the tasks sampled
+    and the main task encoded for `model`, before any forward pass; `run_prepared` runs it.
+    The command line reports the example counts in between, from the same encoding."""
     t0 = time.perf_counter()
     compute = Compute.split_settings(settings, compute)
     if "strategy" in settings:
@@ -150,14 +183,29 @@ def run_cel(
     # become multi-token (addition's digits on SmolLM2), and is then scored on every token
     if metric is None and select.task.answer_tokens == "multi":
         metric = multi_token_metric  # exact scores over every answer position
-    run = _Run(model, config, select, encode_task(model, main, "heldout"), other_tasks, metric,
-               means, compute)
+    run = CELRun(model, config, main, select, encode_task(model, main, "heldout"), other_tasks,
+                 metric, means, compute, started=t0)
     shared = set(run.select.task.ids) & set(run.heldout.task.ids)
     if shared:
         raise WorkbenchError(f"task {main.name!r}: examples {sorted(shared)[:5]} are in both the "
                              "select and heldout splits")
 
     check_counterfactuals(config.kind, [main, *other_tasks.values()])
+    return run
+
+
+def run_prepared(
+    run: CELRun, *, out_dir: str | Path | None = None, plots: bool = True,
+    overwrite: bool = False,
+) -> CELResult:
+    """Run a `prepare_run` result's three stages (see `run_cel` for the arguments)."""
+    with run.compute.threads_set():
+        return _run_stages(run, out_dir, plots, overwrite)
+
+
+def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult:
+    model, config, main, other_tasks = run.model, run.config, run.main, run.others
+    metric, t0 = run.metric, run.started
     with ResultStore(out_dir, overwrite=overwrite) as store:
         if run.means is None:
             run.means = run.means_of(run.select)
@@ -224,7 +272,7 @@ def run_cel(
     return result
 
 
-def screen_stage(run: _Run, result: CELResult) -> pd.DataFrame:
+def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     """Stage 1: the single-head screening table with the candidates marked."""
     config = run.config
     race = ScreenRace(run.order[0], screen_race_rule(config.strategies))
@@ -257,7 +305,7 @@ def screen_race_rule(strategies) -> str:
     return "hurts" if RANKED_STRATEGIES.intersection(strategies) else "pool"
 
 
-def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
+def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     """Stage 2: every head set the strategies scored on the selection split."""
     config = run.config
     space = SearchSpace(run.scorer(run.select, run.means), candidate_heads(result.heads),
@@ -276,7 +324,7 @@ def search_stage(run: _Run, result: CELResult) -> pd.DataFrame:
     return pd.DataFrame(space.records)
 
 
-def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+def confirm_stage(run: CELRun, result: CELResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Stage 3: held-out confirmation of the best set of each size, and side effects."""
     config, combos = run.config, result.combos
     sets, best_size = best_sets(combos, *run.order, config.max_size)
@@ -291,8 +339,8 @@ def confirm_stage(run: _Run, result: CELResult) -> tuple[pd.DataFrame, pd.DataFr
         {"heldout": len(run.heldout), **{n: len(s.data) for n, s in others.items()}})
     result.summary["clean"].update(
         {"heldout": _means(heldout.clean()), **{n: _means(s.clean()) for n, s in others.items()}})
-    groups = {"heldout": _clusters(run.heldout, config.cluster),
-              **{n: _clusters(s.data, config.cluster) for n, s in others.items()}}
+    groups = {"heldout": cluster_labels(run.heldout, config.cluster),
+              **{n: cluster_labels(s.data, config.cluster) for n, s in others.items()}}
     result.summary["clustered"] = {n: g is not None for n, g in groups.items()}
     confirmation, side_effects = confirm_sets(
         heldout, {s: HeadSet.of(run.model, n) for s, n in sets.items()}, config.objective,
@@ -324,15 +372,6 @@ def check_counterfactuals(kind: AblationKind | str, tasks: Sequence[Task]) -> No
                 f"resample ablation needs a 'counterfactual' prompt on every example; task "
                 f"{task.name!r} has none on {n} of {len(task)} examples"
             )
-
-
-def _clusters(data: TaskBatch, mode: str) -> list | None:
-    """The group labels to cluster a split's inference by, or None for independent examples
-    (see `CELConfig.cluster`)."""
-    labels = example_groups(data) if mode != "none" else None
-    if labels is None or (mode == "auto" and len(set(labels)) < MIN_CLUSTERS):
-        return None
-    return labels
 
 
 def _settings_config(config: CELConfig | None, settings: dict, model) -> CELConfig:
