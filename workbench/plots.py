@@ -10,6 +10,9 @@ calling this module changes no global state (no backend switch, no style) and wo
   next to the selection-split gain and the mean / 95th percentile of random sets (the legend
   sits beside the axes, clear of the random band);
 - `side_effects_bars`: the effect of each best set on every other task, with intervals.
+
+`PLOT_FUNCTIONS` names the file each one is saved as (`save_plots`); `workbench.report` links
+those files from `report.md`.
 """
 
 from __future__ import annotations

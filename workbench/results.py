@@ -17,15 +17,16 @@
 - `side_effects`: the same sets' effects on every other task.
 
 A results folder holds `config.json` (config, seeds, timings, summary), one CSV per table,
-three plots and `report.md`. Every file is written atomically (temporary file, then rename),
-so an interrupted run leaves only complete files, and `run_cel` resumes from them; each table
-is recorded in `config.json` with its hash (see `workbench.store`), and loading refuses a
-recorded table that is missing or changed.
+three plots (`workbench.plots`) and `report.md` (rendered by `workbench.report`, which
+`report`, `write_report` and `save` call; it reads the result and imports nothing from here).
+Every file is written atomically (temporary file, then rename), so an interrupted run leaves
+only complete files, and `run_cel` resumes from them; each table is recorded in `config.json`
+with its hash (see `workbench.store`), and loading refuses a recorded table that is missing or
+changed.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,8 @@ import pandas as pd
 
 from workbench.config import CELConfig
 from workbench.errors import WorkbenchError
+from workbench.report import REPORT_FILE as REPORT_FILE  # re-exported: sweep.py reads it here
+from workbench.report import render_report, write_report
 from workbench.store import (
     CONFIG_FILE,
     TABLES,
@@ -40,12 +43,9 @@ from workbench.store import (
     read_run_file,
     read_table,
     stage_inputs,
-    write_text,
 )
 
 RESULT_VERSION = 2
-PLOTS = ("heads_heatmap.png", "gain_vs_size.png", "side_effects.png")
-REPORT_FILE = "report.md"
 
 
 def _empty() -> pd.DataFrame:
@@ -137,18 +137,9 @@ class CELResult:
 
     def write_report(self, folder: Path, plots: bool = True) -> None:
         """Write the plots and `report.md` (atomically) into `folder`, with the explanation
-        section when `folder/explanation/` explains this result's best set."""
-        folder = Path(folder)
-        if plots:
-            from workbench.plots import save_plots
-
-            save_plots(self, folder)
-        section = None
-        if (folder / "explanation").is_dir():
-            from workbench.explain.report import explanation_section
-
-            section = explanation_section(folder, self)
-        write_text(folder / REPORT_FILE, self.report(plots=plots, explanation=section))
+        section when `folder/explanation/` explains this result's best set
+        (`workbench.report.write_report`)."""
+        write_report(self, folder, plots)
 
     @property
     def complete(self) -> bool:
@@ -187,117 +178,9 @@ class CELResult:
 
     def report(self, plots: bool = True, explanation: list[str] | None = None) -> str:
         """A short Markdown report of the run; `explanation`: the Markdown lines of the
-        explanation section (`workbench.explain.report`), if any."""
-        cfg, s = self.config, self.summary
-        obj = cfg.objective
-        lines = [f"# CEL: {cfg.task} on {self._model_title()}", ""]
-        lines.append(
-            f"{cfg.kind.value} ablation, {cfg.method} screening, objective `{obj}` "
-            f"(secondary `{cfg.secondary}`, ranked by {cfg.rank_by} first), sets up to size "
-            f"{cfg.max_size}, strategies {', '.join(cfg.strategies)}, seed {cfg.seed}."
-        )
-        lines.append("Effects are ablated minus clean: positive means removing the heads helps.")
-        lines.append("")
-        if s.get("n_examples"):
-            n = s["n_examples"]
-            lines.append(
-                f"Examples: {n.get('select')} for selection, {n.get('heldout')} held out "
-                "(no example in both)."
-            )
-        if s.get("clean"):
-            lines.append("")
-            lines.append("Clean model:")
-            lines.append("")
-            clean = {k: s["clean"][k] for k in _split_order(s["clean"])}
-            lines += _markdown(pd.DataFrame(clean).T.reset_index(names="split/task"))
-        if not self.confirmation.empty:
-            lines += ["", "## Best head sets, confirmed on held-out examples", ""]
-            lines += _markdown(self.summary_table())
-            lines.append("")
-            sig = s.get("significant_sizes")
-            if sig is not None:
-                alpha = s.get("alpha", 1 - cfg.ci)
-                lines.append(
-                    f"**Headline:** held-out enhancement significant at size(s) {sig} "
-                    f"(`p_holm` < {alpha:.2g})." if sig else
-                    f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
-                    f"{alpha:.2g} at every size)."
-                )
-            lines += [self._best_sentence(), ""]
-            clustered = s.get("clustered", {}).get("heldout")
-            unit = "groups (the task's `group` labels)" if clustered else "examples"
-            lines.append(
-                f"`d_{obj}` is the held-out gain with its {int(cfg.ci * 100)} % paired "
-                f"bootstrap interval over {unit}; `p_value` is the one-sided sign-flip p-value "
-                "of a gain > 0 and `p_holm` the same Holm-corrected across sizes. The sets "
-                "were chosen on the selection split only. `percentile` ranks the gain among "
-                f"{cfg.n_random} random head sets of the same size drawn from all heads "
-                "(all of them where there are fewer; ties count half): most random heads "
-                "hurt, so this baseline is easy to beat. `pool_percentile` draws them only "
-                "from the heads whose single removal does not clearly hurt: it asks whether "
-                "the search did better than removing harmless heads at random."
-            )
-        if not self.side_effects.empty:
-            lines += ["", "## Side effects on other tasks", ""]
-            cols = ["size", "heads", "task", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "d_logprob"]
-            lines += _markdown(self.side_effects[[c for c in cols if c in self.side_effects]])
-        if not self.heads.empty:
-            lines += ["", "## Single heads (selection split)", ""]
-            cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi"]
-            if cfg.secondary:
-                cols.append(f"d_{cfg.secondary}")
-            cols.append("candidate_rank")
-            top = (
-                self.heads[self.heads["candidate"].astype(bool)]
-                if "candidate" in self.heads
-                else self.heads
-            )
-            top = top.sort_values("candidate_rank") if "candidate_rank" in top else top
-            lines += _markdown(top[[c for c in cols if c in top]].head(10))
-        if s.get("attribution_rank_correlation"):
-            rho = s["attribution_rank_correlation"]
-            lines += [
-                "",
-                "Attribution vs exact screening, Spearman rank correlation: "
-                + ", ".join(f"{k} {v:.3f}" for k, v in rho.items())
-                + ".",
-            ]
-        if s.get("cs_coefficients"):
-            lines += [
-                "",
-                "Compressed-sensing screen, positive coefficients: "
-                + ", ".join(f"{k} {v:+.3g}" for k, v in s["cs_coefficients"].items())
-                + ".",
-            ]
-        if self.timings:
-            lines += [
-                "",
-                "Timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.items()) + ".",
-            ]
-        if plots:
-            lines += ["", *(f"![{p[:-4]}]({p})" for p in PLOTS)]
-        if explanation:
-            lines += ["", *explanation]
-        return "\n".join(lines) + "\n"
-
-    def _model_title(self) -> str:
-        name = self.config.model
-        if name in ("", "custom", "model") and not self.heads.empty:
-            # TransformerLens names a model built from a config "custom"
-            return (f"an in-memory model ({int(self.heads['layer'].max()) + 1} layers x "
-                    f"{int(self.heads['head'].max()) + 1} heads, `model_name` {name!r})")
-        return name
-
-    def _best_sentence(self) -> str:
-        best, top = self.best, self.top_candidate
-        if best:
-            extra = "" if best == top else (
-                f" (the top candidate on the selection split, {','.join(top)}, is not)")
-            return f"**Best set:** {','.join(best)}: its held-out gain is significant{extra}."
-        if top:
-            return ("**Best set:** none: no significant enhancement. The top candidate on the "
-                    f"selection split is {','.join(top)}.")
-        return "**Best set:** none."
+        explanation section (`workbench.report.explanation_section`), if any
+        (`workbench.report.render_report`)."""
+        return render_report(self, plots=plots, explanation=explanation)
 
 
 def mark_best(confirmation: pd.DataFrame, objective: str, alpha: float) -> pd.DataFrame:
@@ -327,25 +210,3 @@ def flagged_heads(confirmation: pd.DataFrame, column: str) -> list[str]:
     if row.empty:
         return []
     return [h for h in str(row.iloc[0]["heads"]).split(",") if h]
-
-
-def _split_order(clean: dict) -> list[str]:
-    """`select`, then `heldout`, then the side tasks in their recorded order."""
-    return [k for k in ("select", "heldout") if k in clean] + [
-        k for k in clean if k not in ("select", "heldout")
-    ]
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.4g}"
-    return str(v)
-
-
-def _markdown(df: pd.DataFrame) -> list[str]:
-    if df.empty:
-        return ["(none)"]
-    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return [header, rule, *rows]

@@ -1,0 +1,318 @@
+"""The Markdown report of a CEL results folder: `report.md`, rendered from the saved run alone.
+
+A run's `report.md` says what the run did and found: its settings, the clean model, the best
+head set of each size confirmed on held-out examples with the headline and which set (if any)
+is the best, the side effects on other tasks, the top single heads, and links to the plots
+(`workbench.plots`). When `workbench.explain.report.explain_folder` has written
+`explanation/`, the report ends with what the best set's heads do, read back from those saved
+tables: so rewriting `report.md` (every stage of `run_cel` does, once its table is saved)
+never needs the model, and the section stays in place. Tables are Markdown with floats to 4
+significant digits. `CELResult.report`, `.write_report` and `.save` call this module; it reads
+the result's attributes and imports neither `workbench.results` nor `workbench.explain`, so
+the dependency runs one way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.store import write_text
+from workbench.tables import load_table
+
+REPORT_FILE = "report.md"
+EXPLANATION_DIR = "explanation"
+EXPLANATION_FIGURE = "explanation.png"
+# the tables of `explanation/` the report section reads back
+_SECTION_TABLES = ("roles", "comparison_roles", "dla_summary", "outcomes", "removal")
+
+
+def write_report(result, folder: str | Path, plots: bool = True) -> None:
+    """Write a `CELResult`'s plots and `report.md` (atomically) into `folder`, with the
+    explanation section when `folder/explanation/` explains the result's best set."""
+    folder = Path(folder)
+    if plots:
+        from workbench.plots import save_plots
+
+        save_plots(result, folder)
+    section = None
+    if (folder / EXPLANATION_DIR).is_dir():
+        section = explanation_section(folder, result)
+    write_text(folder / REPORT_FILE, render_report(result, plots=plots, explanation=section))
+
+
+def render_report(result, plots: bool = True, explanation: list[str] | None = None) -> str:
+    """A `CELResult` as a short Markdown report.
+
+    Args:
+        result: the run (a `CELResult`).
+        plots: link the plots of `workbench.plots.PLOT_FUNCTIONS`.
+        explanation: the Markdown lines of the explanation section (`explanation_section`),
+            if any.
+    """
+    cfg, s = result.config, result.summary
+    obj = cfg.objective
+    lines = [f"# CEL: {cfg.task} on {_model_title(result)}", ""]
+    lines.append(
+        f"{cfg.kind.value} ablation, {cfg.method} screening, objective `{obj}` "
+        f"(secondary `{cfg.secondary}`, ranked by {cfg.rank_by} first), sets up to size "
+        f"{cfg.max_size}, strategies {', '.join(cfg.strategies)}, seed {cfg.seed}."
+    )
+    lines.append("Effects are ablated minus clean: positive means removing the heads helps.")
+    lines.append("")
+    if s.get("n_examples"):
+        n = s["n_examples"]
+        lines.append(
+            f"Examples: {n.get('select')} for selection, {n.get('heldout')} held out "
+            "(no example in both)."
+        )
+    if s.get("clean"):
+        lines.append("")
+        lines.append("Clean model:")
+        lines.append("")
+        clean = {k: s["clean"][k] for k in split_order(s["clean"])}
+        lines += _markdown(pd.DataFrame(clean).T.reset_index(names="split/task"))
+    if not result.confirmation.empty:
+        lines += ["", "## Best head sets, confirmed on held-out examples", ""]
+        lines += _markdown(result.summary_table())
+        lines.append("")
+        sig = s.get("significant_sizes")
+        if sig is not None:
+            alpha = s.get("alpha", 1 - cfg.ci)
+            lines.append(
+                f"**Headline:** held-out enhancement significant at size(s) {sig} "
+                f"(`p_holm` < {alpha:.2g})." if sig else
+                f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
+                f"{alpha:.2g} at every size)."
+            )
+        lines += [_best_sentence(result), ""]
+        clustered = s.get("clustered", {}).get("heldout")
+        unit = "groups (the task's `group` labels)" if clustered else "examples"
+        lines.append(
+            f"`d_{obj}` is the held-out gain with its {int(cfg.ci * 100)} % paired "
+            f"bootstrap interval over {unit}; `p_value` is the one-sided sign-flip p-value "
+            "of a gain > 0 and `p_holm` the same Holm-corrected across sizes. The sets "
+            "were chosen on the selection split only. `percentile` ranks the gain among "
+            f"{cfg.n_random} random head sets of the same size drawn from all heads "
+            "(all of them where there are fewer; ties count half): most random heads "
+            "hurt, so this baseline is easy to beat. `pool_percentile` draws them only "
+            "from the heads whose single removal does not clearly hurt: it asks whether "
+            "the search did better than removing harmless heads at random."
+        )
+    if not result.side_effects.empty:
+        lines += ["", "## Side effects on other tasks", ""]
+        cols = ["size", "heads", "task", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "d_logprob"]
+        lines += _markdown(result.side_effects[[c for c in cols if c in result.side_effects]])
+    if not result.heads.empty:
+        lines += ["", "## Single heads (selection split)", ""]
+        cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi"]
+        if cfg.secondary:
+            cols.append(f"d_{cfg.secondary}")
+        cols.append("candidate_rank")
+        top = (
+            result.heads[result.heads["candidate"].astype(bool)]
+            if "candidate" in result.heads
+            else result.heads
+        )
+        top = top.sort_values("candidate_rank") if "candidate_rank" in top else top
+        lines += _markdown(top[[c for c in cols if c in top]].head(10))
+    if s.get("attribution_rank_correlation"):
+        rho = s["attribution_rank_correlation"]
+        lines += [
+            "",
+            "Attribution vs exact screening, Spearman rank correlation: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in rho.items())
+            + ".",
+        ]
+    if s.get("cs_coefficients"):
+        lines += [
+            "",
+            "Compressed-sensing screen, positive coefficients: "
+            + ", ".join(f"{k} {v:+.3g}" for k, v in s["cs_coefficients"].items())
+            + ".",
+        ]
+    if result.timings:
+        lines += [
+            "",
+            "Timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()) + ".",
+        ]
+    if plots:
+        from workbench.plots import PLOT_FUNCTIONS
+
+        lines += ["", *(f"![{p[:-4]}]({p})" for p in PLOT_FUNCTIONS)]
+    if explanation:
+        lines += ["", *explanation]
+    return "\n".join(lines) + "\n"
+
+
+def split_order(clean: dict) -> list[str]:
+    """The keys of a run's clean scores in report order: `select`, then `heldout`, then the
+    side tasks in their recorded order."""
+    return [k for k in ("select", "heldout") if k in clean] + [
+        k for k in clean if k not in ("select", "heldout")
+    ]
+
+
+def _model_title(result) -> str:
+    name = result.config.model
+    if name in ("", "custom", "model") and not result.heads.empty:
+        # TransformerLens names a model built from a config "custom"
+        return (f"an in-memory model ({int(result.heads['layer'].max()) + 1} layers x "
+                f"{int(result.heads['head'].max()) + 1} heads, `model_name` {name!r})")
+    return name
+
+
+def _best_sentence(result) -> str:
+    best, top = result.best, result.top_candidate
+    if best:
+        extra = "" if best == top else (
+            f" (the top candidate on the selection split, {','.join(top)}, is not)")
+        return f"**Best set:** {','.join(best)}: its held-out gain is significant{extra}."
+    if top:
+        return ("**Best set:** none: no significant enhancement. The top candidate on the "
+                f"selection split is {','.join(top)}.")
+    return "**Best set:** none."
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.4g}"
+    return str(v)
+
+
+def _markdown(df: pd.DataFrame) -> list[str]:
+    """`df` as the lines of a Markdown table (floats to 4 significant digits)."""
+    if df.empty:
+        return ["(none)"]
+    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return [header, rule, *rows]
+
+
+# The explanation section, from the tables `explain_folder` saved.
+
+
+def load_explanation(folder: str | Path) -> tuple[dict, dict[str, pd.DataFrame]] | None:
+    """`(config, tables)` of `folder/explanation/`, or None when it is missing or partial."""
+    target = Path(folder) / EXPLANATION_DIR
+    try:
+        config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+        tables = {n: _read(target / f"{n}.csv") for n in _SECTION_TABLES}
+    except (OSError, ValueError):
+        return None
+    return config, tables
+
+
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        return load_table(path)
+    except pd.errors.EmptyDataError:  # an empty table (no comparison heads)
+        return pd.DataFrame()
+
+
+def explanation_section(folder: str | Path, result) -> list[str] | None:
+    """The Markdown lines of the report's explanation section, from `folder/explanation/`;
+    None when there is none, or it explains another set than the result's best (or top
+    candidate)."""
+    loaded = load_explanation(folder)
+    if loaded is None:
+        return None
+    config, t = loaded
+    explained = result.best or result.top_candidate
+    if config.get("heads") != ",".join(explained):
+        return None
+    significant = bool(config.get("significant", True))
+    lines = [
+        f"## What the {'best set' if significant else 'top candidate'}'s heads do "
+        f"({config.get('split')} split, {config.get('n_examples')} examples)",
+        "",
+    ]
+    if not significant:
+        lines += [f"> **Not significant.** {config.get('note', '')}. Read what follows as a "
+                  "description of those heads, not of an established enhancement.", ""]
+    lines.append(
+        f"Heads {config['heads']}, explained with {config.get('kind')} ablation; comparison "
+        f"heads {config.get('comparison') or '(none)'} are random heads of the same layers "
+        "that were not removed. Attention is the mean fraction of the head's attention from "
+        "the answer position on each token role; `dla_diff` is the head's direct logit "
+        "attribution onto the answer minus the wrong answer (nats, through the final layer "
+        "norm at its clean scale), with its standard error over examples."
+    )
+    lines += ["", *_head_table(t)]
+    lines += ["", *_removal_lines(t)]
+    lines += ["", *_reading(t), "", f"![explanation]({EXPLANATION_FIGURE})"]
+    return lines
+
+
+def _role_columns(df: pd.DataFrame) -> list[str]:
+    """The `attn_<role>` columns of a saved roles table (the schema of
+    `workbench.explain.attention.summarize_attention`, read from the file)."""
+    return [c for c in df.columns if c.startswith("attn_")]
+
+
+def _head_table(t: dict[str, pd.DataFrame]) -> list[str]:
+    roles = pd.concat(
+        [t["roles"].assign(group="removed"), t["comparison_roles"].assign(group="comparison")]
+        if not t["comparison_roles"].empty else [t["roles"].assign(group="removed")],
+        ignore_index=True,
+    )
+    dla = t["dla_summary"][["head_name", "dla_correct", "dla_wrong", "dla_diff", "dla_diff_se"]]
+    table = roles.merge(dla, on="head_name", how="left")
+    shares = [*_role_columns(table), "entropy"]
+    table[shares] = table[shares].astype(float).round(3)  # fractions; 4 significant digits
+    # of 4e-06 say nothing more than 0.000
+    cols = ["head_name", "group", "top_role", *_role_columns(table), "entropy", "dla_diff",
+            "dla_diff_se", "dla_correct", "dla_wrong", "top_tokens"]
+    return _markdown(table[[c for c in cols if c in table]])
+
+
+def _removal_lines(t: dict[str, pd.DataFrame]) -> list[str]:
+    outcomes, removal = t["outcomes"], t["removal"]
+    lines = []
+    if not outcomes.empty and "outcome" in outcomes:
+        counts = outcomes["outcome"].value_counts()
+        lines.append(
+            f"Removing the whole set fixes {int(counts.get('fixed', 0))} examples (wrong -> "
+            f"right), breaks {int(counts.get('broken', 0))} and leaves "
+            f"{int(counts.get('unchanged', 0))} alone."
+        )
+    if not removal.empty:
+        g = removal.groupby("head_name", sort=True)[
+            ["delta_logit_diff", "direct_effect", "indirect_effect"]].mean()
+        parts = [
+            f"{name}: {r.delta_logit_diff:+.3g} (direct {r.direct_effect:+.3g}, through later "
+            f"layers {r.indirect_effect:+.3g})" for name, r in g.iterrows()
+        ]
+        lines.append("Removing one head alone changes the answer-minus-wrong logit difference "
+                     "by, on average (nats): " + "; ".join(parts) + ".")
+    return lines
+
+
+def _reading(t: dict[str, pd.DataFrame]) -> list[str]:
+    """One sentence per removed head, from the numbers above (no interpretation beyond
+    them)."""
+    roles, comp, dla = t["roles"], t["comparison_roles"], t["dla_summary"]
+    comp_dla = dla[dla["head_group"] != "removed"]["dla_diff"] if "head_group" in dla else []
+    comp_mean = float(np.mean(comp_dla)) if len(comp_dla) else float("nan")
+    out = []
+    for r in roles.itertuples():
+        share = getattr(r, f"attn_{r.top_role}", float("nan"))
+        d = dla[dla["head_name"] == r.head_name]
+        line = (f"- **{r.head_name}** attends mostly to `{r.top_role}` ({share:.2f} of its "
+                "attention)")
+        if not d.empty:
+            diff = float(d["dla_diff"].iloc[0])
+            side = "the wrong answer" if diff < 0 else "the answer"
+            line += f" and directly pushes toward {side} (`dla_diff` {diff:+.3g}"
+            line += f"; comparison heads {comp_mean:+.3g})" if np.isfinite(comp_mean) else ")"
+        out.append(line + ".")
+    if not comp.empty:
+        top = comp["top_role"].value_counts()
+        out.append(f"- Comparison heads attend mostly to `{top.index[0]}` "
+                   f"({int(top.iloc[0])} of {len(comp)}).")
+    return out
