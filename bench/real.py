@@ -40,6 +40,7 @@ import torch
 
 import workbench.pipeline as pipeline
 from workbench import cli
+from workbench.candidates import search_pool
 from workbench.confirmation import pool_random_head_sets, random_head_sets
 from workbench.encoding import encode_task
 from workbench.heads import HeadSet
@@ -47,7 +48,7 @@ from workbench.loading import load_model
 from workbench.results import CELResult
 from workbench.scoring import MaskScorer, masks_of
 from workbench.screening import resolve_task
-from workbench.search import max_finalists, search_pool
+from workbench.search import max_finalists
 
 STAGES = ("screen", "search", "confirm")
 

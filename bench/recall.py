@@ -45,20 +45,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout: bench.planted
 
 from bench.planted import PlantSpec, planted_model  # noqa: E402
+from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.compute import Compute  # noqa: E402
 from workbench.encoding import encode_task  # noqa: E402
 from workbench.pipeline import screen_race_rule  # noqa: E402
 from workbench.scoring import MaskScorer  # noqa: E402
 from workbench.screening import ScreenRace, screen_scorer  # noqa: E402
-from workbench.search import (
-    STRATEGIES,
-    SearchSpace,
-    best_sets,
-    candidate_heads,
-    default_budget,
-    search_pool,
-    select_candidates,
-)
+from workbench.search import STRATEGIES, SearchSpace, default_budget
 from workbench.stats import Stats  # noqa: E402
 
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}

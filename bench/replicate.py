@@ -27,6 +27,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
+from workbench.candidates import search_pool  # noqa: E402
 from workbench.compute import Compute  # noqa: E402
 from workbench.confirmation import cluster_labels, confirm_sets  # noqa: E402
 from workbench.encoding import encode_task  # noqa: E402
@@ -36,7 +37,6 @@ from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
 from workbench.metrics import task_metric  # noqa: E402
 from workbench.scoring import MaskScorer  # noqa: E402
-from workbench.search import search_pool  # noqa: E402
 from workbench.stats import Stats, holm  # noqa: E402
 from workbench.tasks import load_task  # noqa: E402
 

@@ -17,11 +17,12 @@ from tests.helpers import assert_close, loop_head_effects, randomize_biases, tin
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import _mask_hook, _replace_heads_hook, mask_hooks
 from workbench.attribution import attribution_effects
+from workbench.batching import length_buckets
 from workbench.compute import Compute
 from workbench.encoding import encode_task
 from workbench.fingerprint import model_fingerprint
 from workbench.metrics import unembed_at
-from workbench.scoring import MaskScorer, length_buckets, masks_of
+from workbench.scoring import MaskScorer, masks_of
 from workbench.screening import screen_heads
 from workbench.stats import Stats
 from workbench.tables import table_to_matrix

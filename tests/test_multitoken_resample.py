@@ -283,8 +283,8 @@ def test_attribution_refuses_custom_data_whose_metric_runs_several_forwards(attn
 def test_attribution_on_a_multi_token_accuracy_task_has_a_pool_baseline(attn_model):
     """Attribution has no estimate of exact match, so the log-prob decides the search pool
     (`search_pool(..., second=)`), and the held-out headline gets its pool baseline."""
+    from workbench.candidates import search_pool
     from workbench.pipeline import run_cel
-    from workbench.search import search_pool
 
     examples = [
         Example(id=f"e{i}", prompt=f"w{i % 20} w{(3 * i) % 20} w{(7 * i + 1) % 20}",

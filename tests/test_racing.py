@@ -11,6 +11,7 @@ import torch
 from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close, loop_head_effects
 from workbench import WorkbenchError
+from workbench.candidates import best_sets, search_pool, select_candidates
 from workbench.compute import Compute
 from workbench.confirmation import confirm_sets, random_head_sets
 from workbench.encoding import encode_task
@@ -26,7 +27,7 @@ from workbench.racing import (
 )
 from workbench.scoring import MaskScorer, masks_of
 from workbench.screening import ScreenRace, screen_heads, screen_scorer
-from workbench.search import SearchSpace, best_sets, get_strategy, search_pool, select_candidates
+from workbench.search import SearchSpace, get_strategy
 from workbench.stats import Stats, percentile_of, share_at_least
 from workbench.tables import table_to_matrix
 

@@ -12,6 +12,7 @@ import torch
 from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close
 from workbench import WorkbenchError
+from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.compute import Compute
 from workbench.confirmation import confirm_sets, example_groups, pool_random_head_sets
 from workbench.encoding import encode_task
@@ -19,16 +20,7 @@ from workbench.heads import HeadSet
 from workbench.pipeline import screen_race_rule
 from workbench.scoring import MaskScorer, masks_of
 from workbench.screening import ScreenRace, screen_heads, screen_scorer
-from workbench.search import (
-    STRATEGIES,
-    SearchSpace,
-    best_sets,
-    candidate_heads,
-    default_budget,
-    get_strategy,
-    search_pool,
-    select_candidates,
-)
+from workbench.search import STRATEGIES, SearchSpace, default_budget, get_strategy
 from workbench.stats import (
     Stats,
     bootstrap_weights,

@@ -240,12 +240,13 @@ def test_attribution_on_a_first_look_scores_the_racing_orders_first_examples(
     estimates on those examples of the racing order alone, as exact screening scores them, and
     leaves the others NaN."""
     from workbench.attribution import attribution_effects
-    from workbench.racing import example_order
+    from workbench.racing import RacePlan, example_order
     from workbench.screening import single_head_diffs
 
     batch = encode_task(gpt2_like_model, tiny_task)
     k = 5
-    clean, est = single_head_diffs(gpt2_like_model, batch, "attribution", seed=3, max_examples=k)
+    clean, est = single_head_diffs(gpt2_like_model, batch, "attribution",
+                                   plan=RacePlan(seed=3, max_examples=k))
     rows = example_order(len(batch), 3)[:k]
     want_clean, want = attribution_effects(gpt2_like_model, batch.rows(rows))
     others = torch.ones(len(batch), dtype=torch.bool)

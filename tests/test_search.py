@@ -11,6 +11,7 @@ import torch
 
 from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, ablated, evaluate, summarize
+from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.compute import Compute
 from workbench.demo import HARMFUL_HEAD, HELPFUL_HEADS, REDUNDANT_PAIR
 from workbench.encoding import encode_task
@@ -18,16 +19,7 @@ from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
 from workbench.scoring import MaskScorer, masks_of
 from workbench.screening import screen_heads
-from workbench.search import (
-    STRATEGIES,
-    SearchSpace,
-    best_sets,
-    candidate_heads,
-    get_strategy,
-    lasso_cv,
-    search_pool,
-    select_candidates,
-)
+from workbench.search import STRATEGIES, SearchSpace, get_strategy, lasso_cv
 from workbench.stats import Stats
 from workbench.tasks import load_task
 

@@ -21,11 +21,12 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, replacement_z
+from workbench.batching import answer_only_hooks, length_buckets
 from workbench.compute import DEFAULT_TOKEN_BUDGET, QUIET, Compute
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.metrics import forward_kwargs, masked_gather, score_logits, unembed_at
-from workbench.scoring import CustomMetric, answer_only_hooks, as_score_dict, length_buckets
+from workbench.scoring import CustomMetric, as_score_dict
 
 
 def _margin(logits: Float[Tensor, "batch d_vocab"], batch) -> Float[Tensor, " batch"]:

@@ -28,6 +28,13 @@ import pandas as pd
 import torch
 
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
+from workbench.candidates import (
+    best_sets,
+    candidate_heads,
+    rank_order,
+    search_pool,
+    select_candidates,
+)
 from workbench.compute import Compute
 from workbench.config import CELConfig
 from workbench.confirmation import cluster_labels, confirm_sets
@@ -39,16 +46,7 @@ from workbench.metrics import NORMALIZED_METRICS, multi_token_metric, task_metri
 from workbench.results import CELResult, flagged_heads, mark_best
 from workbench.scoring import CustomMetric, MaskScorer
 from workbench.screening import ScreenRace, resolve_task, screen_heads, single_head_diffs
-from workbench.search import (
-    RANKED_STRATEGIES,
-    SearchSpace,
-    best_sets,
-    candidate_heads,
-    get_strategy,
-    rank_order,
-    search_pool,
-    select_candidates,
-)
+from workbench.search import RANKED_STRATEGIES, SearchSpace, get_strategy
 from workbench.stats import Stats, helpful_agreement, rank_correlation
 from workbench.store import ResultStore
 from workbench.tables import head_name

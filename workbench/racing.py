@@ -106,6 +106,19 @@ class Race:
         return self.n == self.n_examples
 
 
+@dataclass(frozen=True)
+class RacePlan:
+    """How single-head screening is raced (`race`'s settings): `open_fn` decides which heads
+    stay open after each look (None: every head on every example), the example order is
+    seeded by `seed`, the looks' intervals are corrected to level `ci`, and no head is scored
+    on more than the first `max_examples` examples of that order (None: all)."""
+
+    open_fn: OpenFn | None = None
+    seed: int = 0
+    ci: float = 0.95
+    max_examples: int | None = None
+
+
 def race(
     scorer,
     masks: Float[Tensor, "n_masks layer head_index"],

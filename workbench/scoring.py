@@ -39,6 +39,7 @@ from workbench.ablation import (
     compute_resample_z,
     mask_hooks,
 )
+from workbench.batching import Chunk, answer_only_hooks, length_buckets
 from workbench.compute import QUIET, Compute, default_masks_per_pass
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
@@ -116,66 +117,6 @@ def as_score_dict(out, where: str) -> dict[str, Tensor]:
 
 def _save_hook(x: Tensor, hook, store: dict) -> None:
     store[hook.name] = x
-
-
-def _gather_hook(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tensor) -> Tensor:
-    return resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
-
-
-def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
-    """Hooks that keep only each row's answer position from the last block's `hook_resid_mid`
-    on, so that block's MLP, the final norm and the unembedding run on one position per row.
-
-    Returns:
-        `(hooks, pos_after)`: the hooks (none where the model's last block is not a sequential
-        attention-then-MLP block) and the positions to read the final residual at.
-    """
-    cfg = model.cfg
-    blocks = getattr(model, "blocks", None)
-    if (
-        cfg.attn_only
-        or getattr(cfg, "parallel_attn_mlp", False)
-        or blocks is None
-        or not hasattr(blocks[-1], "hook_resid_mid")
-    ):
-        return [], pos
-    name = f"blocks.{cfg.n_layers - 1}.hook_resid_mid"
-    return [(name, partial(_gather_hook, pos=pos))], torch.zeros_like(pos)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Rows of a `TaskBatch` scored in one forward, trimmed to their longest prompt."""
-
-    rows: Tensor  # (b,) row indices, on the model's device
-    width: int  # padded length of this chunk
-
-    def tokens(self, batch: TaskBatch) -> Tensor:
-        # Right padding and causal attention: the trailing pads change no earlier position.
-        return batch.tokens[self.rows, : self.width]
-
-
-def length_buckets(
-    lengths: Tensor, token_budget: int, max_rows: int
-) -> list[tuple[list[int], int]]:
-    """Rows grouped by length so that rows x padded length <= `token_budget` per group.
-
-    Rows are sorted by length (stable), then cut greedily; a prompt longer than the budget
-    gets a group of its own. Returns `[(row indices, padded length), ...]`.
-    """
-    lens = [int(x) for x in lengths.tolist()]
-    order = sorted(range(len(lens)), key=lambda i: lens[i])
-    groups: list[tuple[list[int], int]] = []
-    rows: list[int] = []
-    for i in order:
-        width = max(1, lens[i])  # the longest so far: rows are sorted by length
-        if rows and ((len(rows) + 1) * width > token_budget or len(rows) >= max_rows):
-            groups.append((rows, max(1, lens[rows[-1]])))
-            rows = []
-        rows.append(i)
-    if rows:
-        groups.append((rows, max(1, lens[rows[-1]])))
-    return groups
 
 
 class MaskScorer:

@@ -50,7 +50,15 @@ from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, all_heads
 from workbench.metrics import task_metric
 from workbench.options import RaceRule, ScreenMethod
-from workbench.racing import ATOL, SCREEN_RULES, OpenFn, example_order, first_slice, race
+from workbench.racing import (
+    ATOL,
+    SCREEN_RULES,
+    OpenFn,
+    RacePlan,
+    example_order,
+    first_slice,
+    race,
+)
 from workbench.scoring import CustomMetric, MaskScorer, Scorer, masks_of
 from workbench.stats import Stats, effect_summary
 from workbench.tables import head_table
@@ -137,14 +145,14 @@ def _other_items(others) -> list[tuple[str | None, object]]:
     return [(None, o) for o in others]
 
 
-def _attribution_diffs(model, data, kind, means, metric, heads, per_position, compute,
-                       open_fn, seed, ci, max_examples, counter, desc):
+def _attribution_diffs(model, data, kind, means, metric, heads, per_position, compute, plan,
+                       counter, desc):
     """Attribution estimates every head from one backward per metric; with `max_examples`,
     on the first that many examples of the racing order (as exact screening scores them)."""
     n_ex = len(data) if isinstance(data, TaskBatch) else None
-    if max_examples is None or n_ex is None or max_examples >= n_ex:
+    if plan.max_examples is None or n_ex is None or plan.max_examples >= n_ex:
         return attribution_effects(model, data, kind, means, metric, per_position, compute)
-    rows = example_order(n_ex, seed)[:max_examples]
+    rows = example_order(n_ex, plan.seed)[: plan.max_examples]
     clean, est = attribution_effects(model, data.rows(rows), kind, means, metric, per_position,
                                      compute)
     full_clean, full_est = {}, {}
@@ -161,10 +169,7 @@ def _attribution_diffs(model, data, kind, means, metric, heads, per_position, co
 def score_single_heads(
     scorer: Scorer,
     heads=None,
-    open_fn: OpenFn | None = None,
-    seed: int = 0,
-    ci: float = 0.95,
-    max_examples: int | None = None,
+    plan: RacePlan | None = None,
     counter: dict | None = None,
     desc: str = "screening",
 ) -> dict[str, Tensor]:
@@ -174,8 +179,10 @@ def score_single_heads(
     model = scorer.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
     chosen = all_heads(model) if heads is None else HeadSet.of(model, heads)
-    raced = race(scorer, masks_of(model, [[h] for h in chosen]), open_fn, seed, ci,
-                 progress=scorer.compute.progress, desc=desc, max_examples=max_examples)
+    plan = plan or RacePlan()
+    raced = race(scorer, masks_of(model, [[h] for h in chosen]), plan.open_fn, plan.seed,
+                 plan.ci, progress=scorer.compute.progress, desc=desc,
+                 max_examples=plan.max_examples)
     if counter is not None:
         counter["forward_eq"] = counter.get("forward_eq", 0.0) + raced.forward_eq
     rows = torch.tensor([l * H + h for l, h in chosen], dtype=torch.long)
@@ -195,19 +202,19 @@ def screen_scorer(
     `screen_heads` races (None: every head on every example)."""
     stats = stats or Stats()
     cfg = scorer.model.cfg
-    diffs = score_single_heads(scorer, None, race_on.open_fn() if race_on else None,
-                               stats.seed, stats.ci)
+    plan = RacePlan(race_on.open_fn() if race_on else None, stats.seed, stats.ci)
+    diffs = score_single_heads(scorer, None, plan)
     return head_table(effect_columns(diffs, cfg.n_layers, cfg.n_heads, stats), cfg.n_layers,
                       cfg.n_heads)
 
 
-def _scored_diffs(model, data, kind, means, metric, heads, per_position, compute, open_fn,
-                  seed, ci, max_examples, counter, desc, reuse_prefix: bool = True):
+def _scored_diffs(model, data, kind, means, metric, heads, per_position, compute, plan, counter,
+                  desc, reuse_prefix: bool = True):
     """One mask per head through a `MaskScorer` (raced when `open_fn` is given)."""
     scorer = MaskScorer(model, data, kind, means, metric, reuse_prefix=reuse_prefix,
                         per_position=per_position, compute=compute)
     clean = scorer.clean()
-    diffs = score_single_heads(scorer, heads, open_fn, seed, ci, max_examples, counter, desc)
+    diffs = score_single_heads(scorer, heads, plan, counter, desc)
     scorer.release()
     return clean, diffs
 
@@ -218,7 +225,7 @@ def _naive_diffs(*args, **kwargs):
 
 
 # The screening methods: each `(model, data, kind, means, metric, heads, per_position, compute,
-# open_fn, seed, ci, max_examples, counter, desc) -> (clean, diffs)`.
+# plan, counter, desc) -> (clean, diffs)`.
 SCREEN_METHODS: dict[ScreenMethod, Callable] = {
     ScreenMethod.EXACT: _scored_diffs,
     ScreenMethod.ATTRIBUTION: _attribution_diffs,
@@ -237,10 +244,7 @@ def single_head_diffs(
     per_position: bool = False,
     compute: Compute | None = None,
     *,
-    open_fn: OpenFn | None = None,
-    seed: int = 0,
-    ci: float = 0.95,
-    max_examples: int | None = None,
+    plan: RacePlan | None = None,
     counter: dict | None = None,
     desc: str = "screening",
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -248,14 +252,15 @@ def single_head_diffs(
     `{metric: [n_layers * n_heads, batch]}` (NaN rows for heads not in `heads`). The
     scorer's residual cache is freed before returning.
 
-    With `open_fn` (exact and naive methods) the heads are raced (`workbench.racing.race`,
-    example order seeded by `seed`, looks at level `ci`): a head `open_fn` closes keeps NaN
-    for the examples it was not scored on; `max_examples` scores every head on that many
-    examples of the racing order only. `counter["forward_eq"]` adds up the passes spent."""
+    With a `plan` whose `open_fn` is set (exact and naive methods) the heads are raced
+    (`workbench.racing.race`): a head `open_fn` closes keeps NaN for the examples it was not
+    scored on; the plan's `max_examples` scores every head (attribution: estimates every head)
+    on that many examples of the racing order only. `counter["forward_eq"]` adds up the
+    passes spent."""
     method = ScreenMethod.parse(method)
     return SCREEN_METHODS[method](
         model, data, AblationKind.parse(kind), means, metric, heads, per_position,
-        compute or QUIET, open_fn, seed, ci, max_examples, counter, desc,
+        compute or QUIET, plan or RacePlan(), counter, desc,
     )
 
 
@@ -363,7 +368,7 @@ def screen_heads(
         counter: dict = {}
         clean, diffs = single_head_diffs(
             model, d, method, kind, item_means, item_metric, item_heads, per_position, compute,
-            open_fn=rule, seed=stats.seed, ci=stats.ci, max_examples=limit, counter=counter,
+            plan=RacePlan(rule, stats.seed, stats.ci, limit), counter=counter,
             desc=f"screening {label}",
         )
         attrs["forward_eq"][label] = counter.get("forward_eq", float("nan"))

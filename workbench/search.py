@@ -64,9 +64,9 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
-import pandas as pd
 import torch
 
+from workbench.candidates import rank_order, sort_key
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
 from workbench.options import STRATEGY_NAMES, choose
@@ -75,7 +75,6 @@ from workbench.scoring import MaskScorer, masks_of
 from workbench.tables import head_name
 
 HeadTuple = tuple[Head, ...]
-RANK_BY = ("objective", "secondary")
 # Share of the interaction search's finalists taken from single-head screening's top
 # candidates (`pick_finalists`); the rest come from the knockout main effects.
 SCREEN_SHARE = 0.25
@@ -83,15 +82,6 @@ SCREEN_SHARE = 0.25
 
 def _names(heads: Iterable[Head]) -> str:
     return ",".join(head_name(l, h) for l, h in sorted(heads))
-
-
-def sort_key(gains: dict[str, float], first: str, second: str | None) -> tuple:
-    """The order of head sets: gain on `first`, then on `second`; NaN ranks last."""
-
-    def clean(v):
-        return -math.inf if v is None or math.isnan(v) else v
-
-    return (clean(gains.get(first)), clean(gains.get(second)) if second else 0.0)
 
 
 @dataclass
@@ -285,26 +275,6 @@ def compressed_sensing(space: SearchSpace) -> None:
         space.score_sets(sets, "compressed_sensing")
 
 
-def search_pool(
-    heads: pd.DataFrame, first: str, atol: float = 1e-5, second: str | None = None
-) -> list[Head]:
-    """Heads whose single removal does not clearly hurt `first`: the upper end of the paired
-    interval of `d_<first>` is >= `-atol` (`atol` absorbs the float error of an effect that
-    is exactly zero, ~1e-6 through a forward pass). NaN rows are left out. When no head has
-    an interval for `first` (attribution on a multi-token task's exact match), `second`
-    decides instead, as it ranks the candidates then (`select_candidates`).
-
-    Returns:
-        The pool, in `(layer, head)` order.
-    """
-    first = estimated_metric(heads, first, second, "_hi")
-    hi = heads[f"d_{first}_hi"].to_numpy(dtype=float)
-    keep = ~np.isnan(hi) & (hi >= -atol)
-    return [
-        (int(l), int(h)) for l, h, k in zip(heads["layer"], heads["head"], keep, strict=True) if k
-    ]
-
-
 def default_budget(n_heads: int) -> int:
     """Masks the interaction search may score on the selection split: `2.5 n + 500` (half
     knockouts, half finalist sets). The smallest of the budgets tried (`5 n + 1000`, `3 n +
@@ -495,100 +465,3 @@ def lasso_cv(
             b = _lasso(x[tr] - mx, y[tr] - my, alpha)
             errors[i] += ((y[te] - my - (x[te] - mx) @ b) ** 2).sum()
     return _lasso(xc, yc, alphas[int(np.argmin(errors))])
-
-
-# ---------------------------------------------------------------------------------------------
-# Candidates and best sets
-
-
-def estimated_metric(heads: pd.DataFrame, first: str, second: str | None, column: str = "") -> str:
-    """`first`, or `second` when no head has a number in `d_<first><column>` and some have
-    one for `second` (attribution cannot linearise a multi-token task's exact-match
-    accuracy): the metric that ranks the candidates and decides the search pool."""
-    if (second is not None and f"d_{second}{column}" in heads
-            and heads[f"d_{first}{column}"].isna().all()
-            and heads[f"d_{second}{column}"].notna().any()):
-        return second
-    return first
-
-
-def rank_order(objective: str, secondary: str | None, rank_by: str) -> tuple[str, str | None]:
-    """`(first, tie-break)` metrics for `rank_by` = `"objective"` or `"secondary"`."""
-    if rank_by not in RANK_BY:
-        raise WorkbenchError(f"rank_by {rank_by!r} is unknown; expected one of {RANK_BY}")
-    if rank_by == "secondary" and secondary is not None:
-        return secondary, objective
-    return objective, secondary
-
-
-def select_candidates(
-    heads: pd.DataFrame, first: str, second: str | None, top_m: int
-) -> pd.DataFrame:
-    """Mark candidates in a screening table (see the module docstring for the rule), ranking
-    heads by their gain on `first`, ties broken by `second` (see `rank_order`); by `second`
-    alone when no head has a number for `first`.
-
-    Returns:
-        A copy of `heads` with `candidate` (bool) and `candidate_rank` (0 = best, -1 = none).
-    """
-    df = heads.copy()
-    if estimated_metric(df, first, second) != first:  # rank by `second` alone
-        first, second = second, None
-    d_obj = df[f"d_{first}"].to_numpy(dtype=float)
-    beyond = df[f"d_{first}_lo"].to_numpy(dtype=float) > 0
-    if second is not None and f"d_{second}_lo" in df:
-        beyond |= (d_obj >= 0) & (df[f"d_{second}_lo"].to_numpy(dtype=float) > 0)
-    d_sec = df[f"d_{second}"].to_numpy(dtype=float) if second else np.zeros(len(df))
-    keys = [
-        sort_key({first: a, second: b}, first, second) for a, b in zip(d_obj, d_sec, strict=True)
-    ]
-    order = sorted(range(len(df)), key=lambda i: keys[i], reverse=True)  # stable: layer, head
-    order = [i for i in order if not math.isnan(d_obj[i])]
-    chosen = [i for i in order if beyond[i]]
-    chosen += [i for i in order if not beyond[i]][: max(0, top_m - len(chosen))]
-    df["candidate"] = False
-    df["candidate_rank"] = -1
-    for rank, i in enumerate(chosen):
-        df.iloc[i, df.columns.get_loc("candidate")] = True
-        df.iloc[i, df.columns.get_loc("candidate_rank")] = rank
-    return df
-
-
-def candidate_heads(heads: pd.DataFrame) -> list[Head]:
-    """The candidates of a marked screening table, best first."""
-    c = heads[heads["candidate"].astype(bool)].sort_values("candidate_rank")
-    return [(int(l), int(h)) for l, h in zip(c["layer"], c["head"], strict=True)]
-
-
-def best_sets(
-    combos: pd.DataFrame, first: str, second: str | None, max_size: int
-) -> tuple[dict[int, str], int | None]:
-    """The best set of each size (by `sort_key`) and the size of the overall best: the
-    smallest size whose best set has the largest gain on `first`. Where `combos` has an `n`
-    column (examples a score rests on), only the sets of a size scored on the most examples
-    compete: a set a race dropped early keeps a slice estimate, not a score to rank by."""
-    most = combos.groupby("size")["n"].max().to_dict() if "n" in combos and len(combos) else {}
-    best: dict[int, tuple[tuple, str]] = {}
-    for row in combos.itertuples(index=False):
-        size = int(row.size)
-        if not 1 <= size <= max_size:
-            continue
-        if most and int(row.n) < most[size]:
-            continue
-        gains = {first: getattr(row, f"d_{first}")}
-        if second:
-            gains[second] = getattr(row, f"d_{second}")
-        key = sort_key(gains, first, second)
-        heads = str(row.heads)
-        if (
-            size not in best
-            or key > best[size][0]
-            or (key == best[size][0] and heads < best[size][1])
-        ):
-            best[size] = (key, heads)
-    if not best:
-        return {}, None
-    # Parsimony: a larger set must gain more on `first`; the tie-break orders sets of one size
-    # but does not justify removing more heads. `max` keeps the smallest size on ties.
-    overall = max(sorted(best), key=lambda s: best[s][0][0])
-    return {s: heads for s, (_, heads) in sorted(best.items())}, overall

@@ -1,0 +1,162 @@
+"""The package's layout rules (issue 31), read from the source with `ast`: no import circles
+(imports inside functions count: they are deferred, not absent), no private name imported
+from another module, modules of a readable size, public functions with few parameters."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "workbench"
+MAX_MODULE_LINES = 520  # "no module over ~500 lines"
+MAX_PUBLIC_PARAMS = 13  # "no public function over ~12 parameters" (self and cls not counted)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _exports() -> dict[str, str]:
+    """`workbench/__init__.py`'s lazy exports: public name -> defining module."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside `if TYPE_CHECKING:` blocks (never run)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skip
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path], exports: dict[str, str]):
+    """`(target module, imported names, line)` for every workbench import in `path`."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "workbench":
+                    yield alias.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                parts = name.split(".") if is_package else name.split(".")[:-1]
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            if base.split(".")[0] != "workbench":
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in modules:
+                    yield sub, [], node.lineno
+                elif base == "workbench" and alias.name in exports:
+                    yield exports[alias.name], [alias.name], node.lineno
+                else:
+                    yield base, [alias.name], node.lineno
+
+
+def _graph() -> dict[str, set[str]]:
+    modules, exports = _modules(), _exports()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for target, _, _ in _imports(name, path, modules, exports):
+            if target in modules and target != name:
+                graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """The check below could fail: a planted two-module circle is reported."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_circles():
+    """A package's `__init__` importing its own modules is not a circle of the design (it is
+    how a package re-exports), so edges into a package's `__init__` from inside it are left
+    out; every other import, at module level or inside a function, counts."""
+    graph = _graph()
+    for module, targets in graph.items():
+        graph[module] = {t for t in targets if not module.startswith(t + ".")}
+    assert _cycles(graph) == []
+
+
+def test_no_private_name_is_imported_from_another_module():
+    modules, exports = _modules(), _exports()
+    found = []
+    for path in [*sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]:
+        name = _module_name(path)
+        for target, names, line in _imports(name, path, modules, exports):
+            found += [f"{path.relative_to(ROOT)}:{line} {target}.{n}" for n in names
+                      if n.startswith("_") and target != name]
+    assert found == []
+
+
+def test_modules_are_of_a_readable_size():
+    sizes = {m: p.read_text().count("\n") for m, p in _modules().items()}
+    assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_public_functions_take_few_parameters():
+    wide = {}
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if node.name.startswith("_"):
+                continue
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+            n = len(params) + bool(a.vararg) + bool(a.kwarg)
+            n -= bool(params) and params[0].arg in ("self", "cls")
+            if n > MAX_PUBLIC_PARAMS:
+                wide[f"{name}.{node.name}"] = n
+    assert wide == {}
