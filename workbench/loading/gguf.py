@@ -3,7 +3,7 @@
 transformers 5 reads a GGUF with the `gguf` package (`from_pretrained(folder, gguf_file=name)`),
 dequantises every tensor to float32 and builds the Hugging Face model and tokenizer the file
 describes. From that in-memory model the conversion is the one local Hugging Face folders get
-(`hf_folder.convert_config_and_weights` and `_process`), so any GGUF that transformers can read
+(`hf_folder.convert_config_and_weights` and `build_hooked`), so any GGUF that transformers can read
 and TransformerLens 3.9 can convert loads.
 
 Reading and converting takes about a minute for a 135M-parameter model on a CPU, mostly in
@@ -38,7 +38,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import file_digest
-from workbench.loading.hf_folder import _process, convert_config_and_weights, tokenizer_adds_bos
+from workbench.loading.hf_folder import build_hooked, convert_config_and_weights, tokenizer_adds_bos
 
 CACHE_ENV = "WORKBENCH_CACHE"
 MAGIC = b"GGUF"
@@ -147,7 +147,7 @@ def _build_entry(path: Path, sha: str, entry: Path, read: tuple | None) -> None:
     cfg, state_dict = convert_config_and_weights(hf_model, path.stem, cpu, torch.float32)
     del hf_model
     cfg.default_prepend_bos = tokenizer_adds_bos(tokenizer)
-    model = _process(cfg, state_dict, None, cpu)
+    model = build_hooked(cfg, state_dict, None, cpu)
     del state_dict
     steps.update()
     steps.set_postfix_str(f"writing {str(entry)!r}")

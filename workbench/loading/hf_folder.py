@@ -4,7 +4,7 @@ TransformerLens 3.9 cannot load a local folder offline through `from_pretrained`
 its own helpers: the config is converted from a copy placed under a neutral folder name
 (TransformerLens picks some architectures by substrings of the name, e.g. "llama"), the
 weights are converted from the Hugging Face model, and `load_and_process_state_dict` applies
-the usual processing (`_process`). Gemma and Gemma-2, which TransformerLens knows only as
+the usual processing (`build_hooked`). Gemma and Gemma-2, which TransformerLens knows only as
 fixed-shape official entries, get their config built from the Hugging Face config here.
 """
 
@@ -176,12 +176,12 @@ def convert_hf_model(
     (`tokenizer_adds_bos`), so `model.to_tokens(s)` gives exactly `tokenizer(s)`'s ids.
     """
     cfg, state_dict = convert_config_and_weights(hf_model, name, device, dtype)
-    return _process(cfg, state_dict, tokenizer, device)
+    return build_hooked(cfg, state_dict, tokenizer, device)
 
 
 def convert_config_and_weights(hf_model, name: str, device: torch.device, dtype: torch.dtype):
     """TransformerLens's `(HookedTransformerConfig, state dict)` for an in-memory Hugging Face
-    causal LM, before processing (`_process` folds the norms and centres the weights)."""
+    causal LM, before processing (`build_hooked` folds the norms and centres the weights)."""
     from transformer_lens.loading_from_pretrained import (
         get_pretrained_model_config,
         get_pretrained_state_dict,
@@ -222,7 +222,9 @@ def tokenizer_adds_bos(tokenizer) -> bool:
     return bool(with_special) and with_special[0] == bos and plain[:1] != [bos]
 
 
-def _process(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransformer:
+def build_hooked(cfg, state_dict, tokenizer, device: torch.device) -> HookedTransformer:
+    """A `HookedTransformer` from a converted config and state dict, with TransformerLens's
+    usual processing (norms folded, weights centred) and the tokenizer's own BOS rule."""
     if tokenizer is not None:
         # TransformerLens's configs prepend BOS for most families whatever the tokenizer does;
         # a model then sees a token its own tokenizer never gives it.
