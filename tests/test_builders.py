@@ -57,11 +57,11 @@ def test_dataframe_and_csv_map_columns(tmp_path):
     from_df = Task.from_dataframe(df, name="t", columns=COLUMNS, seed=1)
     from_rec = Task.from_records(RECORDS, name="t", columns=COLUMNS, seed=1)
     assert _key(from_df) == _key(from_rec)
-    csv = df.assign(bad=[" ".join(b) + "|w19" for b in df["bad"]], split=["select", ""] * 15)
+    csv = df.assign(bad=[" ".join(b) + "|zz" for b in df["bad"]], split=["select", ""] * 15)
     csv.to_csv(tmp_path / "facts.csv", index=False)
     from_csv = Task.from_csv(tmp_path / "facts.csv", columns=COLUMNS, list_sep="|", seed=1)
     assert from_csv.name == "facts"
-    assert from_csv.examples[0].wrong == (RECORDS[0]["bad"][0], "w19")
+    assert from_csv.examples[0].wrong == (RECORDS[0]["bad"][0], "zz")
     # Empty split cells are assigned by the seed; filled ones are kept.
     assert all(e.split == "select" for e in from_csv.examples[::2])
     assert {e.split for e in from_csv.examples[1::2]} == {"select", "heldout"}
@@ -90,7 +90,10 @@ def test_hf_dataset_on_disk(tmp_path):
         ({"columns": {"promt": "q"}}, r"unknown task fields \['promt'\]"),
         ({"columns": COLUMNS, "metirc": "accuracy"}, r"unknown task header keys \['metirc'\]"),
         ({"columns": COLUMNS, "prepend_bos": "no"}, "'prepend_bos' must be bool"),
-        ({"columns": {"prompt": "q", "answer": "extra"}}, r"row 0: 'answer' must be a string"),
+        (
+            {"columns": {"prompt": "q", "answer": "extra"}},
+            r"row 0, example '0': 'answer' must be a string",
+        ),
     ],
 )
 def test_builder_errors_name_the_problem(kwargs, message):

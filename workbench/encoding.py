@@ -108,8 +108,6 @@ def _pad(rows: list[list[int]], value: int, device) -> Tensor:
     return out.to(device)
 
 
-
-
 def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
     """Tokenize a task for `model`: prompts as its own tokenizer writes them (BOS only where
     it adds one, unless the task forces it), answers in context, the task fitted to the
@@ -120,8 +118,6 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
             its prompt, a multi-token answer in a single-token task, a failed check, an
             over-long prompt, or a counterfactual of another length.
     """
-
-
     task = task.subset(split)
     tok = get_tokenizer(model)
     device = model.cfg.device

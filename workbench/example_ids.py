@@ -2,9 +2,22 @@
 
 `encode_example` is what `workbench.encoding.encode_task` runs on every example, and what
 `workbench.task_fit` runs to find the examples a tokenizer cannot write as the task needs.
-Answers are tokenized in context: an answer's tokens are those `encode(prompt + answer)` has
-after `encode(prompt)`, which must be a prefix of it, so the position that predicts the
-answer is the prompt's last; a single-token task needs each answer to be one such token.
+
+The boundary rule. Answers are tokenized in context, so that the ids scored are those the
+model sees when the answer follows the prompt: the text prompt + answer must be tokenized as
+the prompt's tokens followed by the answer's, `tokens(prompt + answer) == tokens(prompt) +
+answer_ids`, and `answer_ids` are that tail (the tokenizer's `continuation`). The rule fails
+exactly when the prompt's tokens are not a prefix of the text's, where the answer's first
+characters merge with the prompt's last token (Llama-3 writes "...year 17" + "32" as "173" +
+"2"; GPT-2 writes "Hello wor" + "ld" as "Hello" + " world"); then no position predicts the
+answer, and the example is refused by name. It holds for every answer, wrong answer and
+candidate, and a single-token task needs each answer to be one such token. The word tokenizer
+of the project's models separates words by whitespace, so there a continuation is its own
+words whatever the prompt. The rule cannot see a prompt that ends with whitespace when the
+answer brings its own space ("ten, " + " eleven" is "," + " " + " eleven" on GPT-2: a prefix,
+and a one-token answer, scored after a lone space): the loader refuses such prompts
+(`workbench.tasks`). With `answers_in_context` false the answers are encoded alone and the
+rule is not checked; the task's structural `checks` guard its prompts instead.
 """
 
 from __future__ import annotations

@@ -182,3 +182,14 @@ def strategy_names(value) -> tuple[str, ...]:
         raise WorkbenchError("at least one search strategy is needed")
     return tuple(choose(s, STRATEGY_NAMES, "search strategy") for s in names)
 
+
+class AnswerScope(Option):
+    """What accuracy's argmax ranges over: `vocab`, the whole vocabulary; `candidates`, the
+    task's `candidates`, or each example's answers and wrong answers when it lists none."""
+
+    VOCAB = "vocab"
+    CANDIDATES = "candidates"
+
+    @classmethod
+    def what(cls) -> str:
+        return "answer_scope"

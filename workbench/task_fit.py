@@ -22,6 +22,12 @@ only on the task and the tokenizer.
 - `digits`: a number answer that a tokenizer writes as a lone space token then digits
   (SmolLM2, Llama-2: " 68" = " " + "6" + "8") gets the space moved into the prompt, and is
   scored as a multi-token answer when its digits are several tokens.
+
+A fitted prompt may end with a space (`digits`: "23 + 45 = " -> "68"; `greater_than` on
+Llama-3: "...to the year " -> "173"), which a task file may not (`workbench.tasks`): a
+construction does so only where this tokenizer writes that space as a token of its own before
+the answer in the text prompt + answer too, so the boundary rule (`workbench.example_ids`)
+still holds, and it is checked again when the fitted task is encoded.
 """
 
 from __future__ import annotations

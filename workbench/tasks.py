@@ -1,13 +1,22 @@
-"""Tasks: prompts with a known next-token answer, and their encoding into tensors.
+"""The task format: prompts with a known next-token answer, read from JSONL files or tables.
 
-A task file is JSONL. The first line may be a header `{"task": {...}}`; its keys are checked
-against `HEADER_KEYS` (a misspelt key is an error listing the known ones):
+This module holds the format (the header and example fields below, and the rules a task must
+follow), `Example` and `Task`, `load_task`, the `Task.from_*` constructors for tables (read by
+`workbench.builders`, then parsed record by record exactly like the lines of a file), and the
+structural checks (`CHECKS`) run once a model's tokenizer is known. Encoding a task for a
+model is `workbench.encoding` (one example: `workbench.example_ids`); fitting it to a model's
+tokenizer is `workbench.task_fit`.
+
+A task file is JSONL (UTF-8; a byte-order mark at the start is accepted). The first line may
+be a header `{"task": {...}}`; its keys are checked against `HEADER_KEYS` (a misspelt key is an
+error listing the known ones):
 
 - `name`, `description`, `source` (the script that generated the file): strings;
 - `metric`: the one CEL improves by default, one of `METRIC_NAMES` (see `workbench.metrics`);
-- `answer_scope`: `vocab` (accuracy is the argmax over the whole vocabulary) or `candidates`
-  (the argmax over `candidates`, or over each example's answers and wrong answers when no
-  list is given); `candidates`: a list of strings or null;
+- `answer_scope`: an `AnswerScope`, `vocab` (accuracy is the argmax over the whole vocabulary)
+  or `candidates` (the argmax over `candidates`, or over each example's answers and wrong
+  answers when no list is given); `candidates`: a list of strings or null, given only with
+  `answer_scope: candidates` (with `vocab` it would be ignored, so it is an error);
 - `prepend_bos`: a JSON boolean or null (the string "false" is an error, not true). Absent or
   null (the default): the prompt's ids are exactly those the model's own tokenizer gives
   (`tokenizer(prompt)`, special tokens only where it adds them; the word tokenizer of the
@@ -20,17 +29,19 @@ against `HEADER_KEYS` (a misspelt key is an error listing the known ones):
   does not write years as century + two digits; `digits` moves a lone space token into the
   prompt and scores numbers that are several tokens as multi-token answers. A task the
   tokenizer already fits is left exactly as it is;
-- `answer_tokens`: `single` (default: every answer must be one token in context) or `multi`
-  (answers may be several tokens: first-token metrics plus teacher-forced sequence metrics);
+- `answer_tokens`: an `AnswerTokens`, `single` (default: every answer must be one token in
+  context) or `multi` (answers may be several tokens: first-token metrics plus teacher-forced
+  sequence metrics);
 - `checks`: names of structural checks from `CHECKS` run on every example once tokenized
   (e.g. `year_split`: a start year splits as century + two digits, as greater-than needs);
 - `answers_in_context`: a JSON boolean, default true (see below); false encodes answers,
   wrong answers and candidates alone, for a task whose answer tokens are fixed by the task
   rather than by how the tokenizer writes prompt + answer (greater-than sums probability over
-  the 100 two-digit tokens after the century, though GPT-2 writes " 1600" as one token); pair
-  it with a structural check that the prompt is tokenized as the task assumes;
-- `split_by`: `example` (default) or `group`: examples without a `split` are split at random
-  by example, or by `group` so that no group (a fact, a word pair) is in both splits;
+  the 100 two-digit tokens after the century, though GPT-2 writes " 1600" as one token). No
+  boundary rule can then be checked, so pair it with a structural check that the prompt is
+  tokenized as the task assumes (greater-than: `year_split`);
+- `split_by`: a `SplitBy`, `example` (default) or `group`: examples without a `split` are split
+  at random by example, or by `group` so that no group (a fact, a word pair) is in both splits;
 - `meta`: a free-form object.
 
 Every other line is one example:
@@ -39,13 +50,36 @@ Every other line is one example:
      "wrong": [" John"], "roles": ["subject", ...], "split": "select" | "heldout",
      "group": "unmarked", "counterfactual": "...", "meta": {...}}
 
-Only `prompt` and `answer` are required. Answers are tokenized in context: the answer's
-tokens are those `encode(prompt + answer)` has after `encode(prompt)`, which must be a prefix
-of it (see `workbench.tokenizer`). `roles` label each prompt token (BOS excluded) for the
+Only `prompt` and `answer` are required. `roles` label each prompt token (BOS excluded) for the
 attention analysis. `counterfactual` is a prompt of the same token length whose run supplies
 the activations of resample ablation (`AblationKind.RESAMPLE`). Examples without `split` are
 assigned to the selection or held-out split by a seeded permutation, so the split never
 depends on file order.
+
+Rules checked at load, for files and tables alike; each failure is one error line naming the
+line (or row), the example id and the fix:
+
+- `id`s are unique (the error names the id and where it was first used);
+- `prompt` is a non-empty string that never ends with whitespace, and so is `counterfactual`
+  (it stands in for the prompt). The answer is predicted after the prompt's last token and
+  carries its own leading space: a byte-level BPE tokenizer (GPT-2, SmolLM2) makes a trailing
+  space a token of its own, so "Counting: eight, nine, ten, " + " eleven" would be scored
+  after a lone " " token, a context the model hardly ever saw (and with the answer "eleven",
+  the prompt's tokens would not be a prefix of the text's);
+- `answer` and `wrong` are non-empty strings or non-empty lists of them; no text is listed
+  twice, and none is both an answer and a wrong answer (metrics that compare them would not
+  tell them apart);
+- `split` is `select` or `heldout`; `roles` is a list of strings; `meta` is an object;
+- the header rules above; metrics in `NEEDS_WRONG` need `wrong` on every example; with
+  `split_by: group` every example has a `group` and no group is in both splits; with a
+  `candidates` list every answer is one of them.
+
+Rules checked once a model's tokenizer is known (`workbench.example_ids`), naming the example:
+answers are tokenized in context, and the text prompt + answer must be tokenized as the
+prompt's tokens followed by the answer's (`tokens(prompt + answer) == tokens(prompt) +
+answer_ids`; an answer whose first token would merge with the prompt's last cannot be scored);
+a single-token task needs each answer to be one token; `checks`; one role per prompt token;
+a counterfactual of the prompt's token length; a prompt that fits the model's context.
 """
 
 from __future__ import annotations
@@ -59,7 +93,9 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
 from workbench.errors import WorkbenchError
+from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
 # The metrics a task can name; `workbench.metrics` implements each (a test checks they match).
@@ -67,9 +103,6 @@ METRIC_NAMES = ("accuracy", "logprob", "logit_diff", "prob_diff", "normalized_lo
 # Metrics that compare the answers with the `wrong` answers, so need them on every example.
 NEEDS_WRONG = ("logit_diff", "prob_diff", "normalized_logit_diff")
 SPLITS = ("select", "heldout")
-ANSWER_SCOPES = ("vocab", "candidates")
-ANSWER_TOKENS = ("single", "multi")
-SPLIT_BY = ("example", "group")
 # The per-tokenizer constructions a task header can name; `workbench.task_fit.FITS` implements
 # each (a test checks they match).
 PER_TOKENIZER = ("drop_unfit", "greater_than", "digits")
@@ -92,6 +125,8 @@ HEADER_KEYS: dict[str, tuple] = {
 EXAMPLE_KEYS = (
     "id", "prompt", "answer", "wrong", "roles", "split", "group", "counterfactual", "meta"
 )  # fmt: skip
+# The example fields that hold a list (a table cell may be split into one, see `from_records`).
+LIST_FIELDS = ("answer", "wrong", "roles")
 
 
 @dataclass(frozen=True)
@@ -113,15 +148,21 @@ class Example:
 class Task:
     """A named list of examples and how to score them.
 
+    The option fields are validated (a misspelt value is an error naming the option and its
+    values) and stored as plain strings, so a task's fingerprint does not depend on whether
+    an option was given as a string or as its `Option` member.
+
     Attributes:
         name: the task's name (its file stem for files in `tasks/`).
         examples: the examples, every one with a split.
         metric: the metric CEL improves by default; one of `METRIC_NAMES`.
-        answer_scope: `"vocab"` or `"candidates"` (see the module docstring).
+        answer_scope: an `AnswerScope` value, `"vocab"` or `"candidates"` (see the module
+            docstring).
         candidates: the shared candidate answers, when `answer_scope == "candidates"`.
-        answer_tokens: `"single"` or `"multi"` (see the module docstring).
+        answer_tokens: an `AnswerTokens` value, `"single"` or `"multi"`.
         checks: structural checks (names in `CHECKS`) run when the task is encoded.
-        split_by: `"example"` or `"group"`: the unit a random split keeps together.
+        split_by: a `SplitBy` value, `"example"` or `"group"`: the unit a random split keeps
+            together.
         answers_in_context: encode answers after their prompt (True) or alone (False).
         prepend_bos: None: a prompt's ids are its model's own tokenizer's; True / False: a
             BOS is forced on or off.
@@ -147,40 +188,37 @@ class Task:
     def __post_init__(self) -> None:
         if not self.examples:
             raise WorkbenchError(f"task {self.name!r} has no examples")
-        for key, value, allowed in (
-            ("metric", self.metric, METRIC_NAMES),
-            ("answer_scope", self.answer_scope, ANSWER_SCOPES),
-            ("answer_tokens", self.answer_tokens, ANSWER_TOKENS),
-            ("split_by", self.split_by, SPLIT_BY),
-        ):
-            if value not in allowed:
-                raise WorkbenchError(
-                    f"task {self.name!r}: {key} {value!r} is unknown; expected one of {allowed}"
-                )
-        if self.per_tokenizer is not None and self.per_tokenizer not in PER_TOKENIZER:
-            raise WorkbenchError(
-                f"task {self.name!r}: per_tokenizer {self.per_tokenizer!r} is unknown; expected "
-                f"one of {PER_TOKENIZER}"
-            )
+        task = f"task {self.name!r}:"
+        self.metric = choose(self.metric, METRIC_NAMES, f"{task} metric")
+        self.answer_scope = choose(self.answer_scope, AnswerScope, f"{task} answer_scope").value
+        self.answer_tokens = choose(self.answer_tokens, AnswerTokens, f"{task} answer_tokens").value
+        self.split_by = choose(self.split_by, SplitBy, f"{task} split_by").value
+        if self.per_tokenizer is not None:
+            self.per_tokenizer = choose(self.per_tokenizer, PER_TOKENIZER, f"{task} per_tokenizer")
         self.checks = tuple(self.checks)
         unknown = [c for c in self.checks if c not in CHECKS]
         if unknown:
             raise WorkbenchError(
-                f"task {self.name!r}: checks {unknown} are unknown; expected names in "
-                f"{sorted(CHECKS)}"
+                f"{task} checks {unknown} are unknown; expected names in {sorted(CHECKS)}"
             )
         ids = [e.id for e in self.examples]
         if len(set(ids)) != len(ids):
-            raise WorkbenchError(f"task {self.name!r} has duplicate example ids")
-        if self.metric in NEEDS_WRONG and any(not e.wrong for e in self.examples):
+            seen: set[str] = set()
+            repeated = list(dict.fromkeys(i for i in ids if i in seen or seen.add(i)))
             raise WorkbenchError(
-                f"task {self.name!r} uses metric {self.metric}, which needs 'wrong' answers on "
-                "every example"
+                f"{task} duplicate example ids {repeated[:5]}; give each example its own id"
             )
-        if self.split_by == "group":
+        if self.metric in NEEDS_WRONG:
+            lacking = [e.id for e in self.examples if not e.wrong]
+            if lacking:
+                raise WorkbenchError(
+                    f"{task} metric {self.metric} needs 'wrong' answers on every example; "
+                    f"examples {lacking[:5]} have none (add them, or use metric 'accuracy' "
+                    "or 'logprob')"
+                )
+        if self.split_by == SplitBy.GROUP:
             _check_groups(self.name, self.examples)
-
-        if self.answer_scope == "candidates" and self.candidates:
+        if self.answer_scope == AnswerScope.CANDIDATES and self.candidates:
             for e in self.examples:
                 missing = [a for a in e.answers if a not in self.candidates]
                 if missing:
@@ -233,32 +271,75 @@ class Task:
         return all(e.counterfactual is not None for e in self.examples)
 
     @classmethod
-    def from_records(cls, records, **kwargs) -> "Task":
-        """A task from dicts (see `workbench.builders.task_from_records`)."""
-        from workbench.builders import task_from_records
+    def from_records(
+        cls,
+        records,
+        name: str = "task",
+        columns: dict[str, str] | None = None,
+        list_sep: str | None = None,
+        seed: int = 0,
+        heldout_fraction: float = 0.5,
+        **header,
+    ) -> "Task":
+        """A task from an iterable of dicts (one per example), checked like a task file.
 
-        return task_from_records(records, **kwargs)
+        Args:
+            records: the examples, as mappings from column name to value.
+            name: the task's name.
+            columns: task field -> source column, for columns named otherwise; columns not
+                mapped and not named like a task field are ignored.
+            list_sep: split string cells of `answer`, `wrong` and `roles` on this separator
+                (e.g. `"|"` for a CSV cell `" Paris| paris"`); None keeps them whole.
+            seed, heldout_fraction: as in `load_task`, for rows without a `split`.
+            **header: task header options (`metric`, `answer_scope`, `candidates`, `split_by`,
+                `answer_tokens`, `checks`, `prepend_bos`, ...), strings or `Option` members,
+                checked like a file's header.
+
+        Raises:
+            WorkbenchError: naming the row, for a missing column or a value that breaks a
+                rule of the task format.
+
+        Example:
+            >>> Task.from_records(rows, columns={"prompt": "q", "answer": "a", "group": "fact"},
+            ...                   name="facts", split_by=SplitBy.GROUP)
+        """
+        header = {k: _header_value(v) for k, v in header.items()}
+        header = _parse_header({"name": name, **header}, f"task {name!r}")
+        rows = table_records(records, EXAMPLE_KEYS, columns, LIST_FIELDS, list_sep, name)
+        if not rows:
+            raise WorkbenchError(f"task {name!r} has no rows")
+        located = [(f"task {name!r} row {i}", row) for i, row in enumerate(rows)]
+        return _task_from_lines(header, located, name, seed, heldout_fraction)
 
     @classmethod
-    def from_dataframe(cls, df, **kwargs) -> "Task":
-        """A task from a pandas DataFrame (see `workbench.builders.task_from_dataframe`)."""
-        from workbench.builders import task_from_dataframe
-
-        return task_from_dataframe(df, **kwargs)
+    def from_dataframe(cls, df, name: str = "task", **kwargs) -> "Task":
+        """A task from a pandas DataFrame, one row per example (see `from_records`)."""
+        return cls.from_records(dataframe_rows(df), name=name, **kwargs)
 
     @classmethod
-    def from_csv(cls, path, **kwargs) -> "Task":
-        """A task from a CSV file (see `workbench.builders.task_from_csv`)."""
-        from workbench.builders import task_from_csv
-
-        return task_from_csv(path, **kwargs)
+    def from_csv(cls, path: str | os.PathLike, name: str | None = None, **kwargs) -> "Task":
+        """A task from a CSV file with a header row (see `from_records`; `name` defaults to
+        the file's stem). Cells are read as strings, so ids and groups keep leading zeros."""
+        return cls.from_records(csv_rows(path), name=name or Path(path).stem, **kwargs)
 
     @classmethod
-    def from_hf_dataset(cls, path_or_dataset, **kwargs) -> "Task":
-        """A task from a local Hugging Face dataset (see `workbench.builders`)."""
-        from workbench.builders import task_from_hf_dataset
+    def from_hf_dataset(
+        cls, path_or_dataset, name: str | None = None, hf_split: str | None = None, **kwargs
+    ) -> "Task":
+        """A task from a Hugging Face dataset saved on disk (`Dataset.save_to_disk`), or a
+        `datasets.Dataset` / `DatasetDict` in memory; nothing is downloaded. `hf_split` picks
+        the split of a `DatasetDict` (required when there are several); `name` defaults to
+        the folder's name; other arguments as in `from_records`."""
+        rows, default_name = hf_dataset_rows(path_or_dataset, hf_split)
+        return cls.from_records(rows, name=name or default_name, **kwargs)
 
-        return task_from_hf_dataset(path_or_dataset, **kwargs)
+
+def _header_value(value):
+    """A header option given in Python as its JSON value: an `Option` member as its string,
+    a tuple as a list."""
+    if isinstance(value, Option):
+        return value.value
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _check_groups(name: str, examples: list[Example]) -> None:
@@ -266,7 +347,8 @@ def _check_groups(name: str, examples: list[Example]) -> None:
     missing = [e.id for e in examples if e.group is None]
     if missing:
         raise WorkbenchError(
-            f"task {name!r} splits by group but examples {missing[:5]} have no 'group'"
+            f"task {name!r} splits by group but examples {missing[:5]} have no 'group'; give "
+            "each example a group, or set split_by to 'example'"
         )
     seen: dict[str, str] = {}
     for e in examples:
@@ -276,23 +358,54 @@ def _check_groups(name: str, examples: list[Example]) -> None:
         if first != e.split:
             raise WorkbenchError(
                 f"task {name!r} splits by group but group {e.group!r} is in both splits "
-                f"(example {e.id!r} is {e.split!r})"
+                f"(example {e.id!r} is {e.split!r}); give every example of a group the same "
+                "split, or leave 'split' out and let the loader split by group"
             )
 
 
-def _as_str_tuple(value, what: str, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return tuple(value)
+def _texts(value, what: str, where: str) -> tuple[str, ...]:
+    """An `answer` or `wrong` field as a tuple of distinct non-empty strings."""
+    texts = [value] if isinstance(value, str) else value
+    if not (isinstance(texts, list) and texts and all(isinstance(v, str) and v for v in texts)):
+        raise WorkbenchError(
+            f"{where}: {what!r} must be a string or a non-empty list of strings, none of them "
+            f"empty; got {value!r}"
+        )
+    repeated = [t for i, t in enumerate(texts) if t in texts[:i]]
+    if repeated:
+        raise WorkbenchError(f"{where}: {what!r} lists {repeated[0]!r} twice; list it once")
+    return tuple(texts)
+
+
+def _check_no_trailing_space(text: str, what: str, answers: tuple[str, ...], where: str) -> None:
+    """The rule that a prompt (or counterfactual) never ends with whitespace: the answer
+    carries its own leading space (see the module docstring for why)."""
+    stripped = text.rstrip()
+    if stripped == text:
+        return
+    space = text[len(stripped) :]
+    if what == "prompt":
+        answer = answers[0] if answers[0][:1].isspace() else space + answers[0]
+        fix = (
+            f"move the whitespace into the answer: prompt ending {stripped[-30:]!r}, answer "
+            f"{answer!r} (every answer and wrong answer starts with it)"
+        )
+    else:
+        fix = f"end the {what} at {stripped[-30:]!r}, as the prompt ends"
     raise WorkbenchError(
-        f"{where}: {what!r} must be a string or a non-empty list of strings; got {value!r}"
+        f"{where}: the {what} ends with whitespace {space!r}, which byte-level BPE tokenizers "
+        "(GPT-2, SmolLM2) make a token of its own, so the answer would be predicted after a "
+        f"lone {space!r} token; {fix}"
     )
 
 
-def _parse_example(obj: dict, where: str, index: int) -> Example:
+def _parse_example(obj, where: str, index: int) -> Example:
+    """One line of a task file (or one table row) as an `Example`, or an error naming the
+    line, the example id and the rule it breaks."""
     if not isinstance(obj, dict):
         raise WorkbenchError(f"{where}: each line must be a JSON object; got {type(obj).__name__}")
+    ex_id = str(obj.get("id", index))
+    where = f"{where}, example {ex_id!r}"
     unknown = sorted(set(obj) - set(EXAMPLE_KEYS))
     if unknown:
         raise WorkbenchError(
@@ -302,8 +415,17 @@ def _parse_example(obj: dict, where: str, index: int) -> Example:
     for key in ("prompt", "answer"):
         if key not in obj:
             raise WorkbenchError(f"{where}: missing field {key!r} (required: 'prompt', 'answer')")
-    if not isinstance(obj["prompt"], str) or not obj["prompt"].strip():
-        raise WorkbenchError(f"{where}: 'prompt' must be a non-empty string")
+    prompt = obj["prompt"]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise WorkbenchError(f"{where}: 'prompt' must be a non-empty string; got {prompt!r}")
+    answers = _texts(obj["answer"], "answer", where)
+    wrong = _texts(obj["wrong"], "wrong", where) if obj.get("wrong") else ()
+    both = [w for w in wrong if w in answers]
+    if both:
+        raise WorkbenchError(
+            f"{where}: {both[0]!r} is both an answer and a wrong answer; keep it in one list"
+        )
+    _check_no_trailing_space(prompt, "prompt", answers, where)
     split = obj.get("split")
     if split is not None and split not in SPLITS:
         raise WorkbenchError(f"{where}: split {split!r} is unknown; expected one of {SPLITS}")
@@ -313,18 +435,18 @@ def _parse_example(obj: dict, where: str, index: int) -> Example:
     ):
         raise WorkbenchError(f"{where}: 'roles' must be a list of strings")
     counterfactual = obj.get("counterfactual")
-    if counterfactual is not None and (
-        not isinstance(counterfactual, str) or not counterfactual.strip()
-    ):
-        raise WorkbenchError(f"{where}: 'counterfactual' must be a non-empty string")
+    if counterfactual is not None:
+        if not isinstance(counterfactual, str) or not counterfactual.strip():
+            raise WorkbenchError(f"{where}: 'counterfactual' must be a non-empty string")
+        _check_no_trailing_space(counterfactual, "counterfactual", answers, where)
     meta = obj.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise WorkbenchError(f"{where}: 'meta' must be an object; got {meta!r}")
     return Example(
-        id=str(obj.get("id", index)),
-        prompt=obj["prompt"],
-        answers=_as_str_tuple(obj["answer"], "answer", where),
-        wrong=_as_str_tuple(obj["wrong"], "wrong", where) if obj.get("wrong") else (),
+        id=ex_id,
+        prompt=prompt,
+        answers=answers,
+        wrong=wrong,
         roles=tuple(roles) if roles is not None else None,
         split=split,
         group=None if obj.get("group") is None else str(obj["group"]),
@@ -379,7 +501,7 @@ def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-def parse_header(header, where: str) -> dict:
+def _parse_header(header, where: str) -> dict:
     """Check a task header: known keys only, each of its documented JSON type."""
     if not isinstance(header, dict):
         raise WorkbenchError(f"{where}: 'task' header must be an object")
@@ -401,34 +523,53 @@ def parse_header(header, where: str) -> dict:
         value = header.get(key)
         if value is not None and not all(isinstance(v, str) for v in value):
             raise WorkbenchError(f"{where}: task header {key!r} must be a list of strings")
+    if header.get("candidates") and header.get("answer_scope", "vocab") == AnswerScope.VOCAB:
+        raise WorkbenchError(
+            f"{where}: the header lists candidates but answer_scope is 'vocab', which ignores "
+            "them; set answer_scope to 'candidates', or candidates to null"
+        )
     return header
 
 
-def task_from_header(
+def _task_from_lines(
     header: dict,
-    examples: list[Example],
+    lines: list[tuple[str, object]],
     default_name: str,
-    seed: int = 0,
-    heldout_fraction: float = 0.5,
+    seed: int,
+    heldout_fraction: float,
 ) -> Task:
-    """A `Task` from a checked header and parsed examples; examples without a split get one."""
+    """A `Task` from a checked header and its example lines (each with where it comes from,
+    for errors); examples without a split get one."""
     if not 0.0 < heldout_fraction < 1.0:
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
+    examples: list[Example] = []
+    first_seen: dict[str, str] = {}
+    for where, obj in lines:
+        ex = _parse_example(obj, where, len(examples))
+        if ex.id in first_seen:
+            raise WorkbenchError(
+                f"{where}: duplicate example ids: {ex.id!r} is already the id at "
+                f"{first_seen[ex.id]}; give each example its own 'id'"
+            )
+        first_seen[ex.id] = where
+        examples.append(ex)
+    name = header.get("name", default_name)
     candidates = header.get("candidates")
-    split_by = header.get("split_by", "example")
-    if split_by == "group":
-        _check_groups(header.get("name", default_name), examples)
+    split_by = header.get("split_by", SplitBy.EXAMPLE.value)
+    by_group = split_by == SplitBy.GROUP
+    if by_group:
+        _check_groups(name, examples)
     return Task(
-        name=header.get("name", default_name),
-        examples=_assign_splits(examples, seed, heldout_fraction, by_group=split_by == "group"),
+        name=name,
+        examples=_assign_splits(examples, seed, heldout_fraction, by_group=by_group),
         metric=header.get("metric", "accuracy"),
-        answer_scope=header.get("answer_scope", "vocab"),
+        answer_scope=header.get("answer_scope", AnswerScope.VOCAB.value),
         candidates=tuple(candidates) if candidates else None,
         description=header.get("description", ""),
         source=header.get("source", ""),
         prepend_bos=header.get("prepend_bos"),
         meta=dict(header.get("meta", {})),
-        answer_tokens=header.get("answer_tokens", "single"),
+        answer_tokens=header.get("answer_tokens", AnswerTokens.SINGLE.value),
         checks=tuple(header.get("checks", ())),
         split_by=split_by,
         answers_in_context=header.get("answers_in_context", True),
@@ -445,12 +586,17 @@ def load_task(
         name_or_path: a task name in `tasks/` or the path of a task file.
         seed: seeds the split of examples that carry no `split` field.
         heldout_fraction: the fraction of such examples (or groups) put in the held-out split.
+
+    Raises:
+        WorkbenchError: naming the line and the example, for a file that breaks a rule of the
+            format (see the module docstring).
     """
     if not 0.0 < heldout_fraction < 1.0:
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
     path = resolve_task_path(name_or_path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark (Windows editors write one) is not part of line 1.
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise WorkbenchError(
             f"task file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); save it "
@@ -460,7 +606,7 @@ def load_task(
     if not lines:
         raise WorkbenchError(f"task file {str(path)!r} is empty; expected JSONL examples")
     header: dict = {}
-    examples = []
+    examples: list[tuple[str, object]] = []
     for lineno, line in lines:
         where = f"{path.name} line {lineno}"
         try:
@@ -474,12 +620,12 @@ def load_task(
                 raise WorkbenchError(
                     f"{where}: the header line holds only 'task'; got keys {sorted(obj)}"
                 )
-            header = parse_header(obj["task"], where)
+            header = _parse_header(obj["task"], where)
             continue
-        examples.append(_parse_example(obj, where, len(examples)))
+        examples.append((where, obj))
     if not examples:
         raise WorkbenchError(f"task file {str(path)!r} has a header but no examples")
-    return task_from_header(header, examples, path.stem, seed, heldout_fraction)
+    return _task_from_lines(header, examples, path.stem, seed, heldout_fraction)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -513,4 +659,3 @@ def _check_year_split(tok, ex: Example, prompt_ids: list[int], answers: list[lis
 
 
 CHECKS: dict[str, Check] = {"year_split": _check_year_split}
-
