@@ -238,20 +238,9 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
         store.save(result.run_file())
         cfg = config.to_dict()
 
-        result.heads = store.load("heads", cfg)
-        if result.heads is None:
-            t = time.perf_counter()
-            result.heads = screen_stage(run, result)
-            _add_time(result, "screen", t)
-            store.save(result.run_file(), heads=result.heads)
+        result.heads = _resumed(store, cfg, "heads", "screen", screen_stage, run, result)
         _check_heads(result.heads, model, store.folder)
-
-        result.combos = store.load("combos", cfg)
-        if result.combos is None:
-            t = time.perf_counter()
-            result.combos = search_stage(run, result)
-            _add_time(result, "search", t)
-            store.save(result.run_file(), combos=result.combos)
+        result.combos = _resumed(store, cfg, "combos", "search", search_stage, run, result)
 
         confirmation = store.load("confirmation", cfg)
         side_effects = store.load("side_effects", cfg) if other_tasks else pd.DataFrame()
@@ -268,6 +257,19 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
         if store.folder is not None:
             result.write_report(store.folder, plots)
     return result
+
+
+def _resumed(store: ResultStore, cfg: dict, table: str, stage: str, run_stage, run: CELRun,
+             result: CELResult) -> pd.DataFrame:
+    """A stage's table from the results folder when its inputs are unchanged, else computed
+    by `run_stage(run, result)`, timed as `stage` and saved."""
+    df = store.load(table, cfg)
+    if df is None:
+        t = time.perf_counter()
+        df = run_stage(run, result)
+        _add_time(result, stage, t)
+        store.save(result.run_file(), **{table: df})
+    return df
 
 
 def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
