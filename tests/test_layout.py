@@ -79,6 +79,13 @@ def _graph() -> dict[str, set[str]]:
         for target, _, _ in _imports(name, path, modules, exports):
             if target in modules and target != name:
                 graph[name].add(target)
+                # importing `a.b.c` runs `a.b`'s `__init__` first: an edge to it too, unless
+                # the importer is inside `a.b` (its `__init__` is then already running)
+                parts = target.split(".")
+                for k in range(2, len(parts)):
+                    package = ".".join(parts[:k])
+                    if package in modules and not name.startswith(package + "."):
+                        graph[name].add(package)
     return graph
 
 
