@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import inspect
 import json
 import os
 import subprocess
@@ -12,7 +15,9 @@ import pandas as pd
 import pytest
 
 import workbench.cli as cli
+from workbench.config import CELConfig
 from workbench.demo import write_demo
+from workbench.errors import WorkbenchError
 from workbench.results import CELResult
 
 FAST = ["--n-random", "20", "--n-boot", "100", "--quiet"]
@@ -111,6 +116,8 @@ def test_no_arguments_runs_the_embedded_model_and_its_tasks(
         (["cel", "--model", "embeded"], "unknown model 'embeded'; did you mean 'embedded'"),
         (["cel", "--model", "gtp2"], "unknown model 'gtp2'; did you mean 'gpt2'?"),
         (["cel", "--model", "gtp2", "--task", "ioi"], "did you mean 'gpt2'?"),
+        (["cel", "--model", "gtp2", "--task", "ioi"], "expected a GGUF file (.gguf), a "
+         "workbench checkpoint or Hugging Face folder, an embedded model"),
         (["cel", "--model", "gpt2", "--task", "ioii"], "task 'ioii' is neither a file nor a "
          "task in"),
         (["cel", "--model", "gpt2", "--task", "ioii"], "did you mean 'ioi'?"),
@@ -219,22 +226,141 @@ def test_sweep_help_describes_every_option(capsys):
         assert len(block.split()) > 4, (option, block)  # more than the option and metavar
 
 
-def test_parser_choices_match_the_registries():
-    """The parser is built from literal lists so that it needs no torch; they must be the
-    registries' names, and `workbench.names` must agree with the modules it stands in for."""
+def test_parser_choices_are_the_option_types():
+    """The parser's choices are the values of the option types of `workbench.options` (the
+    CEL methods less the naive reference), and `workbench.names` agrees with the modules it
+    stands in for."""
     from transformer_lens.loading_from_pretrained import make_model_alias_map
 
     from workbench import names
-    from workbench.ablation import AblationKind
     from workbench.checkpoint import CONFIG_FILE
-    from workbench.search import STRATEGIES
+    from workbench.options import STRATEGY_NAMES, AblationKind, ClusterMode, SweepSplit
     from workbench.tasks import TASKS_DIR
 
-    assert cli.ABLATION_KINDS == tuple(k.value for k in AblationKind)
-    assert cli.STRATEGY_NAMES == tuple(sorted(STRATEGIES))
+    for command, several in (("cel", False), ("sweep", True)):
+        actions = _actions(command)
+        assert actions["--ablation"].choices == ["zero", "mean", "resample"]
+        assert actions["--ablation"].choices == AblationKind.values()
+        assert actions["--method"].choices == ["exact", "attribution"]
+        assert actions["--cluster"].choices == ClusterMode.values()
+        assert tuple(actions["--strategy"].choices) == STRATEGY_NAMES
+        assert (actions["--ablation"].nargs == "+") is several
+    assert _actions("sweep")["--split"].choices == SweepSplit.values()
     assert names.CHECKPOINT_CONFIG == CONFIG_FILE and names.TASKS_DIR == TASKS_DIR
     # the TransformerLens names read from its source without importing it, vs its own map
     assert set(names.official_names()) == set(make_model_alias_map())
+
+
+def _actions(command: str) -> dict:
+    """The options of a subcommand's parser: flag -> argparse action."""
+    parser = cli.build_parser(command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {o: a for a in sub.choices[command]._actions for o in a.option_strings}
+
+
+def _help(command: str, option: str, capsys) -> str:
+    """The help text of one option of `workbench <command> --help`, on one line."""
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = capsys.readouterr().out
+    block = text[text.index(f"  {option} "):].split("\n  -")[0]
+    return " ".join(block.split())
+
+
+def test_flag_defaults_are_the_config_defaults():
+    """Every flag of a `CELConfig` field stores under its name with the field's default, so
+    `cel` and `sweep` with no options run the default config (nothing is declared twice)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(CELConfig)}
+    flagged = {"kind", "per_position", "method", "check_attribution", "max_size", "strategies",
+               "cluster", "top_m", "search_budget", "objective", "n_random", "n_boot",
+               "max_examples", "side_screening", "side_examples", "seed"}
+    for command in ("cel", "sweep"):
+        args = cli.build_parser(command).parse_args([command])
+        options = cli.run_options(args)
+        assert set(options) == flagged - ({"kind"} if command == "sweep" else set())
+        for name, value in options.items():
+            value = tuple(value) if isinstance(value, list) else value
+            assert value == defaults[name] and type(value) is type(defaults[name]), name
+        assert CELConfig(model="m", task="t", **options) == CELConfig(model="m", task="t")
+    sweep = cli.build_parser("sweep").parse_args(["sweep"])
+    assert sweep.kinds == [defaults["kind"]]
+    from workbench.sweep import run_sweep
+
+    assert sweep.split == inspect.signature(run_sweep).parameters["split"].default
+
+
+def test_help_shows_the_defaults_and_the_model_sources(capsys):
+    defaults = {f.name: f.default for f in dataclasses.fields(CELConfig)}
+    for option, field in (("--max-size", "max_size"), ("--top-m", "top_m"),
+                          ("--n-random", "n_random"), ("--n-boot", "n_boot"),
+                          ("--seed", "seed")):
+        text = _help("cel", option, capsys)
+        assert text.endswith(f"(default {defaults[field]})"), (option, text)
+        assert len(text.split()) > 5, (option, text)  # says what the option is, too
+    model = _help("cel", "--model", capsys)
+    assert "GGUF file" in model and "smollm2-135m" in model and "embedded" in model
+    # `dtype=None` is each source's float32 (a checkpoint: its saved dtype); `auto` is not it
+    dtype = _help("cel", "--dtype", capsys)
+    assert "(default: float32, or the dtype a workbench checkpoint was saved in" in dtype
+    assert "float16 on older ones" in dtype
+    for command in ("cel", "sweep", "explain"):
+        assert "1 thread is often faster" in _help(command, "--threads", capsys)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_threads_below_one_is_a_parser_error(value, capsys):
+    for command in ("cel", "sweep", "explain"):
+        with pytest.raises(SystemExit) as e:
+            cli.build_parser(command).parse_args([command, "--out", "x", "--threads", value])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument --threads: expected an integer >= 1; got '{value}'" in err
+
+
+def test_compute_flags_reach_run_cel_only_when_given():
+    args = cli.build_parser("cel").parse_args(["cel", "--threads", "2", "--token-budget", "64"])
+    options = cli.run_options(args)
+    assert (options["threads"], options["token_budget"]) == (2, 64)
+    options = cli.run_options(cli.build_parser("sweep").parse_args(["sweep"]))
+    assert "threads" not in options and "token_budget" not in options
+
+
+class _Stop(WorkbenchError):
+    """Raised by a stand-in for the model loader: the test has seen what it needs."""
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """What torch.set_num_threads and the model loader were called with, in order; loading
+    stops the command (exit 2)."""
+    import torch
+
+    import workbench.loading
+    import workbench.sweep
+
+    seen = []
+
+    def stop(*args, **kwargs):
+        seen.append("load")
+        raise _Stop("stopped before loading")
+
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(("threads", n)))
+    monkeypatch.setattr(workbench.loading, "load_model", stop)
+    monkeypatch.setattr(workbench.sweep, "run_sweep", stop)
+    return seen
+
+
+@pytest.mark.parametrize("command", ["cel", "sweep"])
+def test_threads_reach_torch_before_the_model_loads(command, demo_files, tmp_path, calls):
+    model_dir, main, _ = demo_files
+    models = ["--model", str(model_dir), "--task"] if command == "cel" else \
+        ["--models", str(model_dir), "--tasks"]
+    argv = [command, *models, str(main), "--out", str(tmp_path / "o"), "--quiet"]
+    assert cli.main([*argv, "--threads", "3"]) == 2
+    assert calls == [("threads", 3), "load"]
+    calls.clear()
+    assert cli.main(argv) == 2  # no --threads: torch's default is left alone
+    assert calls == ["load"]
 
 
 def test_theory_subcommand_keeps_its_options(capsys):
@@ -360,7 +486,7 @@ def test_a_run_on_a_sample_is_explained_on_that_sample(demo_files, tmp_path, cap
     assert json.loads((out / "explanation" / "config.json").read_text()) == first
 
 
-def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys):
+def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys, monkeypatch):
     model_dir, main, side = demo_files
     out = tmp_path / "out"
     argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
@@ -376,7 +502,18 @@ def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys):
     # another task than the run's is refused by its fingerprint
     assert cli.main(["explain", "--out", str(out), "--task", str(side), "--device", "cpu"]) == 2
     assert "not the task" in capsys.readouterr().err
-    assert cli.main(["explain", "--out", str(out), "--task", str(main), "--device", "cpu"]) == 0
+    # --threads reaches torch before the model loads
+    import torch
+
+    import workbench.loading
+
+    seen, load = [], workbench.loading.load_model
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(("threads", n)))
+    monkeypatch.setattr(workbench.loading, "load_model",
+                        lambda *a, **k: (seen.append("load"), load(*a, **k))[1])
+    assert cli.main(["explain", "--out", str(out), "--task", str(main), "--device", "cpu",
+                     "--threads", "2"]) == 0
+    assert seen == [("threads", 2), "load"]
     assert "explained L0H1,L0H3,L1H1 on the heldout split" in capsys.readouterr().out
     saved = json.loads((out / "explanation" / "config.json").read_text())
     assert saved["heads"] == "L0H1,L0H3,L1H1" and saved["significant"] is True

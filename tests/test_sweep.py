@@ -57,3 +57,46 @@ def test_a_task_that_does_not_fit_the_model_is_skipped_and_left_out_of_side_effe
                "side_worst_task", "side_mean"]
     pd.testing.assert_frame_equal(table[numbers][:2], ref[numbers], check_exact=True)
     assert list(ref["status"]) == ["done", "done"] and not ref["note"].fillna("").any()
+
+
+def test_a_finished_cell_must_match_every_config_option_the_sweep_gives():
+    """`_mismatch` compares every CELConfig field a sweep's options set (cluster included),
+    options given as types or strings alike; the command line's defaults match a default run."""
+    from types import SimpleNamespace
+
+    import workbench.cli as cli
+    from workbench.config import CELConfig
+    from workbench.options import ClusterMode, ScreenMethod
+    from workbench.sweep import SweepCell, _mismatch
+
+    done = SimpleNamespace(config=CELConfig(model="m", task="t", kind="mean", cluster="group"))
+    cell = SweepCell("m", "t", "mean")
+    same = dict(cluster=ClusterMode.GROUP, method=ScreenMethod.EXACT, strategy="interaction")
+    assert _mismatch(done, cell, same) == []
+    other = dict(cluster="auto", method="exact", strategies=["beam"])
+    assert sorted(_mismatch(done, cell, other)) == ["cluster", "strategies"]
+    assert _mismatch(done, SweepCell("m", "t", "zero"), same) == ["kind"]
+    assert _mismatch(done, cell, {**same, "max_examples": 10}) == ["max_examples"]
+    default = SimpleNamespace(config=CELConfig(model="m", task="t", kind="mean"))
+    args = cli.build_parser("sweep").parse_args(["sweep"])
+    assert _mismatch(default, cell, cli.run_options(args)) == []
+    assert _mismatch(done, cell, cli.run_options(args)) == ["cluster"]
+
+
+def test_the_printed_table_is_the_shown_columns_with_short_names():
+    from workbench.sweep import COLUMNS, SHOWN_COLUMNS, shown_table
+
+    assert [c for c in COLUMNS if c in SHOWN_COLUMNS] == list(SHOWN_COLUMNS)
+    table = pd.DataFrame([{c: 1 for c in COLUMNS} | {"model": "/a/b/ckpt", "task": "x/t.jsonl"}])
+    shown = shown_table(table)
+    assert list(shown.columns) == list(SHOWN_COLUMNS)
+    assert (shown.loc[0, "model"], shown.loc[0, "task"]) == ("ckpt", "t.jsonl")
+
+
+def test_an_unknown_split_is_refused_before_anything_runs(tmp_path):
+    from workbench.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match=r"split 'cell' is unknown; expected one of "
+                       r"\['auto', 'cells', 'masks'\] \(did you mean 'cells'\?\)"):
+        run_sweep(["embedded"], ["embedded_map"], out=tmp_path / "s", split="cell")
+    assert not (tmp_path / "s").exists()

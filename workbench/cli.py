@@ -290,14 +290,16 @@ def _add_load_options(p) -> None:
 
 def run_options(args) -> dict:
     """The `run_cel` settings given by `_add_run_options` flags: every `CELConfig` field with
-    a flag (stored under its name), and `token_budget` when given."""
+    a flag (stored under its name), and the `Compute` fields `token_budget` and `threads`
+    when given."""
     options = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(CELConfig)
         if f.name not in _NOT_FLAGS and hasattr(args, f.name)
     }
-    if args.token_budget:
-        options["token_budget"] = args.token_budget
+    for name in ("token_budget", "threads"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     return options
 
 

@@ -2,21 +2,24 @@
 
 `CELConfig` is built before any model forward, so a bad setting (an unknown strategy, a
 negative seed, a set size of 0) fails at once with one clear message instead of after
-screening. It round-trips through JSON (`to_dict` / `from_dict`); a results folder stores
-it in `config.json`, and a rerun into the same folder must have an identical config.
+screening. Its options with a fixed set of values are the named types of `workbench.options`
+(a string given for one is parsed into it), so this module imports no torch and the command
+line builds its parser from it: the field defaults are the CLI's defaults. It round-trips
+through JSON (`to_dict` writes each option as its string; `from_dict`); a results folder
+stores it in `config.json`, and a rerun into the same folder must have an identical config.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import Enum
 
-from workbench.ablation import AblationKind
 from workbench.errors import WorkbenchError
-from workbench.screening import ScreenMethod
-from workbench.search import STRATEGIES
+from workbench.options import AblationKind, ClusterMode, RankBy, ScreenMethod, strategy_names
 
-CLUSTER_MODES = ("auto", "group", "none")
+# The screening methods a CEL run may use; `naive` is the slow reference of tests and benchmarks.
+CEL_METHODS = (ScreenMethod.EXACT, ScreenMethod.ATTRIBUTION)
 
 
 @dataclass
@@ -25,17 +28,20 @@ class CELConfig:
 
     Attributes:
         model, task, others: names or paths as given; `*_fingerprint` identify their content.
-        kind: `"zero"`, `"mean"` (each task's mean over its own prompts; the main task's
-            selection split) or `"resample"` (z from each example's counterfactual prompt).
+        kind: an `AblationKind`: `"zero"`, `"mean"` (each task's mean over its own prompts;
+            the main task's selection split) or `"resample"` (z from each example's
+            counterfactual prompt).
         per_position: mean ablation with the mean at each position (equal-length prompts).
-        method: single-head screening, `"exact"` or `"attribution"`.
+        method: single-head screening, a `ScreenMethod` of `CEL_METHODS`: `"exact"` or
+            `"attribution"`.
         objective: the metric CEL maximises (the task's `metric` when None).
         secondary: the continuous companion metric (log-prob unless that is the objective);
             chosen from the objective when None.
-        rank_by: `"objective"`: candidates and sets are ranked by the objective's gain, ties
-            broken by the secondary's; `"secondary"`: the other way round.
+        rank_by: a `RankBy`; `"objective"`: candidates and sets are ranked by the objective's
+            gain, ties broken by the secondary's; `"secondary"`: the other way round.
         max_size: the largest head set searched and confirmed.
-        strategies: names in `workbench.search.STRATEGIES`, run in order on one shared cache.
+        strategies: names of `workbench.options.STRATEGY_NAMES` (implemented by
+            `workbench.search.STRATEGIES`), run in order on one shared cache.
         top_m: candidates for the exhaustive strategy and the smallest candidate pool.
         beam_width: sets kept per size by the beam strategy.
         n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
@@ -55,9 +61,9 @@ class CELConfig:
         seed: the seed every random draw derives from.
         check_attribution: with `method="attribution"`, also run exact screening to report
             their rank correlation and the precision/recall of the helpful heads.
-        cluster: held-out intervals and p-values resample examples (`"none"`), the tasks'
-            `group` labels (`"group"`, at least 8 groups), or groups when a split has at least
-            8 of them and examples otherwise (`"auto"`).
+        cluster: a `ClusterMode`; held-out intervals and p-values resample examples
+            (`"none"`), the tasks' `group` labels (`"group"`, at least 8 groups), or groups
+            when a split has at least 8 of them and examples otherwise (`"auto"`).
         adaptive: race candidates on slices of a split (`workbench.racing`): exact screening
             stops scoring a head once what the search needs of it is decided (with the
             interaction search, its membership of the pool; with searches among the top
@@ -71,12 +77,12 @@ class CELConfig:
     model: str
     task: str
     others: tuple[str, ...] = ()
-    kind: AblationKind | str = "zero"
+    kind: AblationKind = AblationKind.ZERO
     per_position: bool = False
-    method: str = "exact"
+    method: ScreenMethod = ScreenMethod.EXACT
     objective: str | None = None
     secondary: str | None = None
-    rank_by: str = "objective"
+    rank_by: RankBy = RankBy.OBJECTIVE
     max_size: int = 3
     strategies: tuple[str, ...] = ("interaction",)
     top_m: int = 8
@@ -92,7 +98,7 @@ class CELConfig:
     ci: float = 0.95
     seed: int = 0
     check_attribution: bool = True
-    cluster: str = "auto"
+    cluster: ClusterMode = ClusterMode.AUTO
     adaptive: bool = True
     model_fingerprint: str = ""
     task_fingerprint: str = ""
@@ -100,37 +106,22 @@ class CELConfig:
 
     def __post_init__(self) -> None:
         self.kind = AblationKind.parse(self.kind)
-        self.method = ScreenMethod.parse(self.method).value
-        if self.method == "naive":
+        self.method = ScreenMethod.parse(self.method)
+        if self.method not in CEL_METHODS:
             raise WorkbenchError(
-                "CEL screening method must be 'exact' or 'attribution'; "
-                "'naive' is the slow reference for tests and benchmarks"
+                f"CEL screening method must be one of {[m.value for m in CEL_METHODS]}; "
+                f"{self.method.value!r} is the slow reference for tests and benchmarks"
             )
-        if self.cluster not in CLUSTER_MODES:
-            raise WorkbenchError(
-                f"cluster {self.cluster!r} is unknown; expected one of {list(CLUSTER_MODES)}"
-            )
+        self.rank_by = RankBy.parse(self.rank_by)
+        self.cluster = ClusterMode.parse(self.cluster)
+        self.strategies = strategy_names(self.strategies)
         for name in ("per_position", "adaptive", "side_screening"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
         if self.per_position and self.kind is not AblationKind.MEAN:
             raise WorkbenchError("per_position applies to mean ablation only; got kind "
                                  f"{self.kind.value!r}")
-        if isinstance(self.strategies, str):
-            self.strategies = (self.strategies,)
-        self.strategies = tuple(self.strategies)
         self.others = tuple(str(o) for o in self.others)
-        if self.rank_by not in ("objective", "secondary"):
-            raise WorkbenchError(
-                f"rank_by {self.rank_by!r} is unknown; expected 'objective' or 'secondary'"
-            )
-        if not self.strategies:
-            raise WorkbenchError("at least one search strategy is needed")
-        for s in self.strategies:
-            if s not in STRATEGIES:
-                raise WorkbenchError(
-                    f"search strategy {s!r} is unknown; expected one of {sorted(STRATEGIES)}"
-                )
         for name, value, low in (
             ("max_size", self.max_size, 1),
             ("top_m", self.top_m, 1),
@@ -158,9 +149,13 @@ class CELConfig:
             raise WorkbenchError(f"ci must be in (0, 1); got {self.ci}")
 
     def to_dict(self) -> dict:
+        """The fields as JSON values: options as their strings, tuples as lists."""
         d = dataclasses.asdict(self)
-        d["kind"] = self.kind.value
-        d["others"], d["strategies"] = list(self.others), list(self.strategies)
+        for key, value in d.items():
+            if isinstance(value, Enum):
+                d[key] = value.value
+            elif isinstance(value, tuple):
+                d[key] = list(value)
         return d
 
     @classmethod
@@ -169,10 +164,7 @@ class CELConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise WorkbenchError(f"CEL config has unknown keys {unknown}; expected {sorted(known)}")
-        d = dict(d)
-        d["others"] = tuple(d.get("others", ()))
-        d["strategies"] = tuple(d.get("strategies", ("interaction",)))
-        return cls(**d)
+        return cls(**d)  # __post_init__ parses the options and makes the lists tuples
 
     def differences(self, other: "CELConfig") -> list[str]:
         """Names of the fields whose values differ."""

@@ -94,7 +94,8 @@ def did_you_mean(name: str, choices) -> str:
 
 
 def check_model_name(name: str) -> None:
-    """Raise `WorkbenchError` unless `name` is a folder or file on disk, an embedded model, a
+    """Raise `WorkbenchError` unless `name` is a folder or file on disk (a checkpoint, a
+    Hugging Face folder, a GGUF file: `load_model` tells them apart), an embedded model, a
     shipped real model or a TransformerLens model name (checked without importing torch)."""
     if name in EMBEDDED_FAMILY or name in SHIPPED_REAL or Path(name).expanduser().exists():
         return
@@ -106,7 +107,8 @@ def check_model_name(name: str) -> None:
     hint = did_you_mean(name, [*EMBEDDED_FAMILY, *SHIPPED_REAL, *official.values()])
     what = ": no such file or folder" if os.sep in name or name.startswith((".", "~")) else ""
     raise WorkbenchError(
-        f"unknown model {name!r}{what}{hint or ';'} expected a folder on disk, an embedded model "
+        f"unknown model {name!r}{what}{hint or ';'} expected a GGUF file (.gguf), a workbench "
+        "checkpoint or Hugging Face folder, an embedded model "
         f"({', '.join(EMBEDDED_FAMILY)}), a shipped model ({', '.join(SHIPPED_REAL)}) or a "
         "TransformerLens model name such as 'gpt2'"
     )

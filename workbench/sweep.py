@@ -45,6 +45,7 @@ rank runs every cell together instead, with each cell's head masks split across 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -56,13 +57,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench import distributed
-from workbench.ablation import AblationKind
+from workbench.config import CELConfig
 from workbench.errors import WorkbenchError
+from workbench.options import AblationKind, SweepSplit, strategy_names
 from workbench.plots import save_figure
 from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult, mark_best
 from workbench.tables import save_table
 
-SPLITS = ("auto", "cells", "masks")
 TABLE_FILE = "sweep.csv"
 PLOT_FILE = "sweep.png"
 COLUMNS = (
@@ -87,25 +88,27 @@ COLUMNS = (
     "status",
     "note",
 )
-# run_cel options that CELConfig records under the same name; a finished cell must match them.
-_CONFIG_OPTIONS = (
-    "method",
-    "max_size",
+# The columns `workbench sweep` prints (`shown_table`), in the order of `COLUMNS`.
+SHOWN_COLUMNS = (
+    "model",
+    "task",
+    "kind",
     "objective",
-    "rank_by",
-    "top_m",
-    "beam_width",
-    "n_masks",
-    "knockout_p",
-    "search_budget",
-    "n_random",
-    "max_examples",
-    "side_examples",
-    "side_screening",
-    "n_boot",
-    "ci",
-    "seed",
-    "check_attribution",
+    "best",
+    "significant",
+    "gain",
+    "gain_lo",
+    "gain_hi",
+    "percentile",
+    "side_worst",
+    "side_worst_task",
+)
+# The CELConfig fields a sweep's options may set (each cell sets its model, task, side tasks
+# and kind); a finished cell's config must match those the sweep gives.
+_CONFIG_OPTIONS = tuple(
+    f.name
+    for f in dataclasses.fields(CELConfig)
+    if f.name not in ("model", "task", "others", "kind") and not f.name.endswith("_fingerprint")
 )
 
 
@@ -183,7 +186,8 @@ def finished_result(folder: str | Path) -> CELResult | None:
 
 
 def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
-    cfg = result.config
+    """The config fields in which a finished cell differs from what the sweep asks of it (an
+    option given as None is the run's own choice, except the example counts)."""
     wanted = {"kind": cell.kind}
     for key in _CONFIG_OPTIONS:
         if options.get(key) is not None:
@@ -191,11 +195,10 @@ def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
     for key in ("max_examples", "side_examples"):  # None (all examples) is a choice too
         wanted[key] = options.get(key)
     if "strategy" in options:
-        s = options["strategy"]
-        wanted["strategies"] = (s,) if isinstance(s, str) else tuple(s)
-    if "method" in wanted:
-        wanted["method"] = str(getattr(wanted["method"], "value", wanted["method"]))
-    have = cfg.to_dict()
+        wanted["strategies"] = options["strategy"]
+    if "strategies" in wanted:
+        wanted["strategies"] = strategy_names(wanted["strategies"])
+    have = result.config.to_dict()  # options as strings, which equal the `Option` members
     have["strategies"] = tuple(have["strategies"])
     return [k for k, v in wanted.items() if have.get(k) != v]
 
@@ -259,6 +262,15 @@ def sweep_table(
     df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
     df["size"] = df["size"].astype("Int64")
     return df
+
+
+def shown_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The columns of `table` that `workbench sweep` prints (`SHOWN_COLUMNS`), model and task
+    paths shortened to their last part."""
+    shown = table[list(SHOWN_COLUMNS)].copy()
+    for c in ("model", "task"):
+        shown[c] = [Path(str(v)).name for v in shown[c]]
+    return shown
 
 
 def sweep_plot(table: pd.DataFrame) -> Figure:
@@ -373,7 +385,7 @@ def run_sweep(
     dtype: str | None = None,
     progress: bool = True,
     plot: bool = True,
-    split: str = "auto",
+    split: SweepSplit | str = SweepSplit.AUTO,
     **cel_options,
 ) -> pd.DataFrame:
     """Run CEL on every cell of models x tasks x kinds and gather the best sets in one table.
@@ -391,9 +403,10 @@ def run_sweep(
         device, dtype: where and in what precision models are loaded.
         progress: progress bars (rank 0 only).
         plot: write `sweep.png` and each cell's plots.
-        split: under torch.distributed, `"cells"` deals the cells to the ranks, `"masks"` runs
-            each cell on all ranks with its head masks split across them, `"auto"` splits
-            cells when there are at least as many unfinished cells as ranks, else masks.
+        split: a `SweepSplit`; under torch.distributed, `"cells"` deals the cells to the
+            ranks, `"masks"` runs each cell on all ranks with its head masks split across
+            them, `"auto"` splits cells when there are at least as many unfinished cells as
+            ranks, else masks.
         **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...).
 
     Returns:
@@ -406,8 +419,7 @@ def run_sweep(
     for key in ("kind", "out_dir", "model_name", "others", "progress"):
         if key in cel_options:
             raise WorkbenchError(f"run_sweep sets run_cel's {key!r} itself; got {key}=...")
-    if split not in SPLITS:
-        raise WorkbenchError(f"split {split!r} is unknown; expected one of {SPLITS}")
+    split = SweepSplit.parse(split)
     cells = sweep_cells(models, tasks, kinds)
     out = Path(out)
     side = list(dict.fromkeys(map(str, others))) if others is not None else None
@@ -432,7 +444,9 @@ def run_sweep(
     pending, error = distributed.broadcast_object(plan)
     if error:
         raise WorkbenchError(error)
-    by_cells = split == "cells" or (split == "auto" and len(pending) >= distributed.world_size())
+    by_cells = split is SweepSplit.CELLS or (
+        split is SweepSplit.AUTO and len(pending) >= distributed.world_size()
+    )
     mine = distributed.cells_of_rank(len(pending)) if by_cells else range(len(pending))
     loaded_models: dict = {}
     loaded_tasks: dict = {}
@@ -490,10 +504,12 @@ def run_sweep(
 
 __all__ = [
     "COLUMNS",
+    "SHOWN_COLUMNS",
     "SweepCell",
     "finished_result",
     "run_sweep",
     "save_sweep",
+    "shown_table",
     "sweep_cells",
     "sweep_plot",
     "sweep_table",

@@ -4,6 +4,11 @@ tables, config and figures.
     workbench theory                      # small vs large init, 8 seeds, full training
     workbench theory --quick              # CI: 4 seeds, 600 steps, a few seconds on one core
     workbench theory --sweep table --seeds 16 --out theory_table
+
+This module holds the subcommand's parser (`add_parser`, which `workbench.cli` calls only when
+the command is `theory`, since it imports torch) and its body (`run`). Unlike the commands
+that load a language model, `--threads` defaults to 1: the theory model is tiny, and on it
+more threads only contend.
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ def add_parser(subparsers) -> None:
                    help="results folder, replaced atomically (default theory_results)")
     p.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda or mps")
     p.add_argument("--threads", type=int, default=1, metavar="N",
-                   help="torch CPU threads (default 1: the model is tiny, and more threads "
-                        "only contend on a busy machine)")
+                   help="torch's CPU threads per operation (torch.set_num_threads) on a CPU "
+                        "device (default 1: the model is tiny, and more threads only contend "
+                        "on a busy machine)")
     p.add_argument("--no-figures", action="store_true", help="write tables only")
     p.set_defaults(func=run)
 
