@@ -4,10 +4,11 @@ Data for a task usually arrives as a table whose columns have other names than a
 example fields. This module only reads tables and renames their columns: `table_records`
 turns rows into the plain dicts a task file holds one per line (`{"prompt": ..., "answer":
 ...}`), taking each field from the column `columns` maps it to, or from the column of its own
-name; other columns are ignored and empty cells (None, NaN) are left out. It imports nothing of
-`workbench.tasks`: `Task.from_records`, `Task.from_dataframe`, `Task.from_csv` and
-`Task.from_hf_dataset` read a table here, then parse the records exactly as lines of a task
-file, so a built task passes the same checks and behaves exactly like a loaded one.
+name (the fields are `workbench.task_format.EXAMPLE_KEYS`); other columns are ignored and
+empty cells (None, NaN) are left out. It imports nothing of `workbench.tasks`:
+`Task.from_records`, `Task.from_dataframe`, `Task.from_csv` and `Task.from_hf_dataset` read a
+table here, then check the records exactly as lines of a task file, so a built task passes the
+same rules and behaves exactly like a loaded one.
 
 Example:
     >>> task = Task.from_dataframe(df, columns={"prompt": "q", "answer": "a", "group": "fact"},
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.task_format import EXAMPLE_KEYS, LIST_FIELDS
 
 
 def _missing(value) -> bool:
@@ -43,33 +45,29 @@ def _cell(value, split: bool, list_sep: str | None):
 
 def table_records(
     rows: Iterable[Mapping],
-    fields: Sequence[str],
     columns: Mapping[str, str] | None = None,
-    list_fields: Sequence[str] = (),
     list_sep: str | None = None,
     name: str = "task",
 ) -> list[dict]:
-    """Each row as a record with the task-file `fields` (empty cells left out).
+    """Each row as a task-file example record (`EXAMPLE_KEYS`; empty cells left out).
 
     Args:
         rows: the examples, as mappings from column name to value.
-        fields: the fields a record may have (`workbench.tasks.EXAMPLE_KEYS`).
-        columns: field -> source column, for columns named otherwise; a field not mapped is
-            read from the column of its own name, when there is one.
-        list_fields: the fields that hold lists (`answer`, `wrong`, `roles`).
-        list_sep: split string cells of `list_fields` on this separator (e.g. `"|"` for a CSV
-            cell `" Paris| paris"`); None keeps them whole.
+        columns: task field -> source column, for columns named otherwise; a field not mapped
+            is read from the column of its own name, when there is one.
+        list_sep: split string cells of `answer`, `wrong` and `roles` on this separator (e.g.
+            `"|"` for a CSV cell `" Paris| paris"`); None keeps them whole.
         name: the task's name, for error messages.
 
     Raises:
-        WorkbenchError: for a mapped field that is not one of `fields`, a row that is not a
+        WorkbenchError: for a mapped field that is not a task field, a row that is not a
             mapping, or a mapped column missing from a row (naming the row).
     """
     columns = dict(columns or {})
-    unknown = sorted(set(columns) - set(fields))
+    unknown = sorted(set(columns) - set(EXAMPLE_KEYS))
     if unknown:
         raise WorkbenchError(
-            f"columns maps unknown task fields {unknown}; task fields: {list(fields)}"
+            f"columns maps unknown task fields {unknown}; task fields: {list(EXAMPLE_KEYS)}"
         )
     records = []
     for i, row in enumerate(rows):
@@ -77,7 +75,7 @@ def table_records(
         if not isinstance(row, Mapping):
             raise WorkbenchError(f"{where}: expected a mapping; got {type(row).__name__}")
         record = {}
-        for key in fields:
+        for key in EXAMPLE_KEYS:
             source = columns.get(key, key)
             if source not in row:
                 if key in columns:
@@ -86,7 +84,7 @@ def table_records(
                         f"{sorted(row)}"
                     )
                 continue
-            value = _cell(row[source], key in list_fields, list_sep)
+            value = _cell(row[source], key in LIST_FIELDS, list_sep)
             if not _missing(value):
                 record[key] = value
         records.append(record)

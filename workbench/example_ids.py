@@ -16,7 +16,7 @@ of the project's models separates words by whitespace, so there a continuation i
 words whatever the prompt. The rule cannot see a prompt that ends with whitespace when the
 answer brings its own space ("ten, " + " eleven" is "," + " " + " eleven" on GPT-2: a prefix,
 and a one-token answer, scored after a lone space): the loader refuses such prompts
-(`workbench.tasks`). With `answers_in_context` false the answers are encoded alone and the
+(`workbench.task_format`). With `answers_in_context` false the answers are encoded alone and the
 rule is not checked; the task's structural `checks` guard its prompts instead.
 """
 

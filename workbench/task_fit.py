@@ -24,7 +24,7 @@ only on the task and the tokenizer.
   scored as a multi-token answer when its digits are several tokens.
 
 A fitted prompt may end with a space (`digits`: "23 + 45 = " -> "68"; `greater_than` on
-Llama-3: "...to the year " -> "173"), which a task file may not (`workbench.tasks`): a
+Llama-3: "...to the year " -> "173"), which a task file may not (`workbench.task_format`): a
 construction does so only where this tokenizer writes that space as a token of its own before
 the answer in the text prompt + answer too, so the boundary rule (`workbench.example_ids`)
 still holds, and it is checked again when the fitted task is encoded.
@@ -38,7 +38,8 @@ from dataclasses import replace
 
 from workbench.errors import WorkbenchError
 from workbench.example_ids import encode_example
-from workbench.tasks import SPLITS, Example, Task
+from workbench.task_format import SPLITS
+from workbench.tasks import Example, Task
 
 # A fitted task keeps at least this many examples in each split it has.
 MIN_FIT_EXAMPLES = 10

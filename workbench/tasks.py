@@ -1,85 +1,21 @@
-"""The task format: prompts with a known next-token answer, read from JSONL files or tables.
+"""Tasks: `Example`, `Task`, and the ways to make one, from a task file (`load_task`) or a
+table (`Task.from_records`, `from_dataframe`, `from_csv`, `from_hf_dataset`).
 
-This module holds the format (the header and example fields below, and the rules a task must
-follow), `Example` and `Task`, `load_task`, the `Task.from_*` constructors for tables (read by
-`workbench.builders`, then parsed record by record exactly like the lines of a file), and the
-structural checks (`CHECKS`) run once a model's tokenizer is known. Encoding a task for a
-model is `workbench.encoding` (one example: `workbench.example_ids`); fitting it to a model's
-tokenizer is `workbench.task_fit`.
+A task is a named list of prompts with known next-token answers, and how to score them. The
+file format, and the rules each header and example record follows, are
+`workbench.task_format` (the reference for users: `tasks/README.md`); a table is read into
+the same records by `workbench.builders`, so a built task passes the same checks and behaves
+exactly like a loaded one. This module adds the rules that span a task, each failure one error
+line: unique ids (a duplicate names the id and where it was first used), option values
+(`metric`, `AnswerScope`, `AnswerTokens`, `SplitBy`, `per_tokenizer`, through
+`workbench.options.choose`, stored as plain strings), the `wrong` answers a metric needs,
+groups that never cross splits, answers among the candidates. Examples without a `split` are
+assigned to the selection or held-out split by a seeded permutation (of examples, or of
+groups), so the split never depends on file order.
 
-A task file is JSONL (UTF-8; a byte-order mark at the start is accepted). The first line may
-be a header `{"task": {...}}`; its keys are checked against `HEADER_KEYS` (a misspelt key is an
-error listing the known ones):
-
-- `name`, `description`, `source` (the script that generated the file): strings;
-- `metric`: the one CEL improves by default, one of `METRIC_NAMES` (see `workbench.metrics`);
-- `answer_scope`: an `AnswerScope`, `vocab` (accuracy is the argmax over the whole vocabulary)
-  or `candidates` (the argmax over `candidates`, or over each example's answers and wrong
-  answers when no list is given); `candidates`: a list of strings or null, given only with
-  `answer_scope: candidates` (with `vocab` it would be ignored, so it is an error);
-- `prepend_bos`: a JSON boolean or null (the string "false" is an error, not true). Absent or
-  null (the default): the prompt's ids are exactly those the model's own tokenizer gives
-  (`tokenizer(prompt)`, special tokens only where it adds them; the word tokenizer of the
-  project's models adds its BOS); true / false force a BOS on or off. The choice in effect is
-  `TaskBatch.prepend_bos`;
-- `per_tokenizer`: how the task is fitted to the tokenizer of the model it runs on, one of
-  `PER_TOKENIZER` (see `workbench.task_fit`): `drop_unfit` keeps only the examples this
-  tokenizer can write as the task needs (e.g. IOI names and capitals that are one token),
-  whole groups at a time; `greater_than` asks for the end year's decade where a tokenizer
-  does not write years as century + two digits; `digits` moves a lone space token into the
-  prompt and scores numbers that are several tokens as multi-token answers. A task the
-  tokenizer already fits is left exactly as it is;
-- `answer_tokens`: an `AnswerTokens`, `single` (default: every answer must be one token in
-  context) or `multi` (answers may be several tokens: first-token metrics plus teacher-forced
-  sequence metrics);
-- `checks`: names of structural checks from `CHECKS` run on every example once tokenized
-  (e.g. `year_split`: a start year splits as century + two digits, as greater-than needs);
-- `answers_in_context`: a JSON boolean, default true (see below); false encodes answers,
-  wrong answers and candidates alone, for a task whose answer tokens are fixed by the task
-  rather than by how the tokenizer writes prompt + answer (greater-than sums probability over
-  the 100 two-digit tokens after the century, though GPT-2 writes " 1600" as one token). No
-  boundary rule can then be checked, so pair it with a structural check that the prompt is
-  tokenized as the task assumes (greater-than: `year_split`);
-- `split_by`: a `SplitBy`, `example` (default) or `group`: examples without a `split` are split
-  at random by example, or by `group` so that no group (a fact, a word pair) is in both splits;
-- `meta`: a free-form object.
-
-Every other line is one example:
-
-    {"id": "ex-17", "prompt": "...", "answer": " Mary" | [" Mary", ...],
-     "wrong": [" John"], "roles": ["subject", ...], "split": "select" | "heldout",
-     "group": "unmarked", "counterfactual": "...", "meta": {...}}
-
-Only `prompt` and `answer` are required. `roles` label each prompt token (BOS excluded) for the
-attention analysis. `counterfactual` is a prompt of the same token length whose run supplies
-the activations of resample ablation (`AblationKind.RESAMPLE`). Examples without `split` are
-assigned to the selection or held-out split by a seeded permutation, so the split never
-depends on file order.
-
-Rules checked at load, for files and tables alike; each failure is one error line naming the
-line (or row), the example id and the fix:
-
-- `id`s are unique (the error names the id and where it was first used);
-- `prompt` is a non-empty string that never ends with whitespace, and so is `counterfactual`
-  (it stands in for the prompt). The answer is predicted after the prompt's last token and
-  carries its own leading space: a byte-level BPE tokenizer (GPT-2, SmolLM2) makes a trailing
-  space a token of its own, so "Counting: eight, nine, ten, " + " eleven" would be scored
-  after a lone " " token, a context the model hardly ever saw (and with the answer "eleven",
-  the prompt's tokens would not be a prefix of the text's);
-- `answer` and `wrong` are non-empty strings or non-empty lists of them; no text is listed
-  twice, and none is both an answer and a wrong answer (metrics that compare them would not
-  tell them apart);
-- `split` is `select` or `heldout`; `roles` is a list of strings; `meta` is an object;
-- the header rules above; metrics in `NEEDS_WRONG` need `wrong` on every example; with
-  `split_by: group` every example has a `group` and no group is in both splits; with a
-  `candidates` list every answer is one of them.
-
-Rules checked once a model's tokenizer is known (`workbench.example_ids`), naming the example:
-answers are tokenized in context, and the text prompt + answer must be tokenized as the
-prompt's tokens followed by the answer's (`tokens(prompt + answer) == tokens(prompt) +
-answer_ids`; an answer whose first token would merge with the prompt's last cannot be scored);
-a single-token task needs each answer to be one token; `checks`; one role per prompt token;
-a counterfactual of the prompt's token length; a prompt that fits the model's context.
+The structural checks (`CHECKS`) are rules on an example's tokens, run once a model's
+tokenizer is known (`workbench.example_ids`). Encoding a task for a model is
+`workbench.encoding`; fitting it to a model's tokenizer, `workbench.task_fit`.
 """
 
 from __future__ import annotations
@@ -96,37 +32,16 @@ import numpy as np
 from workbench.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
 from workbench.errors import WorkbenchError
 from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
+from workbench.task_format import SPLITS, check_example, check_header
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
 # The metrics a task can name; `workbench.metrics` implements each (a test checks they match).
 METRIC_NAMES = ("accuracy", "logprob", "logit_diff", "prob_diff", "normalized_logit_diff")
 # Metrics that compare the answers with the `wrong` answers, so need them on every example.
 NEEDS_WRONG = ("logit_diff", "prob_diff", "normalized_logit_diff")
-SPLITS = ("select", "heldout")
 # The per-tokenizer constructions a task header can name; `workbench.task_fit.FITS` implements
 # each (a test checks they match).
 PER_TOKENIZER = ("drop_unfit", "greater_than", "digits")
-# Header key -> the JSON types it may hold (None: null).
-HEADER_KEYS: dict[str, tuple] = {
-    "name": (str,),
-    "description": (str,),
-    "metric": (str,),
-    "answer_scope": (str,),
-    "candidates": (list, type(None)),
-    "source": (str,),
-    "prepend_bos": (bool, type(None)),
-    "per_tokenizer": (str,),
-    "answer_tokens": (str,),
-    "checks": (list,),
-    "split_by": (str,),
-    "answers_in_context": (bool,),
-    "meta": (dict,),
-}
-EXAMPLE_KEYS = (
-    "id", "prompt", "answer", "wrong", "roles", "split", "group", "counterfactual", "meta"
-)  # fmt: skip
-# The example fields that hold a list (a table cell may be split into one, see `from_records`).
-LIST_FIELDS = ("answer", "wrong", "roles")
 
 
 @dataclass(frozen=True)
@@ -156,8 +71,8 @@ class Task:
         name: the task's name (its file stem for files in `tasks/`).
         examples: the examples, every one with a split.
         metric: the metric CEL improves by default; one of `METRIC_NAMES`.
-        answer_scope: an `AnswerScope` value, `"vocab"` or `"candidates"` (see the module
-            docstring).
+        answer_scope: an `AnswerScope` value, `"vocab"` or `"candidates"` (see
+            `workbench.task_format`).
         candidates: the shared candidate answers, when `answer_scope == "candidates"`.
         answer_tokens: an `AnswerTokens` value, `"single"` or `"multi"`.
         checks: structural checks (names in `CHECKS`) run when the task is encoded.
@@ -304,8 +219,8 @@ class Task:
             ...                   name="facts", split_by=SplitBy.GROUP)
         """
         header = {k: _header_value(v) for k, v in header.items()}
-        header = _parse_header({"name": name, **header}, f"task {name!r}")
-        rows = table_records(records, EXAMPLE_KEYS, columns, LIST_FIELDS, list_sep, name)
+        header = check_header({"name": name, **header}, f"task {name!r}")
+        rows = table_records(records, columns, list_sep, name)
         if not rows:
             raise WorkbenchError(f"task {name!r} has no rows")
         located = [(f"task {name!r} row {i}", row) for i, row in enumerate(rows)]
@@ -363,98 +278,6 @@ def _check_groups(name: str, examples: list[Example]) -> None:
             )
 
 
-def _texts(value, what: str, where: str) -> tuple[str, ...]:
-    """An `answer` or `wrong` field as a tuple of distinct non-empty strings."""
-    texts = [value] if isinstance(value, str) else value
-    if not (isinstance(texts, list) and texts and all(isinstance(v, str) and v for v in texts)):
-        raise WorkbenchError(
-            f"{where}: {what!r} must be a string or a non-empty list of strings, none of them "
-            f"empty; got {value!r}"
-        )
-    repeated = [t for i, t in enumerate(texts) if t in texts[:i]]
-    if repeated:
-        raise WorkbenchError(f"{where}: {what!r} lists {repeated[0]!r} twice; list it once")
-    return tuple(texts)
-
-
-def _check_no_trailing_space(text: str, what: str, answers: tuple[str, ...], where: str) -> None:
-    """The rule that a prompt (or counterfactual) never ends with whitespace: the answer
-    carries its own leading space (see the module docstring for why)."""
-    stripped = text.rstrip()
-    if stripped == text:
-        return
-    space = text[len(stripped) :]
-    if what == "prompt":
-        answer = answers[0] if answers[0][:1].isspace() else space + answers[0]
-        fix = (
-            f"move the whitespace into the answer: prompt ending {stripped[-30:]!r}, answer "
-            f"{answer!r} (every answer and wrong answer starts with it)"
-        )
-    else:
-        fix = f"end the {what} at {stripped[-30:]!r}, as the prompt ends"
-    raise WorkbenchError(
-        f"{where}: the {what} ends with whitespace {space!r}, which byte-level BPE tokenizers "
-        "(GPT-2, SmolLM2) make a token of its own, so the answer would be predicted after a "
-        f"lone {space!r} token; {fix}"
-    )
-
-
-def _parse_example(obj, where: str, index: int) -> Example:
-    """One line of a task file (or one table row) as an `Example`, or an error naming the
-    line, the example id and the rule it breaks."""
-    if not isinstance(obj, dict):
-        raise WorkbenchError(f"{where}: each line must be a JSON object; got {type(obj).__name__}")
-    ex_id = str(obj.get("id", index))
-    where = f"{where}, example {ex_id!r}"
-    unknown = sorted(set(obj) - set(EXAMPLE_KEYS))
-    if unknown:
-        raise WorkbenchError(
-            f"{where}: unknown example fields {unknown}; known fields: {list(EXAMPLE_KEYS)} "
-            "(put free-form data under 'meta')"
-        )
-    for key in ("prompt", "answer"):
-        if key not in obj:
-            raise WorkbenchError(f"{where}: missing field {key!r} (required: 'prompt', 'answer')")
-    prompt = obj["prompt"]
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise WorkbenchError(f"{where}: 'prompt' must be a non-empty string; got {prompt!r}")
-    answers = _texts(obj["answer"], "answer", where)
-    wrong = _texts(obj["wrong"], "wrong", where) if obj.get("wrong") else ()
-    both = [w for w in wrong if w in answers]
-    if both:
-        raise WorkbenchError(
-            f"{where}: {both[0]!r} is both an answer and a wrong answer; keep it in one list"
-        )
-    _check_no_trailing_space(prompt, "prompt", answers, where)
-    split = obj.get("split")
-    if split is not None and split not in SPLITS:
-        raise WorkbenchError(f"{where}: split {split!r} is unknown; expected one of {SPLITS}")
-    roles = obj.get("roles")
-    if roles is not None and not (
-        isinstance(roles, list) and all(isinstance(r, str) for r in roles)
-    ):
-        raise WorkbenchError(f"{where}: 'roles' must be a list of strings")
-    counterfactual = obj.get("counterfactual")
-    if counterfactual is not None:
-        if not isinstance(counterfactual, str) or not counterfactual.strip():
-            raise WorkbenchError(f"{where}: 'counterfactual' must be a non-empty string")
-        _check_no_trailing_space(counterfactual, "counterfactual", answers, where)
-    meta = obj.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        raise WorkbenchError(f"{where}: 'meta' must be an object; got {meta!r}")
-    return Example(
-        id=ex_id,
-        prompt=prompt,
-        answers=answers,
-        wrong=wrong,
-        roles=tuple(roles) if roles is not None else None,
-        split=split,
-        group=None if obj.get("group") is None else str(obj["group"]),
-        counterfactual=counterfactual,
-        meta=meta,
-    )
-
-
 def _assign_splits(
     examples: list[Example], seed: int, heldout_fraction: float, by_group: bool = False
 ) -> list[Example]:
@@ -501,36 +324,6 @@ def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-def _parse_header(header, where: str) -> dict:
-    """Check a task header: known keys only, each of its documented JSON type."""
-    if not isinstance(header, dict):
-        raise WorkbenchError(f"{where}: 'task' header must be an object")
-    unknown = sorted(set(header) - set(HEADER_KEYS))
-    if unknown:
-        raise WorkbenchError(
-            f"{where}: unknown task header keys {unknown}; known keys: {list(HEADER_KEYS)}"
-        )
-    for key, value in header.items():
-        types = HEADER_KEYS[key]
-        # bool is a subclass of int in Python, so check the exact JSON type.
-        if not any(type(value) is t for t in types):
-            names = [("null" if t is type(None) else t.__name__) for t in types]
-            raise WorkbenchError(
-                f"{where}: task header {key!r} must be {' or '.join(names)}; got {value!r} "
-                f"({type(value).__name__})"
-            )
-    for key in ("candidates", "checks"):
-        value = header.get(key)
-        if value is not None and not all(isinstance(v, str) for v in value):
-            raise WorkbenchError(f"{where}: task header {key!r} must be a list of strings")
-    if header.get("candidates") and header.get("answer_scope", "vocab") == AnswerScope.VOCAB:
-        raise WorkbenchError(
-            f"{where}: the header lists candidates but answer_scope is 'vocab', which ignores "
-            "them; set answer_scope to 'candidates', or candidates to null"
-        )
-    return header
-
-
 def _task_from_lines(
     header: dict,
     lines: list[tuple[str, object]],
@@ -545,7 +338,7 @@ def _task_from_lines(
     examples: list[Example] = []
     first_seen: dict[str, str] = {}
     for where, obj in lines:
-        ex = _parse_example(obj, where, len(examples))
+        ex = Example(**check_example(obj, where, len(examples)))
         if ex.id in first_seen:
             raise WorkbenchError(
                 f"{where}: duplicate example ids: {ex.id!r} is already the id at "
@@ -589,7 +382,7 @@ def load_task(
 
     Raises:
         WorkbenchError: naming the line and the example, for a file that breaks a rule of the
-            format (see the module docstring).
+            format (`workbench.task_format`, and the rules that span a task above).
     """
     if not 0.0 < heldout_fraction < 1.0:
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
@@ -620,7 +413,7 @@ def load_task(
                 raise WorkbenchError(
                     f"{where}: the header line holds only 'task'; got keys {sorted(obj)}"
                 )
-            header = _parse_header(obj["task"], where)
+            header = check_header(obj["task"], where)
             continue
         examples.append((where, obj))
     if not examples:
