@@ -150,9 +150,9 @@ def test_unknown_embedded_name_lists_the_family():
         load_model("embedded_gpt3", device="cpu")
     with pytest.raises(WorkbenchError, match="unknown embedded model"):
         embedded_path("llama")
-    with pytest.raises(WorkbenchError, match="unknown architecture 'gpt3'"):
+    with pytest.raises(WorkbenchError, match="architecture 'gpt3' is unknown; expected one of"):
         zoo_train.TrainConfig(arch="gpt3")
-    with pytest.raises(WorkbenchError, match="unknown architecture 'gpt3'"):
+    with pytest.raises(WorkbenchError, match="architecture 'gpt3' is unknown; expected one of"):
         zoo_train.TrainConfig.for_arch("gpt3")
 
 

@@ -41,6 +41,7 @@ from transformer_lens.utilities import apply_softcap
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
+from workbench.options import choose
 from workbench.tasks import Task
 
 NEG_INF = float("-inf")
@@ -120,11 +121,8 @@ NORMALIZED_METRICS: dict[str, str] = {"normalized_logit_diff": "logit_diff"}
 
 def get_metric(name: str) -> Metric:
     """A per-example metric by name (a normalized metric returns its base metric)."""
-    name = NORMALIZED_METRICS.get(name, name)
-    if name not in METRICS:
-        known = sorted(METRICS) + sorted(NORMALIZED_METRICS)
-        raise WorkbenchError(f"metric {name!r} is unknown; expected one of {known}")
-    return METRICS[name]
+    choose(name, sorted(METRICS) + sorted(NORMALIZED_METRICS), "metric")
+    return METRICS[NORMALIZED_METRICS.get(name, name)]
 
 
 def score_logits(

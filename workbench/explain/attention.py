@@ -28,6 +28,7 @@ from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.heads import HeadSet, HeadSpec
+from workbench.options import choose
 from workbench.tables import INDEX_COLUMNS, head_name
 from workbench.tasks import Task
 
@@ -85,10 +86,7 @@ def roles_for(batch: TaskBatch, scheme: RoleScheme) -> list[list[str]]:
     if scheme == "auto":
         # without answer tokens in the prompts, the answer roles are the positional ones
         scheme = "task" if batch.roles is not None else "answers"
-    if scheme not in ROLE_SCHEMES:
-        raise WorkbenchError(
-            f"role scheme {scheme!r} is unknown; expected 'auto' or one of {sorted(ROLE_SCHEMES)}"
-        )
+    choose(scheme, sorted(ROLE_SCHEMES), "role scheme")
     return [ROLE_SCHEMES[scheme](batch, i) for i in range(len(batch))]
 
 

@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.errors import WorkbenchError
+from workbench.options import choose
 from workbench.tables import head_table
 from workbench.theory.bayes import bayes_loss, logistic_loss
 from workbench.theory.data import Batch
@@ -149,8 +149,7 @@ def ablation_table(model, batch: Batch, seeds: Sequence[int] | None = None, kind
         with the head ablated, then `d_loss_A, d_loss_B, d_acc_A, d_acc_B` = ablated minus
         full model (a negative `d_loss` is an improvement).
     """
-    if kind not in ABLATIONS:
-        raise WorkbenchError(f"unknown ablation kind {kind!r}; expected one of {sorted(ABLATIONS)}")
+    choose(kind, sorted(ABLATIONS), "ablation kind")
     seeds = model.seeds if seeds is None else seeds
     names = ("loss_A", "loss_B", "acc_A", "acc_B")
     with torch.no_grad():

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from workbench.errors import WorkbenchError
+from workbench.options import choose
 from workbench.theory.data import CUES
 from workbench.theory.model import PARAMETRISATIONS
 
@@ -76,11 +77,8 @@ class TheoryConfig:
                 raise WorkbenchError(
                     f"{name} must be an even integer >= 2 (the two tasks are balanced); "
                     f"got {value!r}")
-        if self.parametrisation not in PARAMETRISATIONS:
-            raise WorkbenchError(f"unknown parametrisation {self.parametrisation!r}; expected "
-                                 f"one of {sorted(PARAMETRISATIONS)}")
-        if self.cue not in CUES:
-            raise WorkbenchError(f"unknown cue kind {self.cue!r}; expected one of {sorted(CUES)}")
+        choose(self.parametrisation, sorted(PARAMETRISATIONS), "parametrisation")
+        choose(self.cue, sorted(CUES), "cue kind")
         for name in ("sigma", "init_scale", "lr"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):

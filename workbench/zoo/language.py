@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.options import choose
 from workbench.tokenizer import WordTokenizer
 
 LANGUAGE_SEED = 0
@@ -267,8 +268,7 @@ N_DISTINCT: dict[str, int] = {"embedded_add": MODULUS * MODULUS}
 
 def generate(task: str, n: int, rng: np.random.Generator) -> Batch:
     """Draw `n` prompts of `task` (a key of `GENERATORS`) from `rng`."""
-    if task not in GENERATORS:
-        raise WorkbenchError(f"unknown embedded task {task!r}; expected one of {list(GENERATORS)}")
+    choose(task, list(GENERATORS), "embedded task")
     if n < 1:
         raise WorkbenchError(f"number of prompts must be positive, got {n}")
     return GENERATORS[task](n, rng)

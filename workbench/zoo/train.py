@@ -69,6 +69,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.checkpoint import save_checkpoint
 from workbench.errors import WorkbenchError
+from workbench.options import choose
 from workbench.zoo import language as lang
 
 PAIR_SHARE = 0.65  # share of copy/map prompts in every training batch
@@ -176,10 +177,7 @@ class TrainConfig:
     pos_type: str = "rotary"
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHITECTURES:
-            raise WorkbenchError(
-                f"unknown architecture {self.arch!r}; expected one of {list(ARCHITECTURES)}"
-            )
+        choose(self.arch, list(ARCHITECTURES), "architecture")
         for name in ("steps", "batch_size", "n_layers", "n_heads", "d_model", "d_mlp"):
             if getattr(self, name) < 1:
                 raise WorkbenchError(
