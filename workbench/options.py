@@ -43,6 +43,10 @@ def choose(value, options, what: str):
 class Option(str, Enum):
     """A named option whose values are strings (see the module docstring)."""
 
+    def __init_subclass__(cls, what: str = "", **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._label = what or cls.__name__
+
     def __str__(self) -> str:
         return self.value
 
@@ -51,8 +55,8 @@ class Option(str, Enum):
 
     @classmethod
     def what(cls) -> str:
-        """How error messages name this option."""
-        return cls.__name__
+        """How error messages name this option (the class keyword `what`)."""
+        return cls._label
 
     @classmethod
     def parse(cls, value) -> "Option":
@@ -63,7 +67,7 @@ class Option(str, Enum):
         return [m.value for m in cls]
 
 
-class AblationKind(Option):
+class AblationKind(Option, what="ablation kind"):
     """How a removed head's `z` is replaced.
 
     ZERO: by 0.
@@ -79,12 +83,8 @@ class AblationKind(Option):
     MEAN = "mean"
     RESAMPLE = "resample"
 
-    @classmethod
-    def what(cls) -> str:
-        return "ablation kind"
 
-
-class ScreenMethod(Option):
+class ScreenMethod(Option, what="screening method"):
     """How single-head effects are computed: `exact` (prefix reuse), `attribution`
     (gradient estimate), or `naive` (one full forward per head; the reference)."""
 
@@ -92,24 +92,16 @@ class ScreenMethod(Option):
     ATTRIBUTION = "attribution"
     NAIVE = "naive"
 
-    @classmethod
-    def what(cls) -> str:
-        return "screening method"
 
-
-class RankBy(Option):
+class RankBy(Option, what="rank_by"):
     """`objective`: candidates and sets are ranked by the objective's gain, ties broken by
     the secondary metric's; `secondary`: the other way round."""
 
     OBJECTIVE = "objective"
     SECONDARY = "secondary"
 
-    @classmethod
-    def what(cls) -> str:
-        return "rank_by"
 
-
-class ClusterMode(Option):
+class ClusterMode(Option, what="cluster"):
     """What held-out intervals and p-values resample: single examples (`none`), the tasks'
     `group` labels (`group`), or groups when a split has enough of them (`auto`)."""
 
@@ -117,12 +109,8 @@ class ClusterMode(Option):
     GROUP = "group"
     NONE = "none"
 
-    @classmethod
-    def what(cls) -> str:
-        return "cluster"
 
-
-class RaceRule(Option):
+class RaceRule(Option, what="race_rule"):
     """What racing decides of a head in screening (`workbench.racing.SCREEN_RULES`):
     `hurts`, until its removal clearly hurts; `pool`, until its membership of the search
     pool is decided."""
@@ -130,12 +118,8 @@ class RaceRule(Option):
     HURTS = "hurts"
     POOL = "pool"
 
-    @classmethod
-    def what(cls) -> str:
-        return "race_rule"
 
-
-class SweepSplit(Option):
+class SweepSplit(Option, what="split"):
     """How a sweep is split across processes: `cells` (whole runs), `masks` (each run's
     masks), or `auto`."""
 
@@ -143,31 +127,19 @@ class SweepSplit(Option):
     CELLS = "cells"
     MASKS = "masks"
 
-    @classmethod
-    def what(cls) -> str:
-        return "split"
 
-
-class AnswerTokens(Option):
+class AnswerTokens(Option, what="answer_tokens"):
     """`single`: every answer is one token in context; `multi`: answers may be several."""
 
     SINGLE = "single"
     MULTI = "multi"
 
-    @classmethod
-    def what(cls) -> str:
-        return "answer_tokens"
 
-
-class SplitBy(Option):
+class SplitBy(Option, what="split_by"):
     """Examples without a `split` are split at random by `example`, or by `group`."""
 
     EXAMPLE = "example"
     GROUP = "group"
-
-    @classmethod
-    def what(cls) -> str:
-        return "split_by"
 
 
 # The search strategies (`workbench.search.STRATEGIES` implements each; a test checks they
@@ -183,13 +155,9 @@ def strategy_names(value) -> tuple[str, ...]:
     return tuple(choose(s, STRATEGY_NAMES, "search strategy") for s in names)
 
 
-class AnswerScope(Option):
+class AnswerScope(Option, what="answer_scope"):
     """What accuracy's argmax ranges over: `vocab`, the whole vocabulary; `candidates`, the
     task's `candidates`, or each example's answers and wrong answers when it lists none."""
 
     VOCAB = "vocab"
     CANDIDATES = "candidates"
-
-    @classmethod
-    def what(cls) -> str:
-        return "answer_scope"
