@@ -80,7 +80,7 @@ class CountingScorer:
 
     def __init__(self, scorer) -> None:
         self.inner, self.model, self.count = scorer, scorer.model, 0.0
-        self.data = scorer.data
+        self.data, self.compute = scorer.data, scorer.compute
 
     def clean(self):
         return self.inner.clean()

@@ -130,6 +130,19 @@ def test_analytic_screen_equals_screen_heads(micro, micro_screen):
         assert_close(fast[col], micro_screen[col], atol=1e-4)
 
 
+def test_the_benchmarks_counting_scorer_is_a_scorer(micro, micro_screen):
+    """bench/recall.py wraps each scorer to count forward-equivalents: through the wrapper
+    screening gives the same table, and one mask per head over every example counts one
+    forward-equivalent per head."""
+    from bench.recall import CountingScorer
+
+    counted = CountingScorer(micro.scorer("select"))
+    table = screen_scorer(counted, stats=Stats(n_boot=200))
+    assert_close(table["d_logit_diff"], screen_scorer(micro.scorer("select"),
+                                                      stats=Stats(n_boot=200))["d_logit_diff"])
+    assert counted.count == micro.spec.n_layers * micro.spec.n_heads
+
+
 def test_size_one_screening_cannot_see_the_pair(micro, micro_screen):
     members = [m for g in micro.groups for m in g[0]]
     d = micro_screen.set_index(["layer", "head"])["d_logit_diff"]
