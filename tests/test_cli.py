@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import workbench.cli as cli
+import workbench.commands as commands
 from workbench.config import CELConfig
 from workbench.demo import write_demo
 from workbench.errors import WorkbenchError
@@ -77,7 +78,7 @@ def test_cel_end_to_end(demo_files, tmp_path, capsys):
 def test_no_arguments_runs_the_demo_when_the_embedded_model_is_missing(
     tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(cli, "_embedded_defaults", lambda: None)
+    monkeypatch.setattr(commands, "embedded_defaults", lambda: None)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["workbench", *FAST])
     assert cli.main() == 0
@@ -188,7 +189,7 @@ def test_console_script(demo_files, tmp_path):
 
 
 def _python(code: str, *args: str, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(cli.REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(commands.REPO_ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=env, timeout=300, **kw)
 
@@ -276,7 +277,7 @@ def test_flag_defaults_are_the_config_defaults():
                "max_examples", "side_screening", "side_examples", "seed"}
     for command in ("cel", "sweep"):
         args = cli.build_parser(command).parse_args([command])
-        options = cli.run_options(args)
+        options = commands.run_options(args)
         assert set(options) == flagged - ({"kind"} if command == "sweep" else set())
         for name, value in options.items():
             value = tuple(value) if isinstance(value, list) else value
@@ -319,9 +320,9 @@ def test_threads_below_one_is_a_parser_error(value, capsys):
 
 def test_compute_flags_reach_run_cel_only_when_given():
     args = cli.build_parser("cel").parse_args(["cel", "--threads", "2", "--token-budget", "64"])
-    options = cli.run_options(args)
+    options = commands.run_options(args)
     assert (options["threads"], options["token_budget"]) == (2, 64)
-    options = cli.run_options(cli.build_parser("sweep").parse_args(["sweep"]))
+    options = commands.run_options(cli.build_parser("sweep").parse_args(["sweep"]))
     assert "threads" not in options and "token_budget" not in options
 
 
@@ -399,7 +400,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(demo_files, tmp_
     out = tmp_path / "o"
     argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
             "--device", "cpu", *FAST]
-    env = {**os.environ, "PYTHONPATH": str(cli.REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(commands.REPO_ROOT), "OMP_NUM_THREADS": "1"}
     # A shell starts background jobs with SIGINT ignored, children inherit that, and Python
     # then installs no KeyboardInterrupt handler: the suite run as `.ci/run &` made this test
     # wait out its timeout. Ctrl-C at a terminal comes with the default disposition; restore it.
@@ -457,7 +458,7 @@ def test_best_is_only_a_significant_set(p_holm, best, line):
                        confirmation=_confirmation(p_holm))
     assert result.best == best
     assert result.top_candidate == ["L0H1", "L0H3", "L1H1"]
-    assert cli._best_line(result).startswith(line)
+    assert commands.best_line(result).startswith(line)
     marked = mark_best(result.confirmation, "accuracy", 0.05)
     assert marked["best"].sum() == (1 if best else 0)
     assert list(marked["top_candidate"]) == [False, False, True]
@@ -523,7 +524,7 @@ def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys, mo
 
 
 def test_explain_command_rebuilds_the_demo(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_embedded_defaults", lambda: None)
+    monkeypatch.setattr(commands, "embedded_defaults", lambda: None)
     monkeypatch.chdir(tmp_path)
     assert cli.main([*FAST, "--no-explain"]) == 0
     capsys.readouterr()

@@ -26,7 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_CONFIGS = sorted((REPO_ROOT / "tests" / "golden").glob("*/config.json"))
 
 
-@pytest.mark.parametrize("module", ["workbench.config", "workbench.cli", "workbench.options"])
+@pytest.mark.parametrize("module", ["workbench.config", "workbench.cli", "workbench.commands",
+                                    "workbench.options"])
 def test_importing_imports_no_torch(module):
     """In a fresh interpreter: the config, the options and the command line (its parser) need
     neither torch nor TransformerLens."""

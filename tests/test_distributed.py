@@ -347,12 +347,13 @@ def test_sweep_cells_and_bad_input(tmp_path):
 
 def test_sweep_without_models_runs_the_embedded_family_on_the_default_task():
     import workbench.cli as cli
+    import workbench.commands as commands
     import workbench.zoo as zoo
 
     args = cli.build_parser().parse_args(["sweep"])
-    if cli._embedded_defaults() is None:
+    if commands.embedded_defaults() is None:
         pytest.skip("the embedded checkpoint is not on disk")
-    models, tasks, others = cli._sweep_inputs(args)
+    models, tasks, others = commands.sweep_inputs(args)
     assert models == list(getattr(zoo, "EMBEDDED_FAMILY", ("embedded",)))
     assert tasks == [zoo.DEFAULT_TASK] and others == list(zoo.SIDE_TASKS)
 

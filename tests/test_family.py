@@ -165,10 +165,10 @@ def test_missing_member_says_how_to_train_it(monkeypatch, tmp_path):
 
 
 def test_cli_gives_family_members_the_embedded_tasks():
-    from workbench.cli import _resolve_inputs
+    from workbench.commands import resolve_inputs
 
     args = argparse.Namespace(model="embedded_llama", task=None, others=None)
-    assert _resolve_inputs(args) == ("embedded_llama", DEFAULT_TASK, list(SIDE_TASKS), None)
+    assert resolve_inputs(args) == ("embedded_llama", DEFAULT_TASK, list(SIDE_TASKS), None)
 
 
 @pytest.fixture

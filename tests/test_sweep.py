@@ -30,9 +30,10 @@ def test_without_tasks_each_model_runs_its_own_tasks_with_its_own_side_tasks():
 
 def test_the_cli_passes_no_tasks_when_none_are_named():
     import workbench.cli as cli
+    import workbench.commands as commands
 
     args = cli.build_parser().parse_args(["sweep", "--models", "smollm2-135m", "embedded"])
-    assert cli._sweep_inputs(args) == (["smollm2-135m", "embedded"], None, None)
+    assert commands.sweep_inputs(args) == (["smollm2-135m", "embedded"], None, None)
 
 
 @pytest.mark.slow
@@ -65,6 +66,7 @@ def test_a_finished_cell_must_match_every_config_option_the_sweep_gives():
     from types import SimpleNamespace
 
     import workbench.cli as cli
+    import workbench.commands as commands
     from workbench.config import CELConfig
     from workbench.options import ClusterMode, ScreenMethod
     from workbench.sweep import SweepCell, _mismatch
@@ -79,8 +81,8 @@ def test_a_finished_cell_must_match_every_config_option_the_sweep_gives():
     assert _mismatch(done, cell, {**same, "max_examples": 10}) == ["max_examples"]
     default = SimpleNamespace(config=CELConfig(model="m", task="t", kind="mean"))
     args = cli.build_parser("sweep").parse_args(["sweep"])
-    assert _mismatch(default, cell, cli.run_options(args)) == []
-    assert _mismatch(done, cell, cli.run_options(args)) == ["cluster"]
+    assert _mismatch(default, cell, commands.run_options(args)) == []
+    assert _mismatch(done, cell, commands.run_options(args)) == ["cluster"]
 
 
 def test_the_printed_table_is_the_shown_columns_with_short_names():
