@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import os
 import sys
 
@@ -48,6 +49,8 @@ from workbench.options import STRATEGY_NAMES, AblationKind, ClusterMode, SweepSp
 from workbench.zoo import EMBEDDED_FAMILY
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+# a write that failed for lack of space or a read-only disk: one line, not a traceback
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 # CELConfig's defaults, which are the flags' defaults
 CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CELConfig)}
 THREADS_HELP = (
@@ -416,12 +419,29 @@ def main(argv: list[str] | None = None) -> int:
     except WorkbenchError as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        print(f"workbench: error: {disk_full_line(e, getattr(args, 'out', None))}",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         out = getattr(args, "out", None)
         resume = f"; rerun the same command to resume from {out}" if args.command in (
             "cel", "sweep") else ""
         print(f"\ninterrupted{resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def disk_full_line(error: OSError, out: str | None) -> str:
+    """The one line for a write that failed for lack of space. Every file is written to a
+    temporary name and renamed (`workbench.store`), and `config.json` records a table only
+    once it is complete, so what was saved before is intact and a rerun resumes from it."""
+    where = f" writing {error.filename}" if error.filename else ""
+    resume = f"; rerun the same command to resume from {out}" if out else ""
+    code = errno.errorcode.get(error.errno, error.errno)
+    return (f"{error.strerror or 'cannot write'}{where} ({code}); the files saved before are "
+            f"intact: free space{resume}")
 
 
 def _launched_by_torchrun() -> bool:

@@ -124,6 +124,7 @@ def run_cel_command(args) -> int:
     model_name, task_name, other_names, note = resolve_inputs(args)  # no torch yet
     out = Path(args.out)
     _check_out(out, args.overwrite)
+    check_hub_models([model_name])
     if note:
         print(f"note: {note}", flush=True)
 
@@ -219,13 +220,24 @@ def best_line(result) -> str:
     )
 
 
+def check_hub_models(models) -> None:
+    """For every hub name among `models`, one clear line at once when the Hugging Face hub
+    cannot provide it (`workbench.names.check_hub`), before torch is imported."""
+    from workbench.names import check_hub, hub_repo
+
+    for name in dict.fromkeys(models):
+        repo = hub_repo(name)
+        if repo is not None:
+            check_hub(repo)
+
+
 def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse, before loading anything, an --out that is a file, and --overwrite on a folder
-    another run holds (`run_cel` checks again under the lock)."""
+    """Refuse, before loading anything (and before saying "resuming"), an --out that is a
+    file or a folder another run holds (`run_cel` checks again when it takes the lock)."""
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {str(out)!r} is a file; expected a folder (new or a CEL "
                              "results folder)")
-    if overwrite and out.is_dir():
+    if out.is_dir():
         from workbench.store import check_unlocked
 
         check_unlocked(out)
@@ -253,6 +265,7 @@ def explain_command(args) -> int:
         task_name = args.task or str(main)
     try:
         check_model_name(model_name)
+        check_hub_models([model_name])
         try:
             check_task_name(task_name)
         except WorkbenchError:
@@ -310,6 +323,7 @@ def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
             check_model_name(m)
         for t in [*(args.tasks or []), *(args.others or [])]:
             check_task_name(t)
+        check_hub_models(args.models)
         # without --tasks, each model runs its own tasks (workbench.names.own_tasks)
         return list(args.models), list(args.tasks) if args.tasks else None, args.others
     import workbench.zoo as zoo

@@ -12,6 +12,7 @@ from transformer_lens import HookedTransformer
 
 from workbench.errors import WorkbenchError
 from workbench.loading.shipped import shipped_names
+from workbench.names import OFFLINE_HINT, check_hub
 
 
 def load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:
@@ -33,6 +34,7 @@ def load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTra
             "fold_value_biases=True moves each head's value bias into b_O, so ablating hook_z "
             "would not remove the head; load_model always uses fold_value_biases=False"
         )
+    check_hub(official)  # one line at once when the hub cannot be reached
     try:
         model = HookedTransformer.from_pretrained(
             official, device=str(device), dtype=dtype or torch.float32, **kwargs
@@ -40,8 +42,7 @@ def load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTra
     except OSError as e:  # offline hub, missing files, no permission
         raise WorkbenchError(
             f"could not fetch {official!r} from the Hugging Face hub ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:200]}). Without internet, download the model elsewhere "
-            "and load it with load_model('/path/to/local/folder')."
+            f"{str(e).splitlines()[0][:200]}). {OFFLINE_HINT}."
         ) from None
     model.eval()
     return model
