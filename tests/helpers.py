@@ -217,3 +217,46 @@ def hf_head_removed(hf, o_proj: str, layer: int, head: int, d_head: int, mean_z=
                 proj.bias = None
             else:
                 proj.bias.copy_(bias)
+
+
+def save_tiny_gpt2(folder: Path, n_words: int = 20, seed: int = 3) -> Path:
+    """A 2-layer x 4-head Hugging Face GPT-2 with random weights (std 0.3, so heads matter)
+    and random non-zero biases, saved to `folder` with the word-level vocabulary `w0..w{n-1}`
+    as its Hugging Face tokenizer (`word_level_hf_tokenizer`; `<unk>` included, since
+    TransformerBridge encodes "a" at boot). Prompts and answers are then written with spaces
+    between words (`write_spaced_task`). Returns `folder`."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from workbench.tokenizer import word_level_hf_tokenizer
+
+    tok = WordTokenizer(["<bos>", "<pad>", "<unk>"] + [f"w{i}" for i in range(n_words)])
+    torch.manual_seed(seed)
+    cfg = GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=len(tok), n_positions=32,
+        bos_token_id=tok.bos_id, eos_token_id=tok.bos_id, initializer_range=0.3,
+    )
+    hf = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.3)
+    hf.save_pretrained(folder)
+    word_level_hf_tokenizer(tok).save_pretrained(folder)
+    return folder
+
+
+def write_spaced_task(
+    path: Path, n: int = 16, n_words: int = 20, header: dict | None = None, seed: int = 0
+) -> Path:
+    """`write_task`'s task with answers written as a subword tokenizer needs them, after a
+    space (" w3"), and a counterfactual prompt per example (its first word changed, same
+    length), for models with a Hugging Face word-level tokenizer (`save_tiny_gpt2`)."""
+    write_task(path, n=n, n_words=n_words, header=header, seed=seed)
+    head, *records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        r["answer"] = " " + r["answer"]
+        r["wrong"] = [" " + w for w in r["wrong"]]
+        first, *rest = r["prompt"].split()
+        r["counterfactual"] = " ".join([f"w{(int(first[1:]) + 7) % n_words}", *rest])
+    path.write_text("\n".join(json.dumps(r) for r in [head, *records]) + "\n")
+    return path

@@ -21,11 +21,11 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, replacement_z
-from workbench.batching import answer_only_hooks, length_buckets
+from workbench.batching import length_buckets
 from workbench.compute import DEFAULT_TOKEN_BUDGET, QUIET, Compute
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
-from workbench.metrics import forward_kwargs, masked_gather, score_logits, unembed_at
+from workbench.metrics import logits_at, masked_gather, score_logits
 from workbench.scoring import CustomMetric, as_score_dict
 
 
@@ -130,10 +130,7 @@ def attribution_effects(
                 differentiable = dict(scores)
             else:
                 sub = data.rows(rows)
-                answer_hooks, pos = answer_only_hooks(model, sub.answer_pos)
-                with model.hooks(fwd_hooks=answer_hooks):
-                    final = model(sub.tokens[:, :width], stop_at_layer=L, **forward_kwargs(model))
-                logits = unembed_at(model, final, pos).float()
+                logits = logits_at(model, sub.tokens[:, :width], sub.answer_pos).float()
                 scores = score_logits(logits, sub)
                 # Accuracy is `margin > 0`; its estimate linearises the margin. Every other
                 # registered metric is differentiable as it is.

@@ -21,7 +21,8 @@ from torch import Tensor
 from workbench.encoding import TaskBatch
 
 
-def _gather_hook(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tensor) -> Tensor:
+def gather_positions(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tensor) -> Tensor:
+    """A hook keeping one position per row, `pos[b]`, as a length-1 sequence."""
     return resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
 
 
@@ -43,7 +44,7 @@ def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
     ):
         return [], pos
     name = f"blocks.{cfg.n_layers - 1}.hook_resid_mid"
-    return [(name, partial(_gather_hook, pos=pos))], torch.zeros_like(pos)
+    return [(name, partial(gather_positions, pos=pos))], torch.zeros_like(pos)
 
 
 @dataclass(frozen=True)

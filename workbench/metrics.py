@@ -3,7 +3,10 @@
 The answer is predicted at the last real position of each right-padded prompt. With causal
 attention, padding after that position cannot change it, so prompts of different lengths are
 batched without an attention mask. Only the answer positions go through the final layer norm
-and the unembedding, which for large vocabularies is most of the cost of a small model.
+and the unembedding, which for large vocabularies is most of the cost of a small model. A
+TransformerBridge runs Hugging Face's forward, which has no separate final residual
+(`stop_at_layer=n_layers` returns logits): its answer positions are kept at the unembedding's
+input, and the final norm is the bridge's own (`logits_at`).
 
 Metrics (per example, registered in `METRICS`):
 
@@ -30,6 +33,7 @@ answer and whether greedy decoding reproduces it (the accuracy of a multi-token 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -39,6 +43,7 @@ from torch import Tensor
 from transformer_lens.utilities import apply_softcap
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
+from workbench.batching import answer_only_hooks, gather_positions
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.options import choose
@@ -150,18 +155,53 @@ def shortformer_kwargs(model, tokens: Tensor) -> dict:
     return {"shortformer_pos_embed": model.pos_embed(tokens)}
 
 
+def is_bridge(model) -> bool:
+    """Whether `model` is a TransformerBridge. Hugging Face's forward runs a bridge's layers, so
+    a forward cannot start at a later layer (`start_at_layer` raises), and `stop_at_layer=
+    n_layers` stops nowhere: it returns the logits, not the final residual stream."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return isinstance(model, TransformerBridge)
+
+
 def unembed_at(
     model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
 ) -> Float[Tensor, "batch d_vocab"]:
     """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
     when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
-    the logits the model's own forward returns there."""
+    the logits a HookedTransformer's own forward returns there. (A bridge has no separate
+    final residual: see `logits_at`.)"""
+    if resid.shape[-1] != model.cfg.d_model:
+        hint = "; on a TransformerBridge use logits_at" if is_bridge(model) else ""
+        raise WorkbenchError(
+            f"unembed_at takes the final residual stream, last dim d_model="
+            f"{model.cfg.d_model}; got shape {tuple(resid.shape)}{hint}"
+        )
     x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
     if model.cfg.normalization_type is not None:
         x = model.ln_final(x)
     logits = model.unembed(x)[:, 0]  # (B, d_vocab)
     # the model's own forward applies the cap with this function
     return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))
+
+
+def logits_at(model, tokens: Tensor, pos: Tensor) -> Float[Tensor, "batch d_vocab"]:
+    """The logits a forward over `tokens` gives at one position per row (`model(tokens)[rows,
+    pos]`), computed at those positions alone: from the last block's `hook_resid_mid` on for a
+    HookedTransformer (`answer_only_hooks`), from the unembedding's input for a
+    TransformerBridge (whose final norm and soft-cap are Hugging Face's own). Hooks already
+    attached to the model stay active."""
+    if not is_bridge(model):
+        answer_hooks, pos_after = answer_only_hooks(model, pos)
+        with model.hooks(fwd_hooks=answer_hooks):
+            final = model(tokens, stop_at_layer=model.cfg.n_layers, **forward_kwargs(model))
+        return unembed_at(model, final, pos_after)
+    # a bridge without an unembedding hook returns every position's logits: read `pos` there
+    keep = "unembed.hook_in" in model.hook_dict
+    hooks = [("unembed.hook_in", partial(gather_positions, pos=pos))] if keep else []
+    with model.hooks(fwd_hooks=hooks):
+        logits = model(tokens, **forward_kwargs(model))
+    return (logits if keep else gather_positions(logits, None, pos))[:, 0]  # (B, d_vocab)
 
 
 def answer_logits(
@@ -174,12 +214,21 @@ def answer_logits(
     """Logits at each prompt's answer position, optionally with hooks or from a cached layer.
 
     Args:
-        model: a HookedTransformer.
+        model: a HookedTransformer, or a TransformerBridge in compatibility mode (which runs
+            from the embedding only: `resid` is refused).
         batch: the encoded prompts.
         fwd_hooks: `(name, fn)` pairs active during the pass.
         resid: `blocks.{start_at_layer}.hook_resid_pre`, to skip the layers before it.
         start_at_layer: where `resid` enters; None runs from the embedding.
     """
+    if is_bridge(model):
+        if resid is not None:
+            raise WorkbenchError(
+                f"a TransformerBridge cannot start a forward at layer {start_at_layer} (Hugging "
+                "Face's forward runs its layers); pass resid=None to run from the embedding"
+            )
+        with model.hooks(fwd_hooks=list(fwd_hooks)):
+            return logits_at(model, batch.tokens, batch.answer_pos)
     n_layers = model.cfg.n_layers
     with model.hooks(fwd_hooks=list(fwd_hooks)):
         if resid is None:

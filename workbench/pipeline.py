@@ -119,7 +119,7 @@ def run_cel(
 
     Args:
         model: a hooked model (any with `blocks.{l}.attn.hook_z`; next-token tasks need a
-            HookedTransformer).
+            HookedTransformer or a TransformerBridge).
         task: a `Task`, task name or path, with `select` and `heldout` splits.
         others: tasks for side effects (scored on all their examples; names must differ).
         config: the run's settings; or give them as keyword `settings`, any `CELConfig` field

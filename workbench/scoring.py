@@ -44,7 +44,13 @@ from workbench.compute import QUIET, Compute, default_masks_per_pass
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
-from workbench.metrics import forward_kwargs, score_logits, shortformer_kwargs, unembed_at
+from workbench.metrics import (
+    forward_kwargs,
+    is_bridge,
+    score_logits,
+    shortformer_kwargs,
+    unembed_at,
+)
 
 CustomMetric = Callable[[object, object], "Tensor | Mapping[str, Tensor]"]
 
@@ -136,8 +142,9 @@ class MaskScorer:
         means: the head means, for mean ablation.
         metric: a custom `metric(model, data)`; None scores every metric in `METRICS` from
             the answer-position logits.
-        reuse_prefix: restart each masked run at its first ablated layer (default); False runs
-            the whole model with full logits per mask (the naive reference).
+        reuse_prefix: restart each masked run at its first ablated layer (default; never on a
+            TransformerBridge, which cannot restart at a layer); False runs the whole model
+            with full logits per mask (the naive reference).
         per_position: mean ablation with the means at each position (`HeadMeans.per_position`).
         compute: the budgets (`workbench.compute.Compute`: `token_budget`, `max_rows`,
             `masks_per_pass`, `cache_bytes`, `offload`); None: the device's defaults.
@@ -173,7 +180,10 @@ class MaskScorer:
         self.compute = compute
         self.token_budget, self.max_rows = compute.budgets(model.cfg)
         self.cache_bytes, self.offload = compute.cache_bytes, compute.offload
-        self.means, self.per_position, self.reuse_prefix = means, per_position, reuse_prefix
+        # A TransformerBridge cannot restart a forward at a layer (Hugging Face's forward runs
+        # the layers): every mask is then one full run, the naive path.
+        self.reuse_prefix = reuse_prefix and not is_bridge(model)
+        self.means, self.per_position = means, per_position
         self._masks_per_pass = compute.masks_per_pass
         self._clean: dict[str, Tensor] | None = None
         self._cache: dict[int, Tensor] = {}  # chunk index -> (L, b, T, d) residuals

@@ -24,6 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.encoding import TaskBatch
+from workbench.errors import WorkbenchError
 from workbench.explain.attention import RoleScheme, roles_for
 from workbench.explain.attribution import LN_CENTRED, final_norm_param
 from workbench.explain.capture import Capture, as_batch, capture
@@ -38,6 +39,23 @@ def _embed_through_ln1(model, layer: int, ids: Tensor) -> Float[Tensor, "n d_mod
     x = model.W_E[ids].float()[None]  # (1, n, d)
     ln1 = getattr(model.blocks[layer], "ln1", None)
     return x[0] if ln1 is None else ln1(x)[0]
+
+
+def _attn_scale(model, layer: int) -> float:
+    """What layer `layer`'s attention divides its query-key scores by: a HookedTransformer's
+    `attn_scale`; for a TransformerBridge, `1 / scaling` of the Hugging Face attention module
+    it wraps (Hugging Face's one factor, with any per-layer scaling folded in)."""
+    attn = model.blocks[layer].attn
+    scale = getattr(attn, "attn_scale", None)
+    if scale is not None:
+        return float(scale)
+    scaling = getattr(getattr(attn, "original_component", None), "scaling", None)
+    if scaling is None:
+        raise WorkbenchError(
+            f"cannot tell layer {layer}'s attention scale: its attention ({type(attn).__name__}) "
+            "has no attn_scale, nor a wrapped Hugging Face module with a `scaling` factor"
+        )
+    return 1.0 / float(scaling)
 
 
 def _to_logits(model, vecs: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
@@ -161,7 +179,8 @@ def qk_table(
                 _embed_through_ln1(model, layer, src_ids) @ attn.W_K[head].float()
                 + attn.b_K[head].float()
             )
-            scores = weights @ (q @ k.T) / attn.attn_scale  # (n_src,), query-frequency weighted
+            # (n_src,), query-frequency weighted
+            scores = weights @ (q @ k.T) / _attn_scale(model, layer)
             top = scores.topk(min(top_k, len(src_ids)))
             pairs = zip(top.indices.tolist(), top.values.tolist(), strict=True)
             for rank, (j, s) in enumerate(pairs):
