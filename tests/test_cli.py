@@ -364,6 +364,32 @@ def test_threads_reach_torch_before_the_model_loads(command, demo_files, tmp_pat
     assert calls == ["load"]
 
 
+@pytest.mark.parametrize("quiet", [True, False])
+def test_quiet_silences_every_bar_while_the_model_loads(quiet, demo_files, tmp_path,
+                                                        monkeypatch):
+    """`--quiet` reaches the bars that loading shows without a switch (the GGUF conversion's
+    and transformers' are bare tqdm bars): one made inside the loader is disabled, and bars
+    made after the command are not."""
+    from tqdm.auto import tqdm
+
+    import workbench.loading
+
+    seen = []
+
+    def loader(*args, **kwargs):
+        with tqdm(total=3, desc="converting (stand-in)", file=sys.stderr) as bar:
+            seen.append(bar.disable)
+        raise _Stop("stopped after the bar")
+
+    monkeypatch.setattr(workbench.loading, "load_model", loader)
+    model_dir, main, _ = demo_files
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--quiet"] if quiet else argv) == 2
+    assert seen == [quiet]
+    with tqdm(total=1, file=sys.stderr) as after:
+        assert after.disable is False
+
+
 def test_theory_subcommand_keeps_its_options(capsys):
     try:
         import workbench.theory.cli  # noqa: F401

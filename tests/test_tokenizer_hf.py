@@ -147,6 +147,21 @@ def test_transformer_lens_string_methods_on_the_embedded_model(embedded):
     assert batch[1].tolist() == word.encode(short, True) + [word.pad_id] * (len(ids) - 4)
 
 
+def test_an_unknown_word_is_one_clear_error_on_a_shipped_model(embedded):
+    """`model("...")`, `to_tokens` and `tokenizer(...)` with a word outside the embedded
+    language: a WorkbenchError naming the word, not tokenizers' "Missing [UNK] token"."""
+    from workbench.errors import WorkbenchError
+
+    text = load_task("embedded_add").examples[0].prompt
+    for call in (lambda t: embedded(t), embedded.to_tokens, embedded.tokenizer,
+                 lambda t: embedded.tokenizer([text, t]), embedded.tokenizer.tokenize):
+        with pytest.raises(WorkbenchError, match="word 'zorblax' is not in this model's "
+                                                 "vocabulary") as info:
+            call(text + " zorblax")
+        assert "UNK" not in str(info.value)
+    assert embedded.to_tokens(text).tolist() == [embedded.word_tokenizer.encode(text, True)]
+
+
 def test_generate_on_the_embedded_model_is_greedy_decoding(embedded):
     word = embedded.word_tokenizer
     text = load_task("embedded_add").examples[0].prompt

@@ -255,7 +255,9 @@ def _add_run_options(p, several_kinds: bool) -> None:
         help="the seed every random draw of the run derives from (default %(default)s)",
     )
     _add_load_options(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars, those of loading a model included (the GGUF "
+                   "conversion's and transformers')")
 
 
 def _add_load_options(p) -> None:

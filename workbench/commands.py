@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from workbench.config import CELConfig
@@ -42,6 +44,33 @@ def use_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def bars_off(quiet: bool) -> Iterator[None]:
+    """No tqdm progress bar at all while `quiet` (`--quiet`), restored afterwards.
+
+    The workbench's own bars follow `Compute.progress`, but loading a GGUF file shows bars
+    that take no switch: the conversion's (`workbench.loading.gguf`) and transformers'
+    de-quantizing one, both bare `tqdm` bars. Every tqdm bar (transformers' and
+    huggingface_hub's included) is a `tqdm.std.tqdm`, so while quiet its constructor is
+    given `disable=True`."""
+    if not quiet:
+        yield
+        return
+    from tqdm import std
+
+    init = std.tqdm.__init__
+
+    def disabled(self, *args, **kwargs):
+        kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    std.tqdm.__init__ = disabled
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = init
 
 
 def run_options(args) -> dict:
@@ -140,7 +169,9 @@ def run_cel_command(args) -> int:
     others = [load_task(o) for o in other_names]
     check_counterfactuals(args.kind, [task, *others])  # before the model loads
     use_threads(args.threads)
-    model = load_model(model_name, device=distributed.local_device(args.device), dtype=args.dtype)
+    with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
+        model = load_model(model_name, device=distributed.local_device(args.device),
+                           dtype=args.dtype)
     if note:  # the demo's files are loaded; the results folder records what matters
         shutil.rmtree(Path(model_name).parent, ignore_errors=True)
         model_name = "demo"
@@ -352,19 +383,10 @@ def run_sweep_command(args) -> int:
         flush=True,
     )
     use_threads(args.threads)
-    table = run_sweep(
-        models,
-        tasks,
-        kinds=args.kinds,
-        out=args.out,
-        others=others,
-        device=args.device,
-        dtype=args.dtype,
-        progress=not args.quiet,
-        plot=not args.no_plots,
-        split=args.split,
-        **run_options(args),
-    )
+    with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
+        table = run_sweep(models, tasks, kinds=args.kinds, out=args.out, others=others,
+                          device=args.device, dtype=args.dtype, progress=not args.quiet,
+                          plot=not args.no_plots, split=args.split, **run_options(args))
     shown = shown_table(table)
     print()
     with pd.option_context(

@@ -27,6 +27,7 @@ returns the tokens after the prompt's own, or None when the prompt's tokens are 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,11 +239,10 @@ def word_level_hf_tokenizer(word: WordTokenizer):
     as the project's models were trained. `<bos>` also serves as EOS (TransformerLens's
     `generate` stops at it), and `<pad>` pads. `add_bos_token` and `name_or_path` are set so
     that TransformerLens's `set_tokenizer` keeps this tokenizer instead of reloading one. A
-    word outside the vocabulary is an error from `tokenizers`, as it is one from
-    `WordTokenizer`.
+    word outside the vocabulary is a `WorkbenchError` naming it, as it is from
+    `WordTokenizer` (`tokenizers` alone would say "Missing [UNK] token").
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
 
     ids = {w: i for i, w in enumerate(word.vocab)}
     # WordLevel needs an unk token; the vocabulary has none, so any unknown word fails.
@@ -253,10 +253,46 @@ def word_level_hf_tokenizer(word: WordTokenizer):
         special_tokens=[(word.bos, word.bos_id)],
     )
     tok.decoder = decoders.WordPiece(prefix="\0", cleanup=False)  # join with single spaces
-    return PreTrainedTokenizerFast(
+    return _word_level_class()(
         tokenizer_object=tok, bos_token=word.bos, eos_token=word.bos, pad_token=word.pad,
         add_bos_token=True, padding_side="right", name_or_path="workbench-word-level",
     )
+
+
+@functools.cache
+def _word_level_class():
+    """`PreTrainedTokenizerFast` that checks every word against its vocabulary first (built
+    on first use: transformers is imported only when a word-level model is loaded)."""
+    from transformers import PreTrainedTokenizerFast
+
+    class WordLevelTokenizerFast(PreTrainedTokenizerFast):
+        """A word-level tokenizer whose unknown words are one clear error."""
+
+        def _encode_plus(self, text, text_pair=None, *args, **kwargs):
+            # every encoding (`__call__`, `encode`, `tokenize`) of transformers passes here
+            vocab = self.get_vocab()
+            for part in (text, text_pair):
+                unknown = [w for w in _words(part) if w not in vocab]
+                if unknown:
+                    known = [w for w in sorted(vocab, key=vocab.get) if not w.startswith("<")]
+                    raise WorkbenchError(
+                        f"word {unknown[0]!r} is not in this model's vocabulary ({len(vocab)} "
+                        f"words, e.g. {known[:5]}; all: model.tokenizer.get_vocab()); a "
+                        "word-level model knows only the words of its own language"
+                    )
+            return super()._encode_plus(text, text_pair, *args, **kwargs)
+
+    return WordLevelTokenizerFast
+
+
+def _words(part) -> list[str]:
+    """The words of a tokenizer input: a text, a pre-split list of words, or a batch of
+    either (None: none)."""
+    if part is None:
+        return []
+    if isinstance(part, str):
+        return part.split()
+    return [w for item in part for w in _words(item)]
 
 
 def get_tokenizer(model) -> WordTokenizer | HFTokenizer:

@@ -34,8 +34,8 @@ def add_parser(subparsers) -> None:
                     "and writes CSV tables, configs.json and PNG figures to --out.")
     p.add_argument("--sweep", choices=sorted(SWEEPS), default="init",
                    help="conditions to run: init = small vs large init (default), table = the "
-                        "README table (controls, H, cue strength), scale = init x heads, "
-                        "cue = cue strength")
+                        "table of docs/theory.md (controls, H, cue strength), scale = init x "
+                        "heads, cue = cue strength")
     p.add_argument("--quick", action="store_true",
                    help="reduced settings for CI: 4 seeds, 600 steps, batch 1000")
     p.add_argument("--seeds", type=int, default=None, metavar="N",

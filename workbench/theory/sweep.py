@@ -8,7 +8,7 @@ condition: means over seeds and fractions of seeds.
 
 Named sweeps live in `SWEEPS` (name -> function of a base config returning the conditions):
 `"init"` small vs large initialisation (the `workbench theory` default), `"table"` the
-measured table of the README (adds the clean-cue control, H = 2 and 8, cue strength 2 and
+measured table of `docs/theory.md` (adds the clean-cue control, H = 2 and 8, cue strength 2 and
 0.5), `"scale"` init scale x heads, `"cue"` cue strength.
 """
 
