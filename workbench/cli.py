@@ -42,7 +42,7 @@ from workbench.commands import (
     run_cel_command,
     run_sweep_command,
 )
-from workbench.config import CEL_METHODS, CELConfig
+from workbench.config import CEL_METHODS, QUICK, CELConfig
 from workbench.errors import WorkbenchError
 from workbench.names import SHIPPED_REAL
 from workbench.options import STRATEGY_NAMES, AblationKind, ClusterMode, SweepSplit
@@ -53,6 +53,11 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 # CELConfig's defaults, which are the flags' defaults
 CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CELConfig)}
+QUICK_HELP = (
+    "a quick look: --max-examples 40 --side-examples 16 --no-side-screening --method "
+    "attribution --no-attribution-check --strategy exhaustive --top-m 6 --max-size 2 "
+    "--n-random 20 (flags given beside it win)"
+)
 THREADS_HELP = (
     "torch's CPU threads per operation (torch.set_num_threads), set before the model loads "
     "(default: torch's own, one per core); on a busy machine 1 thread is often faster"
@@ -70,7 +75,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _add_cel_parser(subparsers) -> None:
+def _add_cel_parser(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
         "cel",
@@ -116,6 +121,7 @@ def _add_cel_parser(subparsers) -> None:
     )
     _add_run_options(p, several_kinds=False)
     p.set_defaults(func=run_cel_command)
+    return p
 
 
 def _add_run_options(p, several_kinds: bool) -> None:
@@ -203,7 +209,7 @@ def _add_run_options(p, several_kinds: bool) -> None:
         default=d["search_budget"],
         metavar="N",
         help="masks the interaction search may score on the selection split "
-        "(default: 2.5 x heads + 500)",
+        "(default: 2.5 x heads + 500, half that with --max-size 2 or 1)",
     )
     p.add_argument(
         "--objective",
@@ -254,6 +260,7 @@ def _add_run_options(p, several_kinds: bool) -> None:
         metavar="N",
         help="the seed every random draw of the run derives from (default %(default)s)",
     )
+    p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     _add_load_options(p)
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars, those of loading a model included (the GGUF "
@@ -273,7 +280,7 @@ def _add_load_options(p) -> None:
     p.add_argument("--threads", type=positive_int, default=None, metavar="N", help=THREADS_HELP)
 
 
-def _add_sweep_parser(subparsers) -> None:
+def _add_sweep_parser(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
         "sweep",
@@ -325,6 +332,7 @@ def _add_sweep_parser(subparsers) -> None:
     p.add_argument("--no-plots", action="store_true", help="write no plots")
     _add_run_options(p, several_kinds=True)
     p.set_defaults(func=run_sweep_command)
+    return p
 
 
 def _add_explain_parser(subparsers) -> None:
@@ -375,9 +383,11 @@ def _add_notebooks_parser(subparsers) -> None:
 THEORY_HELP = "train the multi-head attention theory model and measure head trade-offs"
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, quick: bool = False) -> argparse.ArgumentParser:
     """The `workbench` parser. The `theory` subcommand's options need torch, so they are
-    added only when `command` is `"theory"`; otherwise it is listed with its help line."""
+    added only when `command` is `"theory"`; otherwise it is listed with its help line.
+    With `quick`, the defaults of `cel` and `sweep` are the `--quick` preset's
+    (`workbench.config.QUICK`), so a flag given beside `--quick` still wins."""
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Capability Enhancement Localization on TransformerLens models. "
@@ -386,8 +396,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", metavar="{cel,sweep,explain,theory,notebooks}"
     )
-    _add_cel_parser(subparsers)
-    _add_sweep_parser(subparsers)
+    runs = (_add_cel_parser(subparsers), _add_sweep_parser(subparsers))
+    if quick:
+        preset = {k: [*v] if isinstance(v, tuple) else getattr(v, "value", v)
+                  for k, v in QUICK.items()}
+        for p in runs:
+            p.set_defaults(**preset)
     _add_explain_parser(subparsers)
     if command == "theory":
         try:
@@ -408,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["cel", *argv]  # options without a subcommand are options of `cel`
     args = build_parser(argv[0]).parse_args(argv)
+    if getattr(args, "quick", False):  # parsed again with the preset as the defaults
+        args = build_parser(argv[0], quick=True).parse_args(argv)
     try:
         if not _launched_by_torchrun():
             return int(args.func(args) or 0)

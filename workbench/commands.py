@@ -160,6 +160,7 @@ def run_cel_command(args) -> int:
     import pandas as pd
 
     from workbench import distributed
+    from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading import load_model
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
     from workbench.store import CONFIG_FILE
@@ -192,8 +193,12 @@ def run_cel_command(args) -> int:
         f"side tasks: {', '.join(o.name for o in others) or 'none'}",
         flush=True,
     )
-    if (out / CONFIG_FILE).is_file() and not args.overwrite:
+    resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
+    if resuming:
         print(f"resuming from {out}", flush=True)
+    estimate = estimate_run(run, _stages_done(out) if resuming else ())
+    if estimate.seconds[1] >= LONG_RUN_S:  # a long run says what it costs before it starts
+        print(estimate.line(), flush=True)
     with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
     from workbench.report import split_order
@@ -249,6 +254,18 @@ def best_line(result) -> str:
         f"best set: none: no significant enhancement (p_holm >= {result.alpha:.2g} at every "
         f"size); top candidate: {','.join(top)} ({baseline})"
     )
+
+
+def _stages_done(out: Path) -> tuple[str, ...]:
+    """The stages whose tables a results folder records (a resumed run skips them)."""
+    from workbench.store import read_run_file
+
+    try:
+        files = read_run_file(out).get("files", {})
+    except WorkbenchError:
+        return ()
+    tables = {"screen": "heads", "search": "combos", "confirm": "confirmation"}
+    return tuple(stage for stage, table in tables.items() if table in files)
 
 
 def check_hub_models(models) -> None:

@@ -12,6 +12,7 @@ stores it in `config.json`, and a rerun into the same folder must have an identi
 from __future__ import annotations
 
 import dataclasses
+import types
 from dataclasses import dataclass
 from enum import Enum
 
@@ -20,6 +21,26 @@ from workbench.options import AblationKind, ClusterMode, RankBy, ScreenMethod, s
 
 # The screening methods a CEL run may use; `naive` is the slow reference of tests and benchmarks.
 CEL_METHODS = (ScreenMethod.EXACT, ScreenMethod.ATTRIBUTION)
+
+# A quick look (`workbench cel --quick`, `run_cel(model, task, **QUICK)`): the settings of the
+# SmolLM2 sweep of docs/real-model-cel.md. 40 examples per split drawn with the seed (16 per
+# side task), attribution screening without its exact check, no per-head side columns, then
+# every set of up to 2 among the top 6 candidates, scored exactly, and 20 random sets per
+# size (from all heads and from the pool) on the held-out split. It trades power for time:
+# sets of 3 heads, heads outside attribution's top 6 and pairs whose members show no single
+# effect go unseen, and intervals on 40 examples are wide; a significant gain is still
+# measured on held-out examples that chose nothing.
+QUICK = types.MappingProxyType({
+    "max_examples": 40,
+    "side_examples": 16,
+    "side_screening": False,
+    "method": ScreenMethod.ATTRIBUTION,
+    "check_attribution": False,
+    "strategies": ("exhaustive",),
+    "top_m": 6,
+    "max_size": 2,
+    "n_random": 20,
+})
 
 
 @dataclass
@@ -47,8 +68,8 @@ class CELConfig:
         n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
             when None).
         search_budget: masks the interaction search may score on the selection split
-            (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads
-            (`workbench.search.default_budget`).
+            (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads,
+            half that when `max_size` <= 2 (`workbench.search.default_budget`).
         n_random: random head sets per size in the held-out baseline.
         max_examples: use only `max_examples` examples of each split of the main task and of
             each side task, drawn with `seed` before fitting to the tokenizer

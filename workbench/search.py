@@ -18,7 +18,8 @@ function per entry of `STRATEGIES`:
   1..`max_size` among as many finalists as the forward budget (`default_budget`) allows
   (a quarter screening's top candidates, the rest the top main effects), scored exactly.
   On planted models (`bench/recall.py`) it is the only strategy that finds OR pairs and
-  triples, at 144 to 1024 heads, within `2.5 n + 500` masks.
+  triples, at 144 to 1024 heads, within `2.5 n + 500` masks (half that when the sets
+  searched have at most 2 heads).
 
 Every evaluated set is recorded (`strategy, size, heads, score, n, d_<metric>`; `n` the
 examples its score rests on), and strategies share one cache, so a set is scored once.
@@ -275,13 +276,22 @@ def compressed_sensing(space: SearchSpace) -> None:
         space.score_sets(sets, "compressed_sensing")
 
 
-def default_budget(n_heads: int) -> int:
+def default_budget(n_heads: int, max_size: int = 3) -> int:
     """Masks the interaction search may score on the selection split: `2.5 n + 500` (half
-    knockouts, half finalist sets). The smallest of the budgets tried (`5 n + 1000`, `3 n +
-    500`, `2.5 n + 500`, `2 n + 500`) that keeps 10/10 planted singles, pairs and triples at
-    144, 384 and 1024 heads (`bench/recall.py`; `2 n + 500` missed one triple at 144 heads);
-    the earlier `5 n + 1000` cost a 270-head model 2x more masks (`docs/speed.md`)."""
-    return 5 * n_heads // 2 + 500
+    knockouts, half finalist sets) for sets of 3 or more heads, half that for sets of up to 2.
+
+    What the masks must resolve sets the budget: a member of an OR pair shows a knockout main
+    effect of `G p`, a member of an OR triple only `G p^2`. For triples, `2.5 n + 500` is the
+    smallest of the budgets tried (`5 n + 1000`, `3 n + 500`, `2.5 n + 500`, `2 n + 500`) that
+    keeps 10/10 planted singles, pairs and triples at 144, 384 and 1024 heads
+    (`bench/recall.py`; `2 n + 500` missed one triple at 144 heads); the earlier `5 n + 1000`
+    cost a 270-head model 2x more masks (`docs/speed.md`). For pairs, half of it keeps 10/10
+    singles and pairs at 144, 384 and 1024 heads, a third loses one or two pairs in 10
+    (`bench/quick.py --budgets`). The examples do not set it: knockouts are scored on the
+    first slice (an eighth of the split, at least 16 examples) whatever the split's size, and
+    on planted models 16 selection examples found what 64 found at every budget tried."""
+    full = 5 * n_heads // 2 + 500
+    return full if max_size >= 3 else full // 2
 
 
 def _n_sets(k: int, max_size: int) -> int:
@@ -353,7 +363,8 @@ def interaction(space: SearchSpace) -> None:
     pool = (
         list(space.pool) if space.pool is not None else [(l, h) for l in range(L) for h in range(H)]
     )
-    budget = space.budget if space.budget is not None else default_budget(n_heads)
+    budget = space.budget if space.budget is not None else default_budget(n_heads,
+                                                                          space.max_size)
     if not pool:
         space.notes["interaction"] = {"pool": 0}
         return

@@ -1,0 +1,166 @@
+"""What a CEL run will cost, said before it starts: forwards and time per stage.
+
+A run's cost is counted in forward-equivalents (as `bench/real.py` and the results folder's
+`summary["forward_eq"]` count it): one pass of the model over the selection split; a mask
+scored on `r` examples of a split counts `r / N` of one, where `N` is the selection split's
+size (so held-out and side-task examples count against the selection split's). Each stage's
+count follows from the config alone:
+
+- screen: one mask per head (exact), or about three passes per metric for the forward and
+  backward of attribution (plus one mask per head when `check_attribution`), and one mask
+  per head on the first slice of every side task (`side_screening`);
+- search: per strategy, the sets it scores (`exhaustive`: every set among the top `top_m`;
+  `interaction`: its knockout masks on the first slice and its finalist sets, within
+  `default_budget`; `greedy` and `beam`: one set per candidate per size, times the beam);
+- confirm: the best set of each size and up to `2 n_random` random sets per size on the
+  held-out split, and the best sets on every side task.
+
+Racing (`adaptive`, the default) stops candidates once they are decided, at the earliest on
+a first slice of the examples, so each count is a range: every raced candidate stopped on its
+first slice, or none stopped. The interaction search's finalists are counted as many as its
+budget allows; it takes fewer when fewer heads show a positive main effect, so its low end
+is not a bound, only its high end. Time is the count times the seconds of one measured forward over the selection
+split (`measure_forward`), so it also says how loaded the machine is right now.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from workbench.racing import first_slice
+from workbench.search import default_budget, max_finalists
+
+ATTRIBUTION_EQ = 3.0  # a forward and a backward pass cost about three forwards
+MEASURE_ROWS = 64  # examples in the measured forward (scaled to the whole split)
+LONG_RUN_S = 60.0  # `workbench cel` prints the estimate of a run expected to take longer
+STAGES = ("screen", "search", "confirm")
+
+
+def _sets(k: int, max_size: int) -> int:
+    return sum(math.comb(k, s) for s in range(1, max_size + 1))
+
+
+def _search_eq(config, n_heads: int, first: float) -> tuple[float, float] | None:
+    """The search's forward-equivalents, `(every raced set stopped on its first slice, none
+    stopped)`; None when a strategy has no rule."""
+    low = high = 0.0
+    for name in config.strategies:
+        fixed, raced = 0.0, 0.0  # knockouts and regressions are not raced
+        if name == "exhaustive":
+            raced = _sets(min(config.top_m, n_heads), config.max_size)
+        elif name == "interaction":
+            budget = config.search_budget or default_budget(n_heads, config.max_size)
+            masks = config.n_masks or max(64, min(4 * n_heads, budget // 2))
+            fixed = masks * first
+            raced = _sets(max_finalists(max(0, budget - masks), config.max_size, n_heads),
+                          config.max_size)
+        elif name == "greedy":
+            raced = n_heads * config.max_size
+        elif name == "beam":
+            raced = n_heads * config.max_size * config.beam_width
+        elif name == "compressed_sensing":
+            fixed = config.n_masks or max(64, 4 * n_heads)
+            raced = _sets(config.top_m, config.max_size)
+        else:
+            return None
+        low, high = low + fixed + raced * first, high + fixed + raced
+    return low, high
+
+
+def stage_forwards(run) -> dict[str, tuple[float, float] | None]:
+    """Each stage's forward-equivalents for a prepared run (`workbench.pipeline.CELRun`), as
+    `(low, high)`: every raced candidate stopped on its first slice, or none stopped (without
+    racing the two agree); None for a stage without a rule (an unknown strategy)."""
+    config, cfg = run.config, run.model.cfg
+    n_heads = cfg.n_layers * cfg.n_heads
+    n_sel, n_held = max(1, len(run.select)), max(1, len(run.heldout))
+    first = first_slice(n_sel) / n_sel if config.adaptive else 1.0
+    first_held = first_slice(n_held) / n_held if config.adaptive else 1.0
+    side = [len(task.examples) for task in run.others.values()]
+    side_screen = sum(n_heads * (first_slice(n) if config.adaptive else n) / n_sel
+                      for n in side) if config.side_screening else 0.0
+    if config.method.value == "exact":
+        screen = (n_heads * first + side_screen, n_heads + side_screen)
+    else:
+        # the objective and its tie-break metric, one backward each, and the exact check
+        fixed = ATTRIBUTION_EQ * 2 + (n_heads if config.check_attribution else 0) + side_screen
+        screen = (fixed, fixed)
+    # held out: the clean run and the best set of each size, then both random baselines
+    # (raced); side tasks: the clean run and the best sets
+    sure = ((1 + config.max_size) * n_held + sum((1 + config.max_size) * n for n in side)) / n_sel
+    randoms = 2 * config.n_random * config.max_size * n_held / n_sel
+    confirm = (sure + randoms * first_held, sure + randoms)
+    return {"screen": screen, "search": _search_eq(config, n_heads, first), "confirm": confirm}
+
+
+def measure_forward(run) -> float:
+    """Seconds of one forward-equivalent: one forward of the model over up to
+    `MEASURE_ROWS` selection examples, timed and scaled to the whole split."""
+    tokens = run.select.tokens[:MEASURE_ROWS]
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        run.model(tokens.to(run.model.cfg.device), return_type="logits")
+        if torch.cuda.is_available() and str(run.model.cfg.device).startswith("cuda"):
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+    return seconds * max(1, len(run.select)) / max(1, len(tokens))
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    """Forward-equivalents per stage, `(low, high)` (`stage_forwards`), and the measured
+    seconds of one."""
+
+    forwards: dict[str, tuple[float, float] | None]
+    seconds_per_forward: float
+    n_select: int
+
+    @property
+    def seconds(self) -> tuple[float, float]:
+        """The whole run's `(low, high)` in seconds (stages without a rule left out)."""
+        known = [f for f in self.forwards.values() if f is not None]
+        return (sum(f[0] for f in known) * self.seconds_per_forward,
+                sum(f[1] for f in known) * self.seconds_per_forward)
+
+    def line(self) -> str:
+        """One line: each stage's forward-equivalents and time, and what one costs."""
+        parts = []
+        for stage in STAGES:
+            if stage not in self.forwards:
+                continue
+            f = self.forwards[stage]
+            if f is None:
+                parts.append(f"{stage} ? (no rule for its strategy)")
+                continue
+            t = [x * self.seconds_per_forward for x in f]
+            parts.append(f"{stage} {_span(*f, '{:,.0f}')} ({_span(*t, None)})")
+        return (f"estimate: {', '.join(parts)} forward-equivalents, from racing's best case to "
+                f"none stopped; one (a pass over the {self.n_select} selection examples) "
+                f"measured {self.seconds_per_forward:.2g} s now")
+
+
+def _span(low: float, high: float, fmt: str | None) -> str:
+    if fmt is None:
+        return _duration(high) if _duration(low) == _duration(high) else \
+            f"{_duration(low)}-{_duration(high).lstrip('~')}"
+    a, b = fmt.format(low), fmt.format(high)
+    return a if a == b else f"{a}-{b}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"~{seconds:.0f} s"
+    if seconds < 5400:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds / 3600:.1f} h"
+
+
+def estimate_run(run, done: tuple[str, ...] = ()) -> RunEstimate:
+    """The estimate of a prepared run's stages not in `done` (stages a results folder
+    already holds), from one measured forward."""
+    forwards = {k: v for k, v in stage_forwards(run).items() if k not in done}
+    return RunEstimate(forwards, measure_forward(run), len(run.select))
