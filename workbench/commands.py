@@ -201,13 +201,10 @@ def run_cel_command(args) -> int:
         print(estimate.line(), flush=True)
     with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
-    from workbench.report import split_order
+    from workbench.report import clean_lines, console_lines
 
-    obj = result.config.objective
-    clean = result.summary.get("clean", {})
     print()
-    print(f"clean {obj}: " + ", ".join(f"{k} {clean[k][obj]:.3f}" for k in split_order(clean)
-                                       if obj in clean[k]))
+    print("\n".join(clean_lines(result.summary, result.config.objective)))
     with pd.option_context(
         "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
     ):
@@ -219,6 +216,7 @@ def run_cel_command(args) -> int:
         f"{alpha:.2g}): "
         + (f"significant at size(s) {significant}" if significant else "none significant")
     )
+    print("\n".join(console_lines(result)))  # gamed sets, other metrics, side effects
     print("\n" + best_line(result))
     if "attribution_rank_correlation" in result.summary:
         rho = result.summary["attribution_rank_correlation"]
@@ -250,6 +248,11 @@ def best_line(result) -> str:
     top = result.top_candidate
     if not top:
         return "best set: (none): no head set was confirmed"
+    gamed = [k for k in result.summary.get("gamed_sizes", [])
+             if k in result.summary.get("significant_sizes", [])]
+    if gamed:
+        return (f"best set: none: the significant set(s) of size(s) {gamed} game the objective "
+                f"(above); top candidate: {','.join(top)} ({baseline})")
     return (
         f"best set: none: no significant enhancement (p_holm >= {result.alpha:.2g} at every "
         f"size); top candidate: {','.join(top)} ({baseline})"

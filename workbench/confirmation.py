@@ -35,6 +35,18 @@ Honest-null additions (issue 11), each optional so older callers keep their colu
   Holm-adjusted across the sizes: the headline is a size with `p_holm < alpha`. Side-effect
   rows get a two-sided `p_value` (is there any effect?) and `p_holm` across all of them.
 
+The trade-off (issue 35, `workbench.tradeoff`), in added columns only:
+
+- every metric `m` of the main task other than the objective gets a two-sided sign-flip
+  `d_<m>_p` and `d_<m>_p_holm`, Holm-corrected across sizes (the guard against a gamed
+  objective reads them);
+- every side-effect metric gets the same, `d_<m>_p_holm` Holm-corrected across all side
+  rows, one family per metric (`p_value` / `p_holm` stay: the objective's); a metric that
+  rests on no example of any row (`logit_diff` when no side task has a wrong answer) is left
+  out, as are `p_value` / `p_holm` when the objective applies to no side task;
+- `tradeoff_table`: the confirmed sets and `TRADEOFF_SETS` sets of each random baseline per
+  size, their held-out gain against their change on every side task, with intervals.
+
 Random sets and found sets are scored through one `MaskScorer`, so many of them share a
 forward pass where that pays.
 """
@@ -64,7 +76,15 @@ from workbench.stats import (
     percentile_of,
     share_at_least,
     sign_flip_pvalue,
+    sign_flip_pvalues,
 )
+from workbench.tradeoff import drop_inapplicable, metric_names
+
+# random sets per size and baseline whose side effects `tradeoff_table` measures: each costs
+# a pass over the held-out split and every side task, so the cloud is a sample of the
+# baseline's sets (seeded, uniform among them), not all of them (`run_cel` draws a quarter of
+# `n_random`, at most this many)
+TRADEOFF_SETS = 10
 
 
 def random_head_sets(
@@ -285,6 +305,8 @@ def confirm_sets(
                 row["n_pool_random_shared"] = len(old)
                 row["n_pool_random_complete"] = int(complete.sum())
                 row["pool_forward_eq"] = pool_eq
+        # is there any effect on the main task's other metrics?
+        row.update(_two_sided(diffs, objective, groups, n_flips, seed))
         rows.append(row)
         for task, scorer in (others or {}).items():
             other_clean = scorer.clean()
@@ -298,10 +320,149 @@ def confirm_sets(
             )
             for m, v in other_clean.items():
                 side[f"clean_{m}"] = float(torch.nanmean(v.float()))
+            if objective in side_diffs:
+                side[f"d_{objective}_p"] = side["p_value"]
+            side.update(_two_sided(side_diffs, objective, og, n_flips, seed))
             side_rows.append(side)
     confirmation, side_effects = pd.DataFrame(rows), pd.DataFrame(side_rows)
     if not confirmation.empty:
         confirmation["p_holm"] = holm(confirmation["p_value"])
+        _add_holm(confirmation)
     if not side_effects.empty:
         side_effects["p_holm"] = holm(side_effects["p_value"])
-    return confirmation, side_effects
+        _add_holm(side_effects)
+    return drop_inapplicable(confirmation), drop_inapplicable(side_effects)
+
+
+def _two_sided(diffs: dict[str, torch.Tensor], skip: str, groups, n_flips: int,
+               seed: int) -> dict[str, float]:
+    """`d_<m>_p`: the two-sided sign-flip p-value of every metric but `skip`."""
+    names = [m for m in diffs if m != skip]
+    if not names:
+        return {}
+    p = sign_flip_pvalues(torch.stack([diffs[m] for m in names]), groups, n_flips, seed,
+                          "two-sided")
+    return {f"d_{m}_p": float(v) for m, v in zip(names, p, strict=True)}
+
+
+def _add_holm(table: pd.DataFrame) -> None:
+    """`d_<m>_p_holm` beside every `d_<m>_p`: Holm across the table's rows, one family per
+    metric."""
+    for m in metric_names(table):
+        if f"d_{m}_p" in table:
+            table[f"d_{m}_p_holm"] = holm(table[f"d_{m}_p"])
+
+
+TRADEOFF_COLUMNS = ("origin", "size", "heads", "task", "metric", "gain", "gain_lo", "gain_hi",
+                    "gain_n", "side_d", "side_d_lo", "side_d_hi", "side_n")
+
+
+def _key(head_set) -> tuple:
+    """A head set as a sorted tuple of `(layer, head)`, to compare sets."""
+    return tuple(sorted(map(tuple, head_set)))
+
+
+def _sample(sets: list, k: int, seed: int, size: int, stream: int, prefer=()) -> list:
+    """`k` of `sets`, uniform without replacement (seeded; all of them when there are at
+    most `k`). The baselines list all sets in lexicographic order where they are exhaustive,
+    so a prefix would not be a uniform sample.
+
+    `prefer`: a uniform sample of a larger family (the all-heads baseline's); those of its
+    sets that are among `sets` come first and seeded draws from the rest top them up, which
+    is still a uniform sample of `sets` (as in `pool_random_head_sets`), and the shared sets
+    are scored once."""
+    members = {_key(s) for s in sets}
+    first = [s for s in prefer if _key(s) in members][:k]
+    taken = {_key(s) for s in first}
+    rest = [s for s in sets if _key(s) not in taken]
+    need = k - len(first)
+    if len(rest) <= need:
+        return first + rest
+    rng = np.random.default_rng([int(seed), int(size), 35, stream])
+    return first + [rest[i] for i in sorted(rng.choice(len(rest), size=need, replace=False))]
+
+
+def _summaries(diffs: torch.Tensor, stats: Stats, groups) -> dict[str, np.ndarray]:
+    """`effect_summary` of every row of `diffs` (clustered when `groups` is given)."""
+    if groups is None:
+        out = effect_summary(diffs, stats.n_boot, stats.seed, stats.ci)
+    else:
+        mean, se = mean_se(diffs)
+        lo, hi = clustered_bootstrap(diffs, groups, stats.n_boot, stats.seed, stats.ci)
+        out = {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(diffs)}
+    return {k: v.cpu().numpy() for k, v in out.items()}
+
+
+def tradeoff_table(
+    heldout: Scorer,
+    others: Mapping[str, Scorer],
+    sets: Mapping[int, HeadSet],
+    objective: str,
+    stats: Stats | None = None,
+    *,
+    n_random: int = 200,
+    pool=None,
+    groups=None,
+    other_groups: Mapping[str, list] | None = None,
+    n_sets: int = TRADEOFF_SETS,
+) -> pd.DataFrame:
+    """The trade-off of removing heads: the gain on the main task against the change on
+    every side task, for the confirmed sets and for random baseline sets.
+
+    For each size: the confirmed set (`origin` "found"), `n_sets` of the sets the all-heads
+    baseline of `confirm_sets` draws (the same seeded draw of `n_random`; "random") and
+    `n_sets` of the pool baseline's ("pool"), each a uniform sample of its baseline's sets.
+    Every set is scored on the whole held-out split and on every example of every side task
+    (no racing), so each number has a paired interval over the same examples as the
+    confirmed set's.
+
+    Args:
+        heldout, others, sets, objective, stats, n_random, pool, groups, other_groups: as
+            for `confirm_sets` (the same scorers give the same numbers).
+        n_sets: random sets per size and baseline (0: the confirmed sets only).
+
+    Returns:
+        One row per set, side task and side metric that applies to the task (`TRADEOFF_COLUMNS`):
+        `gain`, `gain_lo`, `gain_hi`, `gain_n`: the held-out change of the objective;
+        `side_d`, `side_d_lo`, `side_d_hi`, `side_n`: the change of `metric` on `task`.
+        Empty without side tasks.
+    """
+    stats = stats or Stats()
+    model = heldout.model
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    rows = []
+    if not others:
+        return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))
+    clean = heldout.clean()
+    side_clean = {task: scorer.clean() for task, scorer in others.items()}
+    for size, head_set in sorted(sets.items()):
+        chosen = [("found", list(HeadSet.of(model, head_set).heads))]
+        if n_random > 0 and n_sets > 0:
+            random_sets = random_head_sets(L, H, size, n_random, stats.seed)
+            sample = _sample(random_sets, n_sets, stats.seed, size, 0)
+            pool_sets = (pool_random_head_sets(pool, size, n_random, stats.seed,
+                                               reuse=random_sets) if pool else [])
+            chosen += [("random", s) for s in sample] + [
+                ("pool", s) for s in _sample(pool_sets, n_sets, stats.seed, size, 1, sample)]
+        unique = list(dict.fromkeys(_key(s) for _, s in chosen))
+        index = {u: i for i, u in enumerate(unique)}
+        masks = masks_of(model, [list(u) for u in unique])
+        gain = _summaries(heldout.score(masks)[objective] - clean[objective], stats, groups)
+        names = [str(HeadSet.of(model, list(u))) for u in unique]
+        for task, scorer in others.items():
+            scores = scorer.score(masks)
+            og = (other_groups or {}).get(task)
+            side = {m: _summaries(v - side_clean[task][m], stats, og) for m, v in scores.items()}
+            for origin, s in chosen:
+                i = index[_key(s)]
+                for m, st in side.items():
+                    if st["_n"][i] == 0:  # not defined on this task (no wrong answer)
+                        continue
+                    rows.append({
+                        "origin": origin, "size": size, "heads": names[i], "task": task,
+                        "metric": m, "gain": float(gain[""][i]), "gain_lo": float(gain["_lo"][i]),
+                        "gain_hi": float(gain["_hi"][i]), "gain_n": int(gain["_n"][i]),
+                        "side_d": float(st[""][i]), "side_d_lo": float(st["_lo"][i]),
+                        "side_d_hi": float(st["_hi"][i]), "side_n": int(st["_n"][i]),
+                    })
+    return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))

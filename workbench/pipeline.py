@@ -5,7 +5,8 @@
 2. search (`search_stage`): head sets scored jointly on the selection split by the config's
    strategies;
 3. confirm (`confirm_stage`): the best set of each size re-scored on the held-out split,
-   against random sets of the same size, with side effects on the other tasks.
+   against random sets of the same size, with side effects on the other tasks and the
+   trade-off of found and random sets (`workbench.tradeoff`).
 
 The config (`CELConfig`) is built and validated before any forward pass. Each stage builds
 the scorers of the split it uses and drops them when it ends, so cached activations of one
@@ -37,7 +38,12 @@ from workbench.candidates import (
 )
 from workbench.compute import Compute
 from workbench.config import CELConfig
-from workbench.confirmation import cluster_labels, confirm_sets
+from workbench.confirmation import (
+    TRADEOFF_SETS,
+    cluster_labels,
+    confirm_sets,
+    tradeoff_table,
+)
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
@@ -244,16 +250,21 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
 
         confirmation = store.load("confirmation", cfg)
         side_effects = store.load("side_effects", cfg) if other_tasks else pd.DataFrame()
-        if confirmation is None or side_effects is None:
+        # a folder confirmed before the trade-off table existed is confirmed again
+        tradeoff = store.load("tradeoff", cfg) if other_tasks else pd.DataFrame()
+        if confirmation is None or side_effects is None or tradeoff is None:
             t = time.perf_counter()
-            confirmation, side_effects = confirm_stage(run, result)
+            confirmation, side_effects, tradeoff = confirm_stage(run, result)
             _add_time(result, "confirm", t)
             tables = {"confirmation": confirmation}
             if not side_effects.empty:
                 tables["side_effects"] = side_effects
+            if not tradeoff.empty:
+                tables["tradeoff"] = tradeoff
             result.confirmation, result.side_effects = confirmation, side_effects
             store.save(result.run_file(), **tables)
         result.confirmation, result.side_effects = confirmation, side_effects
+        result.tradeoff = tradeoff
         if store.folder is not None:
             result.write_report(store.folder, plots)
     return result
@@ -324,8 +335,10 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     return pd.DataFrame(space.records)
 
 
-def confirm_stage(run: CELRun, result: CELResult) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stage 3: held-out confirmation of the best set of each size, and side effects."""
+def confirm_stage(run: CELRun,
+                  result: CELResult) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Stage 3: held-out confirmation of the best set of each size, side effects, and the
+    trade-off table (`workbench.confirmation.tradeoff_table`)."""
     config, combos = run.config, result.combos
     sets, best_size = best_sets(combos, *run.order, config.max_size)
     select_gains = {size: float(combos[combos["heads"] == names].iloc[0][f"d_{config.objective}"])
@@ -342,12 +355,19 @@ def confirm_stage(run: CELRun, result: CELResult) -> tuple[pd.DataFrame, pd.Data
     groups = {"heldout": cluster_labels(run.heldout, config.cluster),
               **{n: cluster_labels(s.data, config.cluster) for n, s in others.items()}}
     result.summary["clustered"] = {n: g is not None for n, g in groups.items()}
+    head_sets = {s: HeadSet.of(run.model, n) for s, n in sets.items()}
+    pool = search_pool(result.heads, run.order[0], second=run.order[1])
+    other_groups = {n: g for n, g in groups.items() if n != "heldout" and g is not None}
     confirmation, side_effects = confirm_sets(
-        heldout, {s: HeadSet.of(run.model, n) for s, n in sets.items()}, config.objective,
-        config.secondary, others, best_size, select_gains, config.n_random, run.stats,
-        pool=search_pool(result.heads, run.order[0], second=run.order[1]), groups=groups["heldout"],
-        other_groups={n: g for n, g in groups.items() if n != "heldout" and g is not None},
-        adaptive=config.adaptive)
+        heldout, head_sets, config.objective, config.secondary, others, best_size, select_gains,
+        config.n_random, run.stats, pool=pool, groups=groups["heldout"],
+        other_groups=other_groups, adaptive=config.adaptive)
+    # the random sets drawn into the trade-off: a quarter of the baseline, at most
+    # TRADEOFF_SETS, so that a quick run (few random sets) stays quick
+    tradeoff = tradeoff_table(heldout, others, head_sets, config.objective, run.stats,
+                              n_random=config.n_random, pool=pool, groups=groups["heldout"],
+                              other_groups=other_groups,
+                              n_sets=min(TRADEOFF_SETS, config.n_random // 4))
     for scorer in (heldout, *others.values()):
         scorer.release()
     alpha = 1.0 - config.ci
@@ -356,8 +376,9 @@ def confirm_stage(run: CELRun, result: CELResult) -> tuple[pd.DataFrame, pd.Data
         result.summary[key] = ",".join(flagged_heads(confirmation, column))
     significant = [int(r.size) for r in confirmation.itertuples() if r.p_holm < alpha]
     result.summary["significant_sizes"] = significant
+    result.summary["gamed_sizes"] = [int(r.size) for r in confirmation.itertuples() if r.gamed]
     result.summary["alpha"] = alpha
-    return confirmation, side_effects
+    return confirmation, side_effects, tradeoff
 
 
 def check_counterfactuals(kind: AblationKind | str, tasks: Sequence[Task]) -> None:

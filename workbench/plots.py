@@ -9,7 +9,12 @@ calling this module changes no global state (no backend switch, no style) and wo
 - `gain_vs_size`: the held-out gain of the best set of each size with its bootstrap interval,
   next to the selection-split gain and the mean / 95th percentile of random sets (the legend
   sits beside the axes, clear of the random band);
-- `side_effects_bars`: the effect of each best set on every other task, with intervals.
+- `side_effects_bars`: the effect of each best set on every other task, with intervals;
+- `tradeoff_plot`: the trade-off (`workbench.tradeoff`): the held-out gain on the main task
+  (x) against the change on each side task (y), for the confirmed sets and samples of both
+  random baselines' sets, all with intervals; one panel per side task and metric (accuracy,
+  log-prob), and several runs (say, two model families) side by side. It is the real-model
+  counterpart of the theory model's "helps one task, hurts the other" figure.
 
 `PLOT_FUNCTIONS` names the file each one is saved as (`save_plots`); `workbench.report` links
 those files from `report.md`.
@@ -24,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from workbench.tables import table_to_matrix
+from workbench.tradeoff import GUARD_METRICS
 
 
 def heads_heatmap(result) -> Figure:
@@ -134,10 +140,83 @@ def side_effects_bars(result) -> Figure:
     return fig
 
 
+_ORIGINS = {  # how each kind of set is drawn: marker, colour, label
+    "random": ("o", "0.55", "random sets (all heads)"),
+    "pool": ("^", "tan", "random sets (pool)"),
+}
+
+
+def tradeoff_plot(results, metrics=GUARD_METRICS) -> Figure:
+    """Gain on the main task against the change on every side task, with intervals.
+
+    Args:
+        results: a `CELResult`, or a mapping `name -> CELResult` drawn side by side (each
+            run's panels titled with its name), e.g. one run per model family.
+        metrics: the side metrics, one row of panels each.
+
+    Returns:
+        A figure with one panel per run, side task and metric: every set of the run's
+        `tradeoff` table is a point at (held-out gain, side change) with both intervals;
+        the confirmed sets are coloured by size, the random baselines' sets grey (all heads)
+        and tan (the pool). Upper right: helps both; lower right: the trade-off.
+    """
+    runs = dict(results) if isinstance(results, dict) else {"": results}
+    columns = [(name, r, task) for name, r in runs.items() if not r.tradeoff.empty
+               for task in dict.fromkeys(r.tradeoff["task"])]
+    fig = Figure(figsize=(max(4.5, 3.4 * len(columns)), 0.6 + 3.0 * len(metrics)),
+                 layout="constrained")
+    if not columns:
+        ax = fig.add_subplot()
+        ax.text(0.5, 0.5, "no side tasks", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    axes = fig.subplots(len(metrics), len(columns), squeeze=False)
+    for j, (name, result, task) in enumerate(columns):
+        t = result.tradeoff
+        for i, metric in enumerate(metrics):
+            ax = axes[i][j]
+            part = t[(t["task"] == task) & (t["metric"] == metric)]
+            _tradeoff_panel(ax, part)
+            ax.axhline(0.0, color="grey", lw=0.8)
+            ax.axvline(0.0, color="grey", lw=0.8)
+            ax.set_title(f"{name}: {task}" if name else task, fontsize=8)
+            ax.set_ylabel(f"change in {metric}", fontsize=8)
+            ax.set_xlabel(f"gain in {result.config.objective} ({result.config.task}, held out)",
+                          fontsize=8)
+            ax.tick_params(labelsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center",
+               ncol=min(5, max(1, len(labels))))
+    return fig
+
+
+def _tradeoff_panel(ax, part) -> None:
+    for origin, (marker, colour, label) in _ORIGINS.items():
+        p = part[part["origin"] == origin]
+        if len(p):
+            _points(ax, p, marker=marker, color=colour, alpha=0.5, label=label, ms=4)
+    found = part[part["origin"] == "found"]
+    for k, (_, row) in enumerate(found.iterrows()):
+        _points(ax, found.loc[[row.name]], marker="*", color=f"C{k}", ms=11,
+                label=f"confirmed set, size {int(row['size'])}", zorder=3)
+
+
+def _points(ax, p, **style) -> None:
+    """Each row of a trade-off table as a point with its two intervals."""
+    x, y = p["gain"].to_numpy(dtype=float), p["side_d"].to_numpy(dtype=float)
+    xerr = np.vstack([x - p["gain_lo"].to_numpy(dtype=float),
+                      p["gain_hi"].to_numpy(dtype=float) - x])
+    yerr = np.vstack([y - p["side_d_lo"].to_numpy(dtype=float),
+                      p["side_d_hi"].to_numpy(dtype=float) - y])
+    ax.errorbar(x, y, xerr=xerr, yerr=yerr, linestyle="none", elinewidth=0.8, capsize=0,
+                **style)
+
+
 PLOT_FUNCTIONS = {
     "heads_heatmap.png": heads_heatmap,
     "gain_vs_size.png": gain_vs_size,
     "side_effects.png": side_effects_bars,
+    "tradeoff.png": tradeoff_plot,
 }
 
 

@@ -2,11 +2,13 @@
 
 A run's `report.md` says what the run did and found: its settings, the clean model, the best
 head set of each size confirmed on held-out examples with the headline and which set (if any)
-is the best, the side effects on other tasks, the top single heads, and links to the plots
-(`workbench.plots`). When `workbench.explain.report.explain_folder` has written
-`explanation/`, the report ends with what the best set's heads do, read back from those saved
-tables: so rewriting `report.md` (every stage of `run_cel` does, once its table is saved)
-never needs the model, and the section stays in place. Tables are Markdown with floats to 4
+is the best, every other metric of the main task and any set that games the objective, the
+side effects on other tasks in their own metrics, the trade-off of found and random sets
+(`workbench.tradeoff`), the top single heads, and links to the plots (`workbench.plots`).
+When `workbench.explain.report.explain_folder` has written `explanation/`, the report ends
+with what the best set's heads do, read back from those saved tables: so rewriting
+`report.md` (every stage of `run_cel` does, once its table is saved) never needs the model,
+and the section stays in place. Tables are Markdown with floats to 4
 significant digits. `CELResult.report`, `.write_report` and `.save` call this module; it reads
 the result's attributes and imports neither `workbench.results` nor `workbench.explain`, so
 the dependency runs one way.
@@ -23,6 +25,13 @@ import pandas as pd
 
 from workbench.store import write_text
 from workbench.tables import load_table
+from workbench.tradeoff import (
+    GUARD_METRICS,
+    format_interval,
+    gaming_note,
+    main_metrics_table,
+    side_table,
+)
 
 REPORT_FILE = "report.md"
 EXPLANATION_DIR = "explanation"
@@ -89,7 +98,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
                 f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
                 f"{alpha:.2g} at every size)."
             )
-        lines += [_best_sentence(result), ""]
+        lines += [*_gaming_lines(result, "**Gamed objective:**"), _best_sentence(result), ""]
         clustered = s.get("clustered", {}).get("heldout")
         unit = "groups (the task's `group` labels)" if clustered else "examples"
         lines.append(
@@ -103,10 +112,32 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             "from the heads whose single removal does not clearly hurt: it asks whether "
             "the search did better than removing harmless heads at random."
         )
+        others = main_metrics_table(result.confirmation, obj)
+        if len(others.columns) > 2:
+            lines += ["", "Every other metric of the main task, held out (the same sets):", ""]
+            lines += _markdown(others)
+            lines += ["", f"Each change has its {int(cfg.ci * 100)} % paired bootstrap interval; "
+                      "`p_holm` is the two-sided sign-flip p-value of any change, Holm-corrected "
+                      "across sizes. `gamed` marks a set whose objective rises while "
+                      f"{' or '.join(m for m in GUARD_METRICS if m != obj)} falls significantly "
+                      "(`p_holm` < alpha): such a set is never called best."]
     if not result.side_effects.empty:
         lines += ["", "## Side effects on other tasks", ""]
-        cols = ["size", "heads", "task", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "d_logprob"]
-        lines += _markdown(result.side_effects[[c for c in cols if c in result.side_effects]])
+        lines += _markdown(side_table(result.side_effects))
+        lines += ["", "Each side task in its own metrics: accuracy and log-prob always, "
+                  "`logit_diff` and `prob_diff` only where the task has a wrong answer. `d` is "
+                  f"the change (ablated - clean) over the task's `n` examples with its "
+                  f"{int(cfg.ci * 100)} % paired bootstrap interval; `p_value` is the "
+                  "two-sided sign-flip p-value of any change and `p_holm` the same "
+                  "Holm-corrected across all side rows, per metric."]
+    if not result.tradeoff.empty:
+        lines += ["", "## The trade-off: gain here, change elsewhere", ""]
+        lines += _markdown(tradeoff_summary(result.tradeoff))
+        lines += ["", f"For each confirmed set, its held-out gain in `{obj}` with its interval "
+                  "and its change on each side task with its interval, next to the mean of "
+                  "the same numbers over a sample of each random baseline's sets of that size "
+                  "(`n_random`, `n_pool`: how many; every one of them, with its intervals, is "
+                  "in `tradeoff.csv`" + (" and the plot `tradeoff.png`)." if plots else ").")]
     if not result.heads.empty:
         lines += ["", "## Single heads (selection split)", ""]
         cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi"]
@@ -149,6 +180,69 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
     return "\n".join(lines) + "\n"
 
 
+def tradeoff_summary(tradeoff: pd.DataFrame, metrics=GUARD_METRICS) -> pd.DataFrame:
+    """The trade-off table of a report: per size, side task and side metric (of `metrics`),
+    the confirmed set's gain and side change with intervals (as text), and the mean gain and
+    side change of each random baseline's sampled sets."""
+    t = tradeoff[tradeoff["metric"].isin(metrics)]
+    rows = []
+    for (size, task, metric), g in t.groupby(["size", "task", "metric"], sort=False):
+        found = g[g["origin"] == "found"].iloc[0]
+        row = {"size": int(size), "heads": found["heads"], "task": task, "metric": metric,
+               "gain [lo, hi]": format_interval(found["gain"], found["gain_lo"], found["gain_hi"]),
+               "side [lo, hi]": format_interval(found["side_d"], found["side_d_lo"],
+                                                found["side_d_hi"])}
+        for origin in ("random", "pool"):
+            part = g[g["origin"] == origin]
+            row[f"n_{origin}"] = len(part)
+            row[f"{origin}: gain"] = float(part["gain"].mean()) if len(part) else float("nan")
+            row[f"{origin}: side"] = float(part["side_d"].mean()) if len(part) else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def console_lines(result) -> list[str]:
+    """What the command line prints after the confirmation table: the sets that game the
+    objective, every other metric of the main task, and the side effects of the set it
+    reports (the best, else the top candidate) in each side task's own metrics."""
+    obj, c = result.config.objective, result.confirmation
+    lines = _gaming_lines(result, "gamed:")
+    others = main_metrics_table(c, obj)
+    if len(others.columns) > 2:
+        lines += ["", "the main task's other metrics, held out (interval; p_holm: two-sided, "
+                  "Holm across sizes):", others.to_string(index=False,
+                                                          float_format="{:.3g}".format)]
+    heads = ",".join(result.best or result.top_candidate)
+    side = side_table(result.side_effects) if not result.side_effects.empty else None
+    if side is not None and heads:
+        mine = side[side["heads"] == heads]
+        lines += ["", f"side effects of {heads} (p_holm: two-sided, Holm across all side rows "
+                  "per metric):"]
+        for task, g in mine.groupby("task", sort=False):
+            lines.append(f"  {task}: " + ", ".join(
+                f"{r.metric} {r.d:+.3g} [{r.d_lo:+.3g}, {r.d_hi:+.3g}] p_holm {r.p_holm:.2g}"
+                for r in g.itertuples()))
+    return lines
+
+
+def clean_lines(summary: dict, objective: str) -> list[str]:
+    """The command line's clean scores: the objective on every split and task it applies
+    to, then each task it does not apply to (no wrong answer) in its own metrics."""
+    clean = summary.get("clean", {})
+    order = split_order(clean)
+    has = [k for k in order if _finite(clean[k].get(objective))]
+    lines = [f"clean {objective}: " + ", ".join(f"{k} {clean[k][objective]:.3f}" for k in has)]
+    for k in order:
+        if k not in has:
+            own = ", ".join(f"{m} {v:.3f}" for m, v in clean[k].items() if _finite(v))
+            lines.append(f"clean {k} (no {objective}): {own}")
+    return lines
+
+
+def _finite(v) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def split_order(clean: dict) -> list[str]:
     """The keys of a run's clean scores in report order: `select`, then `heldout`, then the
     side tasks in their recorded order."""
@@ -166,12 +260,35 @@ def _model_title(result) -> str:
     return name
 
 
+def _gaming_lines(result, lead: str) -> list[str]:
+    """One line per confirmed set that games the objective (`workbench.tradeoff`)."""
+    c, obj = result.confirmation, result.config.objective
+    alpha = result.summary.get("alpha", 1 - result.config.ci)
+    return [f"{lead} size {int(r['size'])} ({r['heads']}) {gaming_note(r, obj, alpha)}; it is "
+            "not called best." for _, r in c.iterrows() if gaming_note(r, obj, alpha)]
+
+
+def _gamed_heads(result, significant_only: bool = False) -> list[str]:
+    """The head sets (as `heads` strings) flagged gamed, optionally only significant ones."""
+    c = result.confirmation
+    if c.empty or "gamed" not in c:
+        return []
+    keep = c["gamed"].astype(bool)
+    if significant_only:
+        keep &= c["p_holm"].astype(float) < result.summary.get("alpha", 1 - result.config.ci)
+    return [str(h) for h in c.loc[keep, "heads"]]
+
+
 def _best_sentence(result) -> str:
     best, top = result.best, result.top_candidate
     if best:
+        why = "games the objective" if ",".join(top) in _gamed_heads(result) else "is not"
         extra = "" if best == top else (
-            f" (the top candidate on the selection split, {','.join(top)}, is not)")
+            f" (the top candidate on the selection split, {','.join(top)}, {why})")
         return f"**Best set:** {','.join(best)}: its held-out gain is significant{extra}."
+    if top and _gamed_heads(result, significant_only=True):
+        return ("**Best set:** none: every significant set games the objective (above). The "
+                f"top candidate on the selection split is {','.join(top)}.")
     if top:
         return ("**Best set:** none: no significant enhancement. The top candidate on the "
                 f"selection split is {','.join(top)}.")

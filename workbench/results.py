@@ -1,6 +1,6 @@
 """What a CEL run produces, and its results folder.
 
-`CELResult` holds four tables and the config that made them:
+`CELResult` holds five tables and the config that made them:
 
 - `heads`: the per-head screening table of the selection split (see `workbench.screening`),
   plus `candidate` (bool) and `candidate_rank` (0 = best, -1 = not a candidate), and, when an
@@ -12,12 +12,17 @@
   bootstrap intervals and its percentile among random head sets of the same size;
   `top_candidate` marks the set the search ranks first on the selection split, and `best` the
   set the run reports (`mark_best`): the top candidate when its held-out gain is significant
-  (`p_holm < 1 - ci`), else the significant set with the largest selection-split gain, else
-  none ("no significant enhancement");
-- `side_effects`: the same sets' effects on every other task.
+  (`p_holm < 1 - ci`) and not `gamed`, else the significant set not gamed with the largest
+  selection-split gain, else none ("no significant enhancement");
+- `side_effects`: the same sets' effects on every other task, in each task's own metrics;
+- `tradeoff`: the gain on the main task against the change on every side task, for the
+  confirmed sets and samples of the random baselines' sets (`workbench.tradeoff`).
+
+`mark_best` never calls a `gamed` set best: one whose objective rises while the main task's
+accuracy or answer log-prob falls significantly (`workbench.tradeoff.gamed`).
 
 A results folder holds `config.json` (config, seeds, timings, summary), one CSV per table,
-three plots (`workbench.plots`) and `report.md` (rendered by `workbench.report`, which
+four plots (`workbench.plots`) and `report.md` (rendered by `workbench.report`, which
 `report`, `write_report` and `save` call; it reads the result and imports nothing from here).
 Every file is written atomically (temporary file, then rename), so an interrupted run leaves
 only complete files, and `run_cel` resumes from them; each table is recorded in `config.json`
@@ -44,6 +49,7 @@ from workbench.store import (
     read_table,
     stage_inputs,
 )
+from workbench.tradeoff import gamed
 
 RESULT_VERSION = 2
 
@@ -61,6 +67,7 @@ class CELResult:
     combos: pd.DataFrame = field(default_factory=_empty)
     confirmation: pd.DataFrame = field(default_factory=_empty)
     side_effects: pd.DataFrame = field(default_factory=_empty)
+    tradeoff: pd.DataFrame = field(default_factory=_empty)
     summary: dict = field(default_factory=dict)
     seeds: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
@@ -119,6 +126,7 @@ class CELResult:
             "percentile",
             "pool_random_mean",
             "pool_percentile",
+            "gamed",
             "top_candidate",
             "best",
         ]
@@ -185,14 +193,18 @@ class CELResult:
 
 def mark_best(confirmation: pd.DataFrame, objective: str, alpha: float) -> pd.DataFrame:
     """The confirmation table with `top_candidate` (the set the search ranks first on the
-    selection split: the `best` flag of `confirm_sets`) and `best` (the set to report): the
-    top candidate when its `p_holm < alpha`, else the significant set with the largest
-    selection-split gain (the smallest such size on ties), else none. Idempotent."""
+    selection split: the `best` flag of `confirm_sets`), `gamed` (the objective rises while
+    the main task's accuracy or answer log-prob falls significantly: `workbench.tradeoff`)
+    and `best` (the set to report): the top candidate when its `p_holm < alpha` and it is
+    not gamed, else the significant set not gamed with the largest selection-split gain (the
+    smallest such size on ties), else none. Idempotent."""
     c = confirmation.copy()
     if c.empty or "best" not in c:
         return c
     c["top_candidate"] = (c["top_candidate"] if "top_candidate" in c else c["best"]).astype(bool)
+    c["gamed"] = gamed(c, objective, alpha)
     significant = (c["p_holm"] < alpha) if "p_holm" in c else pd.Series(False, index=c.index)
+    significant &= ~c["gamed"]
     best = c["top_candidate"] & significant
     if not best.any() and significant.any():
         key = f"select_d_{objective}"

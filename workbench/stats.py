@@ -262,6 +262,57 @@ def sign_flip_pvalue(
     return float((1 + hits) / (1 + n_flips))
 
 
+def sign_flip_pvalues(
+    diffs, groups=None, n_flips: int = 10000, seed: int = 0, alternative: str = "greater"
+) -> np.ndarray:
+    """`sign_flip_pvalue` of each row of `diffs` (`[n_rows, batch]`, e.g. one row per metric
+    of one head set), each equal to that row's own call: rows with the same examples left
+    (the same NaN pattern) have the same clusters, so they share one draw of the `n_flips`
+    sign patterns (the costly part) instead of drawing it once per row."""
+    d = np.asarray(diffs.cpu() if isinstance(diffs, Tensor) else diffs, dtype=float)
+    if d.ndim != 2:
+        raise WorkbenchError(f"sign_flip_pvalues takes [n_rows, batch] differences; got shape "
+                             f"{d.shape}")
+    out = np.full(len(d), np.nan)
+    patterns: dict[bytes, list[int]] = {}
+    for i, row in enumerate(d):
+        patterns.setdefault(np.isnan(row).tobytes(), []).append(i)
+    for rows in patterns.values():
+        keep = ~np.isnan(d[rows[0]])
+        if not keep.any():
+            continue
+        # the first row's own call; the others reuse its clusters and sign patterns
+        out[rows] = _flip_test(d[rows][:, keep], groups, keep, n_flips, seed, alternative)
+    return out
+
+
+def _flip_test(d: np.ndarray, groups, keep: np.ndarray, n_flips: int, seed: int,
+               alternative: str) -> np.ndarray:
+    """The sign-flip p-values of rows `d` (`[k, n]`, no NaN) over the examples `keep` of
+    `groups`, by the rule of `sign_flip_pvalue`."""
+    if alternative not in ("greater", "two-sided"):
+        raise WorkbenchError(f"alternative must be 'greater' or 'two-sided'; got {alternative!r}")
+    n = len(keep)
+    ids = (np.arange(n) if groups is None
+           else np.asarray(groups.cpu() if isinstance(groups, Tensor) else group_index(groups)))
+    if len(ids) != n:
+        raise WorkbenchError(f"groups has {len(ids)} labels for {n} differences")
+    _, ids = np.unique(ids[keep], return_inverse=True)
+    totals = np.stack([np.bincount(ids, weights=row) for row in d])  # (k, G)
+    n_groups = totals.shape[1]
+    stat = (lambda s: s) if alternative == "greater" else np.abs
+    observed = stat(totals.sum(1))  # (k,)
+    tol = 1e-9 * np.maximum(1.0, np.abs(totals).sum(1))
+    if 2**n_groups <= n_flips:
+        bits = (np.arange(2**n_groups)[:, None] >> np.arange(n_groups)[None]) & 1
+        flipped = stat((1 - 2 * bits) @ totals.T)  # (2^G, k)
+        return (flipped >= observed - tol).mean(0)
+    rng = np.random.default_rng([int(seed), 17])
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(n_flips, n_groups))
+    hits = (stat(signs @ totals.T) >= observed - tol).sum(0)
+    return (1 + hits) / (1 + n_flips)
+
+
 def holm(pvalues) -> np.ndarray:
     """Holm step-down adjusted p-values: sort ascending, multiply the `k`-th smallest by
     `m - k + 1`, take running maxima, cap at 1. Rejecting where the adjusted p < alpha keeps

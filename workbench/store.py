@@ -32,10 +32,10 @@ from workbench.tables import load_table, save_table
 
 CONFIG_FILE = "config.json"
 LOCK_FILE = ".cel.lock"
-TABLES = ("heads", "combos", "confirmation", "side_effects")
+TABLES = ("heads", "combos", "confirmation", "side_effects", "tradeoff")
 # the stage files each table is computed from
 UPSTREAM = {"heads": (), "combos": ("heads",), "confirmation": ("combos",),
-            "side_effects": ("combos",)}
+            "side_effects": ("combos",), "tradeoff": ("combos",)}
 
 try:  # POSIX advisory locks; released by the OS when the process dies
     import fcntl

@@ -12,12 +12,15 @@ into one table (`sweep.csv`) and one figure (`sweep.png`):
 | `best`, `size`                 | the best head set and its size (`""`, 0 when none); when |
 |                                | no set is significant, the top candidate                 |
 | `significant`                  | whether `best` is significant (`p_holm < 1 - ci`)        |
+| `gamed`                        | objective up, accuracy or log-prob down (`tradeoff.gamed`)|
 | `select_gain`                  | its objective gain on the selection split                |
 | `gain`, `gain_lo`, `gain_hi`   | its held-out gain with the paired bootstrap interval     |
 | `percentile`, `random_share_ge`| its rank among random head sets of the same size          |
 | `n_random`                     | how many random sets that is                             |
 | `side_worst`, `side_worst_task`| the most negative objective effect on another task       |
 | `side_mean`                    | the mean objective effect over the other tasks           |
+| `side_worst_<m>`, `_task`,     | the worst accuracy / log-prob change on another task (its|
+| `_p_holm`; `side_harmed`       | own metrics); the tasks hurt significantly in any metric |
 | `folder`                       | the cell's results folder, relative to `out`             |
 | `status`, `note`               | `done`, `skipped` (the task does not fit the model's     |
 |                                | tokenizer: `note` says why), `failed` (`note`: the error)|
@@ -63,6 +66,7 @@ from workbench.options import AblationKind, SweepSplit, strategy_names
 from workbench.plots import save_figure
 from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult, mark_best
 from workbench.tables import save_table
+from workbench.tradeoff import SIDE_COLUMNS, side_summary
 
 TABLE_FILE = "sweep.csv"
 PLOT_FILE = "sweep.png"
@@ -73,6 +77,7 @@ COLUMNS = (
     "objective",
     "best",
     "significant",
+    "gamed",
     "size",
     "select_gain",
     "gain",
@@ -84,6 +89,7 @@ COLUMNS = (
     "side_worst",
     "side_worst_task",
     "side_mean",
+    *SIDE_COLUMNS,
     "folder",
     "status",
     "note",
@@ -96,12 +102,13 @@ SHOWN_COLUMNS = (
     "objective",
     "best",
     "significant",
+    "gamed",
     "gain",
     "gain_lo",
     "gain_hi",
     "percentile",
-    "side_worst",
-    "side_worst_task",
+    "side_worst_accuracy",
+    "side_harmed",
 )
 # The CELConfig fields a sweep's options may set (each cell sets its model, task, side tasks
 # and kind); a finished cell's config must match those the sweep gives.
@@ -220,6 +227,7 @@ def _cell_row(cell: SweepCell, result: CELResult | None, status: str, note: str)
     row.update(
         best=str(b["heads"]),
         significant=significant,
+        gamed=bool(b.get("gamed", False)),
         size=int(b["size"]),
         select_gain=b.get(f"select_d_{obj}", math.nan),
         gain=b.get(f"d_{obj}", math.nan),
@@ -229,16 +237,7 @@ def _cell_row(cell: SweepCell, result: CELResult | None, status: str, note: str)
         random_share_ge=b.get("random_share_ge", math.nan),
         n_random=b.get("n_random", math.nan),
     )
-    s = result.side_effects
-    if not s.empty and f"d_{obj}" in s:
-        mine = s[s["size"] == b["size"]]
-        if not mine.empty:
-            worst = mine.loc[mine[f"d_{obj}"].astype(float).idxmin()]
-            row.update(
-                side_worst=float(worst[f"d_{obj}"]),
-                side_worst_task=str(worst["task"]),
-                side_mean=float(mine[f"d_{obj}"].astype(float).mean()),
-            )
+    row.update(side_summary(result.side_effects, int(b["size"]), obj, result.alpha))
     return row
 
 
@@ -305,10 +304,10 @@ def sweep_plot(table: pd.DataFrame) -> Figure:
     ax_gain.set_yticks(y, labels, fontsize=8)
     ax_gain.set_xlabel("held-out gain of the best set (objective)")
     ax_gain.set_title("Removing the best head set", fontsize=9)
-    side = table["side_worst"].to_numpy(dtype=float)
+    side = table["side_worst_accuracy"].to_numpy(dtype=float)  # a metric of every task
     ax_side.barh(y, np.nan_to_num(side), color=["C3" if v < 0 else "C2" for v in side])
     ax_side.axvline(0.0, color="grey", lw=0.8)
-    ax_side.set_xlabel("worst effect on another task")
+    ax_side.set_xlabel("worst accuracy change on another task")
     ax_side.set_title("Side effects", fontsize=9)
     fig.tight_layout()
     return fig
