@@ -1,11 +1,13 @@
 """Golden results folders: what CEL wrote before the redesign of issue 31, frozen to the byte.
 
-Each case runs CEL into a folder; its `heads`, `combos`, `confirmation` and `side_effects`
-CSVs, `report.md` (less its timings line) and `config.json` (less its timings) must equal
-the frozen copies under `tests/golden/<case>/` exactly: tolerance 0, so any change to a
-number, a column, an RNG stream or the config's JSON is caught. `tests/test_golden.py`
-compares; `python -m tests.golden` re-freezes (only for a change that is meant to alter
-results, said in its commit).
+Each case runs CEL into a folder; its `heads`, `combos`, `confirmation`, `side_effects` and
+`tradeoff` CSVs (the last since issue 35, which also added columns to the confirmation and
+side-effects tables and left every earlier column unchanged), `report.md` (less its timings
+line) and `config.json` (less its timings) must equal the frozen copies under
+`tests/golden/<case>/` exactly: tolerance 0, so any change to a number, a column, an RNG
+stream or the config's JSON is caught. `tests/test_golden.py` compares; `python -m
+tests.golden` re-freezes (only for a change that is meant to alter results, said in its
+commit).
 
 The cases: the embedded main job (`workbench cel`, all defaults), and a tiny fixture model
 (2 layers x 4 heads with MLPs and random biases) under zero, mean and resample ablation,
@@ -25,7 +27,7 @@ import sys
 from pathlib import Path
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-TABLES = ("heads.csv", "combos.csv", "confirmation.csv", "side_effects.csv")
+TABLES = ("heads.csv", "combos.csv", "confirmation.csv", "side_effects.csv", "tradeoff.csv")
 SIGNATURE_FILE = "cpu.json"
 
 # run_cel settings of the tiny cases: every stage runs, in seconds
