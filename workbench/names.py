@@ -24,7 +24,7 @@ from workbench.zoo import EMBEDDED_FAMILY
 # Real pretrained models `load_model` resolves by name without the hub: the names of
 # `workbench.loading.shipped.REAL_MODELS`, repeated here because that module imports torch
 # (tests/test_loading.py checks the two agree).
-SHIPPED_REAL: tuple[str, ...] = ("smollm2-135m",)
+SHIPPED_REAL: tuple[str, ...] = ("smollm2-135m", "gemma-3-270m")
 TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
 
 

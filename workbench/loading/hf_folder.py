@@ -4,8 +4,9 @@ TransformerLens 3.9 cannot load a local folder offline through `from_pretrained`
 its own helpers: the config is converted from a copy placed under a neutral folder name
 (TransformerLens picks some architectures by substrings of the name, e.g. "llama"), the
 weights are converted from the Hugging Face model, and `load_and_process_state_dict` applies
-the usual processing (`build_hooked`). Gemma and Gemma-2, which TransformerLens knows only as
-fixed-shape official entries, get their config built from the Hugging Face config here.
+the usual processing (`build_hooked`). Gemma, Gemma-2 and Gemma-3, which TransformerLens
+configures only for official names, get their config from `tl_configs` (TransformerLens's table
+for the family, with the sizes read from the Hugging Face config).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer
 from transformer_lens.utilities import softcap_enabled
 
 from workbench.errors import WorkbenchError
+from workbench.loading.tl_configs import FAMILIES, local_config
 
 
 def _neutral_config_dir(hf_config, arch: str, workdir: Path) -> Path:
@@ -68,82 +70,6 @@ def _rope_fields_on(config_class):
             delattr(config_class, name)
 
 
-def _rope_theta(hf_config) -> float:
-    params = getattr(hf_config, "rope_parameters", None) or {}
-    return float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
-
-
-def _gemma_fields(h, device: torch.device, dtype) -> dict:
-    """`HookedTransformerConfig` fields Gemma and Gemma-2 share, read from the HF config."""
-    return dict(
-        d_model=h.hidden_size,
-        d_head=h.head_dim,
-        n_heads=h.num_attention_heads,
-        d_mlp=h.intermediate_size,
-        n_layers=h.num_hidden_layers,
-        n_ctx=h.max_position_embeddings,
-        eps=h.rms_norm_eps,
-        d_vocab=h.vocab_size,
-        act_fn=getattr(h, "hidden_activation", None) or h.hidden_act,
-        normalization_type="RMSPre",  # folded, as get_pretrained_model_config does
-        rotary_base=_rope_theta(h),
-        rotary_dim=h.head_dim,
-        positional_embedding_type="rotary",
-        use_attn_scale=True,
-        n_key_value_heads=h.num_key_value_heads,
-        gated_mlp=True,
-        final_rms=True,
-        default_prepend_bos=True,
-        device=str(device),
-        dtype=dtype,
-    )
-
-
-def _gemma_config(hf_config, device: torch.device, dtype) -> HookedTransformerConfig:
-    """Gemma (1) from its Hugging Face config. TransformerLens 3.9 has Gemma only as
-    fixed-shape entries for the official sizes (picked by name); these are the same fields,
-    read from the config instead."""
-    return HookedTransformerConfig(
-        **_gemma_fields(hf_config, device, dtype), original_architecture="GemmaForCausalLM"
-    )
-
-
-def _gemma2_config(hf_config, device: torch.device, dtype) -> HookedTransformerConfig:
-    """Gemma-2 from its Hugging Face config: Gemma's fields plus the ones TransformerLens's
-    fixed entries for the official sizes set (norms before and after each sublayer, attention
-    and output soft-caps, sliding-window layers), read from the config. The attention scale
-    is `query_pre_attn_scalar ** 0.5` (HF), not `d_head ** 0.5`. Which layers slide comes from
-    `layer_types` (HF's default, and older configs without it: even layers slide)."""
-    h = hf_config
-    kinds = getattr(h, "layer_types", None) or [
-        "sliding_attention" if i % 2 == 0 else "full_attention"
-        for i in range(h.num_hidden_layers)
-    ]
-    window = getattr(h, "sliding_window", None)
-    local = window is not None and "sliding_attention" in kinds
-    return HookedTransformerConfig(
-        **_gemma_fields(h, device, dtype),
-        attn_scale=float(h.query_pre_attn_scalar) ** 0.5,
-        use_local_attn=local,
-        attn_types=[("local" if k == "sliding_attention" else "global") for k in kinds]
-        if local
-        else None,
-        window_size=int(window) if local else None,
-        attn_scores_soft_cap=float(h.attn_logit_softcapping or -1.0),
-        output_logits_soft_cap=float(h.final_logit_softcapping or -1.0),
-        use_normalization_before_and_after=True,
-        original_architecture="Gemma2ForCausalLM",
-    )
-
-
-# Architectures TransformerLens converts only from official names: our config builder and an
-# official name of the family (its weight converter is chosen by that name's architecture).
-_LOCAL_CONFIGS = {
-    "GemmaForCausalLM": (_gemma_config, "google/gemma-2b"),
-    "Gemma2ForCausalLM": (_gemma2_config, "google/gemma-2-2b"),
-}
-
-
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
@@ -188,10 +114,10 @@ def convert_config_and_weights(hf_model, name: str, device: torch.device, dtype:
     )
 
     arch = (hf_model.config.architectures or [type(hf_model).__name__])[0]
-    if arch in _LOCAL_CONFIGS:
-        build_config, official = _LOCAL_CONFIGS[arch]
-        cfg = build_config(hf_model.config, device, dtype)
+    if arch in FAMILIES:
+        cfg = local_config(hf_model.config, arch, device, dtype)
         cfg.model_name = name
+        official = FAMILIES[arch].official  # picks the weight converter, downloads nothing
         state_dict = get_pretrained_state_dict(official, cfg, hf_model=hf_model, dtype=dtype)
         return cfg, state_dict
     with tempfile.TemporaryDirectory(prefix="wb") as tmp:
@@ -229,6 +155,9 @@ def build_hooked(cfg, state_dict, tokenizer, device: torch.device) -> HookedTran
         # TransformerLens's configs prepend BOS for most families whatever the tokenizer does;
         # a model then sees a token its own tokenizer never gives it.
         cfg.default_prepend_bos = tokenizer_adds_bos(tokenizer)
+    cfg.init_weights = False  # every weight comes from the state dict
+    w_u = state_dict.get("unembed.W_U")
+    transposed = w_u is not None and not w_u.is_contiguous() and w_u.T.is_contiguous()
     model = HookedTransformer(
         cfg,
         tokenizer=tokenizer,
@@ -239,12 +168,22 @@ def build_hooked(cfg, state_dict, tokenizer, device: torch.device) -> HookedTran
         state_dict,
         fold_ln=True,
         center_writing_weights=cfg.normalization_type in ("LN", "LNPre"),
-        # Centring the unembedding adds a constant to each position's logits, which a
-        # soft-cap (tanh) does not ignore; from_pretrained turns it off there too.
-        center_unembed=not softcap_enabled(cfg.output_logits_soft_cap),
+        center_unembed=False,  # below, in place
         fold_value_biases=False,
         refactor_factored_attn_matrices=False,
     )
+    # Centring the unembedding adds a constant to each position's logits, which a soft-cap
+    # (tanh) does not ignore; from_pretrained turns it off there too. Done in place, as
+    # TransformerLens's center_unembed computes it: that one copies the whole state dict
+    # first (for Gemma-3's 262k x 640 unembedding, 1.7 GB more at the conversion's peak). The
+    # mean is summed over the converter's memory layout (a transposed view of the HF head),
+    # as TransformerLens sums it, so the bits are the same as before (entries already cached
+    # and the model fingerprints recorded from them stay valid).
+    if not softcap_enabled(cfg.output_logits_soft_cap):
+        with torch.no_grad():
+            w_u = model.unembed.W_U
+            w_u.sub_((w_u.T.contiguous().T if transposed else w_u).mean(-1, keepdim=True))
+            model.unembed.b_U.sub_(model.unembed.b_U.mean())
     model.to(device)
     model.eval()
     return model
