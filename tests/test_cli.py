@@ -278,6 +278,7 @@ def test_flag_defaults_are_the_config_defaults():
     for command in ("cel", "sweep"):
         args = cli.build_parser(command).parse_args([command])
         options = commands.run_options(args)
+        assert options.pop("threads") == 1  # a Compute field, always given (its default)
         assert set(options) == flagged - ({"kind"} if command == "sweep" else set())
         for name, value in options.items():
             value = tuple(value) if isinstance(value, list) else value
@@ -305,7 +306,8 @@ def test_help_shows_the_defaults_and_the_model_sources(capsys):
     assert "(default: float32, or the dtype a workbench checkpoint was saved in" in dtype
     assert "float16 on older ones" in dtype
     for command in ("cel", "sweep", "explain"):
-        assert "1 thread is often faster" in _help(command, "--threads", capsys)
+        threads = _help(command, "--threads", capsys)
+        assert "(default 1: " in threads and "bench/threads.py" in threads, threads
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "two"])
@@ -318,12 +320,18 @@ def test_threads_below_one_is_a_parser_error(value, capsys):
         assert f"argument --threads: expected an integer >= 1; got '{value}'" in err
 
 
-def test_compute_flags_reach_run_cel_only_when_given():
+def test_compute_flags_reach_run_cel():
+    """`--threads` and `--token-budget` reach run_cel's Compute; without them the token
+    budget is the device's and the threads are the measured default (1)."""
+    from workbench.compute import Compute
+    from workbench.config import DEFAULT_THREADS
+
     args = cli.build_parser("cel").parse_args(["cel", "--threads", "2", "--token-budget", "64"])
     options = commands.run_options(args)
     assert (options["threads"], options["token_budget"]) == (2, 64)
     options = commands.run_options(cli.build_parser("sweep").parse_args(["sweep"]))
-    assert "threads" not in options and "token_budget" not in options
+    assert options["threads"] == DEFAULT_THREADS == Compute().threads == 1
+    assert "token_budget" not in options
 
 
 class _Stop(WorkbenchError):
@@ -360,8 +368,8 @@ def test_threads_reach_torch_before_the_model_loads(command, demo_files, tmp_pat
     assert cli.main([*argv, "--threads", "3"]) == 2
     assert calls == [("threads", 3), "load"]
     calls.clear()
-    assert cli.main(argv) == 2  # no --threads: torch's default is left alone
-    assert calls == ["load"]
+    assert cli.main(argv) == 2  # no --threads: the default, 1
+    assert calls == [("threads", 1), "load"]
 
 
 @pytest.mark.parametrize("quiet", [True, False])

@@ -102,3 +102,29 @@ def test_an_unknown_split_is_refused_before_anything_runs(tmp_path):
                        r"\['auto', 'cells', 'masks'\] \(did you mean 'cells'\?\)"):
         run_sweep(["embedded"], ["embedded_map"], out=tmp_path / "s", split="cell")
     assert not (tmp_path / "s").exists()
+
+
+def test_run_sweep_loads_its_models_on_the_given_threads(tmp_path, monkeypatch):
+    """`threads` reaches a sweep's model loading (a GGUF conversion is heavy), not only
+    run_cel's Compute, and torch's setting is restored after."""
+    import torch
+
+    import workbench.loading
+    from workbench.demo import write_demo
+    from workbench.errors import WorkbenchError
+
+    model_dir, main, _ = write_demo(tmp_path / "demo")
+    seen = []
+
+    def load(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        raise RuntimeError("stopped after loading")
+
+    monkeypatch.setattr(workbench.loading, "load_model", load)
+    before = torch.get_num_threads()
+    for threads in (before + 1, None):
+        with pytest.raises(WorkbenchError, match="stopped after loading"):
+            run_sweep([str(model_dir)], [str(main)], out=tmp_path / f"out{threads}",
+                      progress=False, plot=False, threads=threads)
+        assert torch.get_num_threads() == before
+    assert seen == [before + 1, before]

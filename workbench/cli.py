@@ -6,7 +6,7 @@
     workbench sweep --models gpt2 embedded --tasks ioi embedded_map --ablation zero mean
     torchrun --nproc-per-node 2 -m workbench sweep   # the same, on 2 processes
     workbench cel --model path/to/checkpoint --task my_task.jsonl --method attribution
-    workbench cel --model smollm2-135m --task ioi --threads 1   # 1 thread: a busy machine
+    workbench cel --model smollm2-135m --task ioi --quick   # a quick look, minutes
     workbench explain --out cel_ioi            # (re)explain the best set of a results folder
     workbench theory --quick
     workbench notebooks
@@ -42,7 +42,7 @@ from workbench.commands import (
     run_cel_command,
     run_sweep_command,
 )
-from workbench.config import CEL_METHODS, QUICK, CELConfig
+from workbench.config import CEL_METHODS, DEFAULT_THREADS, QUICK, CELConfig
 from workbench.errors import WorkbenchError
 from workbench.names import SHIPPED_REAL
 from workbench.options import STRATEGY_NAMES, AblationKind, ClusterMode, SweepSplit
@@ -60,7 +60,9 @@ QUICK_HELP = (
 )
 THREADS_HELP = (
     "torch's CPU threads per operation (torch.set_num_threads), set before the model loads "
-    "(default: torch's own, one per core); on a busy machine 1 thread is often faster"
+    "(default %(default)s: on a 2-core machine shared with other jobs the embedded main job "
+    "took 132 s with 1 thread and 759 s with 2; more threads can pay only on idle cores, "
+    "measure with bench/threads.py)"
 )
 
 
@@ -277,7 +279,8 @@ def _add_load_options(p) -> None:
         "that support it, float16 on older ones, float32 on CPU and MPS (default: float32, or "
         "the dtype a workbench checkpoint was saved in; bfloat16 halves GPU memory)",
     )
-    p.add_argument("--threads", type=positive_int, default=None, metavar="N", help=THREADS_HELP)
+    p.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS, metavar="N",
+                   help=THREADS_HELP)
 
 
 def _add_sweep_parser(subparsers) -> argparse.ArgumentParser:

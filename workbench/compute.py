@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.config import DEFAULT_THREADS
 from workbench.errors import WorkbenchError
 
 DEFAULT_TOKEN_BUDGET = 16384
@@ -80,8 +81,9 @@ class Compute:
         cache_bytes: the most bytes of cached residuals a scorer keeps between calls.
         offload: keep those caches in CPU memory.
         progress: show progress bars.
-        threads: torch's intra-op CPU threads while a run computes (None: leave torch's
-            setting); restored afterwards (`threads_set`).
+        threads: torch's intra-op CPU threads while a run computes, restored afterwards
+            (`threads_set`); default `DEFAULT_THREADS` (1, measured by `bench/threads.py`:
+            see `workbench.config`); None leaves torch's setting alone.
     """
 
     max_rows: int | None = None
@@ -90,7 +92,7 @@ class Compute:
     cache_bytes: int = DEFAULT_CACHE_BYTES
     offload: bool = False
     progress: bool = True
-    threads: int | None = None
+    threads: int | None = DEFAULT_THREADS
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "masks_per_pass", "token_budget", "threads"):

@@ -22,6 +22,14 @@ from workbench.options import AblationKind, ClusterMode, RankBy, ScreenMethod, s
 # The screening methods a CEL run may use; `naive` is the slow reference of tests and benchmarks.
 CEL_METHODS = (ScreenMethod.EXACT, ScreenMethod.ATTRIBUTION)
 
+# torch's CPU threads while a run computes (`workbench.compute.Compute.threads`, `--threads`):
+# not part of a config (no number depends on it), defined here because the command line reads
+# it without importing torch. Measured with `bench/threads.py` (the embedded main job, a 2-core
+# machine loaded by other jobs, load average 3.4-6.1, medians of 3 interleaved rounds): 1
+# thread 132 s wall and 56 s CPU, 2 threads (torch's default there) 759 s and 333 s, with the
+# same results. More threads can pay only where cores sit idle: measure with bench/threads.py.
+DEFAULT_THREADS = 1
+
 # A quick look (`workbench cel --quick`, `run_cel(model, task, **QUICK)`): the settings of the
 # SmolLM2 sweep of docs/real-model-cel.md. 40 examples per split drawn with the seed (16 per
 # side task), attribution screening without its exact check, no per-head side columns, then

@@ -60,7 +60,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench import distributed
-from workbench.config import CELConfig
+from workbench.config import DEFAULT_THREADS, CELConfig
 from workbench.errors import WorkbenchError
 from workbench.options import AblationKind, SweepSplit, strategy_names
 from workbench.plots import save_figure
@@ -343,13 +343,16 @@ def _misfit(model, task, fits: dict) -> str:
 def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, options) -> str:
     """Run one cell; returns a note naming the side tasks left out (they do not fit the
     model), and raises `_Unfit` when the cell's own task does not."""
+    from workbench.compute import Compute
     from workbench.loading import load_model
     from workbench.pipeline import run_cel
     from workbench.tasks import load_task
 
     if cell.model not in models:
         models.clear()  # one model in memory at a time
-        models[cell.model] = (load_model(cell.model, device=device, dtype=dtype), {})
+        # loaded (a GGUF file converted) on the run's threads, as run_cel then computes
+        with Compute(threads=options.get("threads", DEFAULT_THREADS)).threads_set():
+            models[cell.model] = (load_model(cell.model, device=device, dtype=dtype), {})
     model, fits = models[cell.model]
     for t in [cell.task, *others]:
         if t not in tasks:
@@ -406,7 +409,8 @@ def run_sweep(
             ranks, `"masks"` runs each cell on all ranks with its head masks split across
             them, `"auto"` splits cells when there are at least as many unfinished cells as
             ranks, else masks.
-        **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...).
+        **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...);
+            `threads` (default 1, `workbench.compute.Compute`) also while a model loads.
 
     Returns:
         The table of `sweep.csv` (see the module docstring), one row per cell in grid order.
