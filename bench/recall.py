@@ -47,7 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 from bench.planted import PlantSpec, planted_model  # noqa: E402
 from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.compute import Compute  # noqa: E402
+from workbench.confirmation import confirm_sets, example_groups  # noqa: E402
 from workbench.encoding import encode_task  # noqa: E402
+from workbench.gates import GateSettings, gate_search, gated_scores, train_gates  # noqa: E402
+from workbench.heads import HeadSet  # noqa: E402
 from workbench.pipeline import screen_race_rule  # noqa: E402
 from workbench.scoring import MaskScorer  # noqa: E402
 from workbench.screening import ScreenRace, screen_scorer  # noqa: E402
@@ -63,6 +66,20 @@ ROWS = {
     "compressed_sensing": ("compressed_sensing", {}),
     "interaction, every set on every example": ("interaction", {"adaptive": False}),
     "interaction (pipeline default: raced)": ("interaction", {}),
+    "gates, every set on every example": ("gates", {"adaptive": False}),
+    "gates (raced)": ("gates", {}),
+}
+# The gates strategy's choices, each changed alone (`--gate-variants`): `gates` holds
+# `GateSettings` fields.
+GATE_VARIANTS = {
+    "gates, no penalty": ("gates", {"gates": {"penalty": 0.0}}),
+    "gates, penalty 0.2": ("gates", {"gates": {"penalty": 0.2}}),
+    "gates, init 4 (nearly always open)": ("gates", {"gates": {"init": 4.0}}),
+    "gates, 100 steps": ("gates", {"gates": {"steps": 100}}),
+    "gates, batch 32": ("gates", {"gates": {"batch_size": 32}}),
+    # equal small budgets: training (112) + 9 finalists' 129 sets; knockouts (125) + 8's 92
+    "gates, budget 250": ("gates", {"budget": 250}),
+    "interaction, budget 250 (for comparison)": ("interaction", {"budget": 250}),
 }
 # The interaction search's design choices, each changed alone (`--variants`).
 VARIANTS = {
@@ -134,18 +151,24 @@ def run_plant(
         kw = {"pool": pool, "adaptive": adaptive, **kw}
         if kw.get("knockout_p") == "5/n":
             kw["knockout_p"] = min(0.25, 5.0 / n_heads)
+        settings = kw.pop("gates", None)
         space = SearchSpace(
             scorer, candidate_heads(heads), FIRST, SECOND, max_size=max_size, seed=seed, **kw
         )
         t0 = time.process_time()
-        STRATEGIES[name](space)
+        if settings is None:
+            STRATEGIES[name](space)
+        else:
+            gate_search(space, GateSettings(**settings))
         cpu = time.process_time() - t0
+        gate_eq = space.notes.get("gates", {}).get("forward_eq", {}).get("training", 0.0)
         sets, _ = best_sets(pd.DataFrame(space.records), FIRST, SECOND, max_size)
         row = {
             "heads": n_heads,
             "strategy": label,
             "seed": seed,
-            "forward_eq": screen.count + scorer.count,
+            # gate training's forward and backward passes run on the model, not the scorer
+            "forward_eq": screen.count + scorer.count + gate_eq,
             "screen_eq": screen.count,
             "cpu_s": cpu + t_screen,
             "pool": len(pool),
@@ -155,6 +178,106 @@ def run_plant(
             row[f"hit_{size}"] = sets.get(size) == pm.best.get(size)
         out.append(row)
     return out
+
+
+def gradient_check(n_heads: int, seed: int, noise_sd: float = 0.1) -> dict:
+    """Where the gradients see the planted heads: `|d mean logit_diff / d g|` at every gate
+    open (`g = 1`, first-order attribution, Michel et al.'s importance) for the singles and
+    the OR members, and each planted best set's worst rank in the trained gates' push order
+    over the pool (0 = first), the pool and screening as in `run_plant`."""
+    L, H = SHAPES[n_heads]
+    pm = planted_model(PlantSpec(n_layers=L, n_heads=H, seed=seed, noise_sd=noise_sd))
+    batch = encode_task(pm.model, pm.task, "select")
+    keep = torch.ones(1, L, H, requires_grad=True)
+    value = gated_scores(pm.model, batch, keep)[FIRST].mean()
+    (grad,) = torch.autograd.grad(value, keep)
+    grad = grad[0].abs()
+    members = [m for group in pm.groups for m in group[0]]
+    singles = [h for h, r in pm.roles.items() if r == "single"]
+    heads = select_candidates(
+        screen_scorer(
+            pm.scorer("select"),
+            race_on=ScreenRace(FIRST, screen_race_rule(["gates"])),
+            stats=Stats(n_boot=200, seed=seed),
+        ),
+        FIRST,
+        SECOND,
+        8,
+    )
+    pool = search_pool(heads, FIRST)
+    fit = train_gates(pm.model, batch, FIRST, pool, GateSettings(), seed=seed)
+    order = sorted(pool, key=lambda h: -float(fit.push[h]))
+    out = {
+        "heads": n_heads,
+        "seed": seed,
+        "pool": len(pool),
+        "grad_members_max": max(float(grad[m]) for m in members),
+        "grad_singles_min": min(float(grad[h]) for h in singles),
+    }
+    for size, names in pm.best.items():
+        out[f"push_rank_{size}"] = max(order.index(_head(n)) for n in names.split(","))
+    return out
+
+
+def null_check(strategy: str, n_plants: int = 20, cluster: bool = True) -> int:
+    """How many of `n_plants` null models (4 x 4 heads, helpful and noise heads only) declare
+    a significant held-out gain (`p_holm < 0.05` at some size) after raced screening, the
+    strategy and the raced confirmation, clustered by filler: `tests/test_recall.py`'s null
+    check, for any strategy."""
+    declared = 0
+    for seed in range(n_plants):
+        pm = planted_model(PlantSpec.null(n_layers=4, n_heads=4, seed=seed))
+        select, heldout = pm.scorer("select"), pm.scorer("heldout")
+        heads = select_candidates(
+            screen_scorer(
+                select,
+                race_on=ScreenRace(FIRST, screen_race_rule([strategy])),
+                stats=Stats(n_boot=200),
+            ),
+            FIRST,
+            SECOND,
+            8,
+        )
+        pool = search_pool(heads, FIRST)
+        space = SearchSpace(
+            select, candidate_heads(heads), FIRST, SECOND, seed=0, pool=pool, adaptive=True
+        )
+        STRATEGIES[strategy](space)
+        sets, best = best_sets(pd.DataFrame(space.records), FIRST, SECOND, 3)
+        conf, _ = confirm_sets(
+            heldout,
+            {s: HeadSet.of(pm.model, n) for s, n in sets.items()},
+            FIRST,
+            SECOND,
+            best_size=best,
+            n_random=0,
+            pool=pool,
+            groups=example_groups(heldout.data) if cluster else None,
+            adaptive=True,
+            stats=Stats(n_boot=200),
+        )
+        declared += bool((conf["p_holm"] < 0.05).any())
+    return declared
+
+
+def gradient_table(df: pd.DataFrame) -> str:
+    lines = [
+        "| heads | max over OR members of abs(grad) at g = 1 | min over singles | "
+        "worst push rank: single / pair / triple (max over plants) | pool | n plants |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n, g in df.groupby("heads", sort=False):
+        ranks = " / ".join(str(int(g[f"push_rank_{s}"].max())) for s in (1, 2, 3))
+        lines.append(
+            f"| {n} | {g['grad_members_max'].max():.1e} | {g['grad_singles_min'].min():.2f} | "
+            f"{ranks} | {g['pool'].mean():.0f} | {len(g)} |"
+        )
+    return "\n".join(lines)
+
+
+def _head(name: str) -> tuple[int, int]:
+    layer, head = name[1:].split("H")
+    return int(layer), int(head)
 
 
 def table(df: pd.DataFrame, max_size: int = 3) -> str:
@@ -181,6 +304,17 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--strategies", nargs="*", default=None, help="row strategy names")
     p.add_argument("--variants", action="store_true", help="only the interaction variants")
+    p.add_argument("--gate-variants", action="store_true", help="only the gates variants")
+    p.add_argument(
+        "--null",
+        action="store_true",
+        help="only the null check: 20 null models, significant declarations per strategy",
+    )
+    p.add_argument(
+        "--gradients",
+        action="store_true",
+        help="only the gradient check: gate gradients at g = 1 and planted sets' push ranks",
+    )
     p.add_argument("--noise-sd", type=float, default=0.1, help="noise heads' largest sd")
     p.add_argument("--check", action="store_true", help="check analytic scores by forwards")
     p.add_argument("--csv", default=None, help="also write the per-plant rows here")
@@ -193,13 +327,31 @@ def main() -> None:
     torch.set_num_threads(1)
     sizes = args.heads or ([144] if args.quick else sorted(SHAPES))
     n_seeds = args.seeds or (3 if args.quick else 10)
-    rows = VARIANTS if args.variants else ROWS
+    rows = GATE_VARIANTS if args.gate_variants else VARIANTS if args.variants else ROWS
     rows = {k: v for k, v in rows.items() if args.strategies is None or v[0] in args.strategies}
     if args.check:
         for n in sizes:
             L, H = SHAPES[n]
             err = check_forward(planted_model(PlantSpec(n_layers=L, n_heads=H, seed=0)))
             print(f"{n} heads: max |analytic - forward| logit_diff = {err:.2e}")
+    if args.null:
+        for name in args.strategies or ["interaction", "gates"]:
+            for cluster in (True, False):
+                found = null_check(name, cluster=cluster)
+                print(
+                    f"{name}, {'clustered' if cluster else 'not clustered'}: {found} of 20 "
+                    "null models declare a significant gain",
+                    flush=True,
+                )
+        return
+    if args.gradients:
+        found = []
+        for n in sizes:
+            for seed in range(n_seeds):
+                found.append(gradient_check(n, seed, noise_sd=args.noise_sd))
+                print(found[-1], flush=True)
+        print(gradient_table(pd.DataFrame(found)))
+        return
     records = []
     for n in sizes:
         for seed in range(n_seeds):

@@ -96,7 +96,7 @@ def test_golden_configs_read_back_to_the_same_json(path):
         ("cluster", "groups", "cluster 'groups' is unknown; expected one of ['auto', 'group', "
          "'none'] (did you mean 'group'?)"),
         ("strategies", ("interaction", "gredy"), "search strategy 'gredy' is unknown; "
-         "expected one of ['beam', 'compressed_sensing', 'exhaustive', 'greedy', "
+         "expected one of ['beam', 'compressed_sensing', 'exhaustive', 'gates', 'greedy', "
          "'interaction'] (did you mean 'greedy'?)"),
         ("strategies", (), "at least one search strategy is needed"),
     ],

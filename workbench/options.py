@@ -144,7 +144,7 @@ class SplitBy(Option, what="split_by"):
 
 # The search strategies (`workbench.search.STRATEGIES` implements each; a test checks they
 # match), named here so that the config and the command line need no torch.
-STRATEGY_NAMES = ("beam", "compressed_sensing", "exhaustive", "greedy", "interaction")
+STRATEGY_NAMES = ("beam", "compressed_sensing", "exhaustive", "gates", "greedy", "interaction")
 
 
 def strategy_names(value) -> tuple[str, ...]:

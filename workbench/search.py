@@ -69,6 +69,7 @@ import torch
 
 from workbench.candidates import rank_order, sort_key
 from workbench.errors import WorkbenchError
+from workbench.gates import gate_search
 from workbench.heads import Head
 from workbench.options import STRATEGY_NAMES, choose
 from workbench.racing import ATOL, example_order, first_slice, interval, race
@@ -420,6 +421,7 @@ STRATEGIES: dict[str, Strategy] = {
     "beam": beam,
     "compressed_sensing": compressed_sensing,
     "interaction": interaction,
+    "gates": gate_search,
 }
 
 
