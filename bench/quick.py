@@ -15,7 +15,8 @@ stage timings and forward-equivalents, and the machine's load average when it st
     .venv/bin/python bench/quick.py --budgets --heads 144 384 1024 --max-size 2
     .venv/bin/python bench/quick.py --budgets --heads 144 --max-size 3
     .venv/bin/python bench/quick.py --cost
-    .venv/bin/python bench/quick.py --cost -- --model smollm2-135m --task ioi --others induction
+    .venv/bin/python bench/quick.py --cost --modes quick -- --model smollm2-135m --task ioi \
+        --others induction
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def cost(args) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-quick-") as tmp:
         for r in range(args.rounds):
-            for quick in ((True, False) if r % 2 == 0 else (False, True)):
+            modes = [m == "quick" for m in args.modes]
+            for quick in (modes if r % 2 == 0 else modes[::-1]):
                 row = {"round": r, **run_cel(args.extra, quick, Path(tmp))}
                 rows.append(row)
                 print(f"round {r} quick {quick}: wall {row['wall_s']:.1f} s, cpu "
@@ -157,6 +159,8 @@ def main() -> None:
     p.add_argument("--fractions", type=float, nargs="+", default=[1.0, 0.5, 0.35])
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--modes", nargs="+", choices=["quick", "full"], default=["quick", "full"],
+                   help="--cost: with --quick, without, or both (default)")
     p.add_argument("extra", nargs="*", help="after --: options of `workbench cel` (--cost)")
     args = p.parse_args()
     if not (args.budgets or args.cost):

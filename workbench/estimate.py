@@ -13,14 +13,17 @@ count follows from the config alone:
   `interaction`: its knockout masks on the first slice and its finalist sets, within
   `default_budget`; `greedy` and `beam`: one set per candidate per size, times the beam);
 - confirm: the best set of each size and up to `2 n_random` random sets per size on the
-  held-out split, and the best sets on every side task.
+  held-out split, the best sets on every side task, and the trade-off table's sample of
+  `TRADEOFF_SETS` sets per size and baseline on the held-out split and every side task.
 
 Racing (`adaptive`, the default) stops candidates once they are decided, at the earliest on
 a first slice of the examples, so each count is a range: every raced candidate stopped on its
 first slice, or none stopped. The interaction search's finalists are counted as many as its
 budget allows; it takes fewer when fewer heads show a positive main effect, so its low end
-is not a bound, only its high end. Time is the count times the seconds of one measured forward over the selection
-split (`measure_forward`), so it also says how loaded the machine is right now.
+is not a bound, only its high end. Time is each stage's cost in plain forwards (a masked
+pass restarts at its first masked layer from cached residuals: `k / (k + 1)` of a forward on
+average for `k` heads) times the seconds of a forward measured now over the selection split
+(`measure_forward`), so it also says how loaded the machine is.
 """
 
 from __future__ import annotations
@@ -31,23 +34,36 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.confirmation import TRADEOFF_SETS
 from workbench.racing import first_slice
 from workbench.search import default_budget, max_finalists
 
-ATTRIBUTION_EQ = 3.0  # a forward and a backward pass cost about three forwards
-MEASURE_ROWS = 64  # examples in the measured forward (scaled to the whole split)
+# attribution's forward and backward pass per metric, through the full unembedding at every
+# position: on SmolLM2 (33 examples) its two metrics took about 9 forward-equivalents' time
+ATTRIBUTION_EQ = 5.0
+MEASURE_ROWS = 32  # examples in the measured forward (scaled to the whole split)
 LONG_RUN_S = 60.0  # `workbench cel` prints the estimate of a run expected to take longer
 STAGES = ("screen", "search", "confirm")
+Span = tuple[float, float]
 
 
 def _sets(k: int, max_size: int) -> int:
     return sum(math.comb(k, s) for s in range(1, max_size + 1))
 
 
-def _search_eq(config, n_heads: int, first: float) -> tuple[float, float] | None:
-    """The search's forward-equivalents, `(every raced set stopped on its first slice, none
-    stopped)`; None when a strategy has no rule."""
-    low = high = 0.0
+def _restart(k: int) -> float:
+    """What a pass masking `k` heads in random layers costs, as a share of a forward: it
+    restarts at the first masked layer from cached residuals, on average `k / (k + 1)` of
+    the way from the top."""
+    return k / (k + 1)
+
+
+def _search_eq(config, n_heads: int, first: float) -> tuple[Span, Span] | None:
+    """The search's forward-equivalents `(low, high)` (every raced set stopped on its first
+    slice, none stopped) and their cost in plain forwards; None when a strategy has no
+    rule."""
+    low = high = cost_low = cost_high = 0.0
+    sets_cost = _restart(config.max_size)
     for name in config.strategies:
         fixed, raced = 0.0, 0.0  # knockouts and regressions are not raced
         if name == "exhaustive":
@@ -55,7 +71,7 @@ def _search_eq(config, n_heads: int, first: float) -> tuple[float, float] | None
         elif name == "interaction":
             budget = config.search_budget or default_budget(n_heads, config.max_size)
             masks = config.n_masks or max(64, min(4 * n_heads, budget // 2))
-            fixed = masks * first
+            fixed = masks * first  # ~30 % of the pool: they restart near the bottom
             raced = _sets(max_finalists(max(0, budget - masks), config.max_size, n_heads),
                           config.max_size)
         elif name == "greedy":
@@ -68,15 +84,26 @@ def _search_eq(config, n_heads: int, first: float) -> tuple[float, float] | None
         else:
             return None
         low, high = low + fixed + raced * first, high + fixed + raced
-    return low, high
+        cost_low += fixed + raced * first * sets_cost
+        cost_high += fixed + raced * sets_cost
+    return (low, high), (cost_low, cost_high)
 
 
 def stage_forwards(run) -> dict[str, tuple[float, float] | None]:
     """Each stage's forward-equivalents for a prepared run (`workbench.pipeline.CELRun`), as
     `(low, high)`: every raced candidate stopped on its first slice, or none stopped (without
-    racing the two agree); None for a stage without a rule (an unknown strategy)."""
+    racing the two agree); None for a stage without a rule (an unknown strategy). Counted as
+    the results folder counts them (`summary["forward_eq"]`): a mask on `r` examples is
+    `r / N` of a pass, whatever layer it restarts at."""
+    return {stage: (None if f is None else f[0]) for stage, f in _stages(run).items()}
+
+
+def _stages(run) -> dict[str, tuple[Span, Span] | None]:
+    """Each stage's forward-equivalents `(low, high)` and their cost in plain forwards (a
+    masked pass restarts at its first masked layer, `_restart`)."""
     config, cfg = run.config, run.model.cfg
     n_heads = cfg.n_layers * cfg.n_heads
+    one_head = _restart(1) * (1 + 1 / cfg.n_layers)  # layer l restarts (L - l) / L of the way
     n_sel, n_held = max(1, len(run.select)), max(1, len(run.heldout))
     first = first_slice(n_sel) / n_sel if config.adaptive else 1.0
     first_held = first_slice(n_held) / n_held if config.adaptive else 1.0
@@ -84,47 +111,65 @@ def stage_forwards(run) -> dict[str, tuple[float, float] | None]:
     side_screen = sum(n_heads * (first_slice(n) if config.adaptive else n) / n_sel
                       for n in side) if config.side_screening else 0.0
     if config.method.value == "exact":
-        screen = (n_heads * first + side_screen, n_heads + side_screen)
+        count = (n_heads * first + side_screen, n_heads + side_screen)
+        screen = (count, (count[0] * one_head, count[1] * one_head))
     else:
         # the objective and its tie-break metric, one backward each, and the exact check
-        fixed = ATTRIBUTION_EQ * 2 + (n_heads if config.check_attribution else 0) + side_screen
-        screen = (fixed, fixed)
+        exact = n_heads if config.check_attribution else 0
+        fixed = ATTRIBUTION_EQ * 2 + exact + side_screen
+        cost = ATTRIBUTION_EQ * 2 + (exact + side_screen) * one_head
+        screen = ((fixed, fixed), (cost, cost))
     # held out: the clean run and the best set of each size, then both random baselines
-    # (raced); side tasks: the clean run and the best sets
-    sure = ((1 + config.max_size) * n_held + sum((1 + config.max_size) * n for n in side)) / n_sel
+    # (raced); side tasks: the clean run and the best sets; the trade-off table: a sample of
+    # each baseline's sets on the held-out split and every side task
+    sets = _restart(config.max_size)
+    clean_best = (1 + config.max_size) * (n_held + sum(side)) / n_sel
+    tradeoff = config.max_size * 2 * TRADEOFF_SETS * (n_held + sum(side)) / n_sel
     randoms = 2 * config.n_random * config.max_size * n_held / n_sel
-    confirm = (sure + randoms * first_held, sure + randoms)
+    sure = clean_best + tradeoff
+    confirm = ((sure + randoms * first_held, sure + randoms),
+               (clean_best + (tradeoff + randoms * first_held) * sets,
+                clean_best + (tradeoff + randoms) * sets))
     return {"screen": screen, "search": _search_eq(config, n_heads, first), "confirm": confirm}
 
 
 def measure_forward(run) -> float:
-    """Seconds of one forward-equivalent: one forward of the model over up to
-    `MEASURE_ROWS` selection examples, timed and scaled to the whole split."""
-    tokens = run.select.tokens[:MEASURE_ROWS]
+    """Seconds of one plain forward over the selection split: a forward of the model over up
+    to `MEASURE_ROWS` selection examples, timed and scaled to the whole split.
+
+    The timed pass stops before the unembedding (`return_type=None`), as the scorers unembed
+    only the answer positions; it follows an untimed one-example pass (the first forward
+    pays for allocations: 1.4x the next on SmolLM2), and of two timed passes the faster
+    counts (another job's burst slows one, not the model)."""
+    tokens = run.select.tokens[:MEASURE_ROWS].to(run.model.cfg.device)
+    cuda = str(run.model.cfg.device).startswith("cuda")
+    times = []
     with torch.no_grad():
-        t0 = time.perf_counter()
-        run.model(tokens.to(run.model.cfg.device), return_type="logits")
-        if torch.cuda.is_available() and str(run.model.cfg.device).startswith("cuda"):
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-    return seconds * max(1, len(run.select)) / max(1, len(tokens))
+        for rows in (tokens[:1], tokens, tokens):
+            t0 = time.perf_counter()
+            run.model(rows, return_type=None)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    return min(times[1:]) * max(1, len(run.select)) / max(1, len(tokens))
 
 
 @dataclass(frozen=True)
 class RunEstimate:
-    """Forward-equivalents per stage, `(low, high)` (`stage_forwards`), and the measured
-    seconds of one."""
+    """Per stage, forward-equivalents `(low, high)` (`stage_forwards`) and their cost in
+    plain forwards; and the measured seconds of one plain forward over the selection split."""
 
-    forwards: dict[str, tuple[float, float] | None]
+    forwards: dict[str, Span | None]
+    costs: dict[str, Span | None]
     seconds_per_forward: float
     n_select: int
 
     @property
-    def seconds(self) -> tuple[float, float]:
+    def seconds(self) -> Span:
         """The whole run's `(low, high)` in seconds (stages without a rule left out)."""
-        known = [f for f in self.forwards.values() if f is not None]
-        return (sum(f[0] for f in known) * self.seconds_per_forward,
-                sum(f[1] for f in known) * self.seconds_per_forward)
+        known = [c for c in self.costs.values() if c is not None]
+        return (sum(c[0] for c in known) * self.seconds_per_forward,
+                sum(c[1] for c in known) * self.seconds_per_forward)
 
     def line(self) -> str:
         """One line: each stage's forward-equivalents and time, and what one costs."""
@@ -136,11 +181,11 @@ class RunEstimate:
             if f is None:
                 parts.append(f"{stage} ? (no rule for its strategy)")
                 continue
-            t = [x * self.seconds_per_forward for x in f]
+            t = [x * self.seconds_per_forward for x in self.costs[stage]]
             parts.append(f"{stage} {_span(*f, '{:,.0f}')} ({_span(*t, None)})")
         return (f"estimate: {', '.join(parts)} forward-equivalents, from racing's best case to "
-                f"none stopped; one (a pass over the {self.n_select} selection examples) "
-                f"measured {self.seconds_per_forward:.2g} s now")
+                f"none stopped; a forward over the {self.n_select} selection examples measured "
+                f"{self.seconds_per_forward:.2g} s now (a masked pass restarts at its layer)")
 
 
 def _span(low: float, high: float, fmt: str | None) -> str:
@@ -162,5 +207,7 @@ def _duration(seconds: float) -> str:
 def estimate_run(run, done: tuple[str, ...] = ()) -> RunEstimate:
     """The estimate of a prepared run's stages not in `done` (stages a results folder
     already holds), from one measured forward."""
-    forwards = {k: v for k, v in stage_forwards(run).items() if k not in done}
-    return RunEstimate(forwards, measure_forward(run), len(run.select))
+    stages = {k: v for k, v in _stages(run).items() if k not in done}
+    return RunEstimate({k: None if v is None else v[0] for k, v in stages.items()},
+                       {k: None if v is None else v[1] for k, v in stages.items()},
+                       measure_forward(run), len(run.select))

@@ -287,10 +287,12 @@ def default_budget(n_heads: int, max_size: int = 3) -> int:
     keeps 10/10 planted singles, pairs and triples at 144, 384 and 1024 heads
     (`bench/recall.py`; `2 n + 500` missed one triple at 144 heads); the earlier `5 n + 1000`
     cost a 270-head model 2x more masks (`docs/speed.md`). For pairs, half of it keeps 10/10
-    singles and pairs at 144, 384 and 1024 heads, a third loses one or two pairs in 10
-    (`bench/quick.py --budgets`). The examples do not set it: knockouts are scored on the
-    first slice (an eighth of the split, at least 16 examples) whatever the split's size, and
-    on planted models 16 selection examples found what 64 found at every budget tried."""
+    singles and pairs at 144, 384 and 1024 heads on 16 and on 64 selection examples; 0.35 of
+    it lost one or two pairs in 10 (`bench/quick.py --budgets`, `docs/recall.md`). The
+    examples do not set it: knockouts are scored on the first slice (an eighth of the split,
+    at least 16 examples) whatever the split's size, and on planted models 16 selection
+    examples found within one plant of what 64 found at every budget tried (triples at the
+    full budget: 9/10 and 10/10)."""
     full = 5 * n_heads // 2 + 500
     return full if max_size >= 3 else full // 2
 
