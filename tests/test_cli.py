@@ -579,3 +579,21 @@ def test_package_exports_load_lazily():
         assert getattr(workbench, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         workbench.nope  # noqa: B018
+
+
+def test_quiet_silences_a_real_gguf_conversion(tmp_path, monkeypatch, capsys):
+    """A tiny GGUF file converted for real: its bars (the workbench's and transformers')
+    show without `--quiet` and not with it."""
+    from tests.test_gguf import write_tiny_gguf
+    from workbench.loading import gguf as gguf_loading
+    from workbench.loading import load_model
+
+    path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
+    for quiet in (False, True):
+        monkeypatch.setenv(gguf_loading.CACHE_ENV, str(tmp_path / f"cache-{quiet}"))
+        capsys.readouterr()
+        with commands.bars_off(quiet):
+            load_model(path, device="cpu")
+        err = capsys.readouterr().err
+        assert ("converting m.gguf" in err) is not quiet, err[-500:]
+        assert ("de-quantizing" in err) is not quiet, err[-500:]
