@@ -5,10 +5,13 @@ Each file is a 2-layer model (d_model 32, 4 heads) whose every tensor is drawn a
 (std 0.1, norm weights 1 +- 0.1) under the GGUF names `gguf.get_tensor_name_map` gives, with
 the metadata transformers' GGUF reader needs and a small tokenizer in the file: byte-level BPE
 (`tokenizer.ggml.model = "gpt2"`, no BOS) or sentencepiece (`"llama"`, which adds BOS).
-Families: Llama (GQA; also tied, as SmolLM2), Qwen2 (qkv biases), Phi-3 (fused qkv and
-gate/up), GPT-2 (LayerNorm, learned positions, Conv1D), Gemma-2 (our config builder), BLOOM
-(ALiBi, fused qkv). StableLM, which transformers reads and TransformerLens 3.9 does not
-know, is refused with one error.
+Families: Llama (GQA; also tied, as SmolLM2), Mistral (a "llama" file named mistral), Qwen2
+(qkv biases), Qwen3 (q/k norms), Phi-3 (fused qkv and gate/up), GPT-2 (LayerNorm, learned
+positions, Conv1D), Gemma-2 and Gemma-3 (configs from `tl_configs`; Gemma-3 with 6 layers, so
+five local and one global, and a window shorter than the prompts), BLOOM (ALiBi, fused qkv):
+exactly the architectures `gguf_file.CONVERTIBLE` lets through. StableLM, which transformers
+reads and TransformerLens 3.9 does not know, is refused from the header with one error.
+Damaged files: tests/test_gguf_faults.py.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ import workbench.loading.gguf as gguf_loading
 from workbench import WorkbenchError, load_model
 
 N_LAYERS, D_MODEL, N_HEADS, D_MLP = 2, 32, 4, 64
-# fp32 through 2 layers; measured max |ours - transformers| log-softmax 1.4e-6 over the
-# files below (9.5e-7 to 1.4e-6 per family). 1e-4 is the issue's bound, far below the
+# fp32 through 2 layers; measured max |ours - transformers| log-softmax 2.1e-6 over the
+# files below (9.5e-7 to 2.1e-6 per family). 1e-4 is the issue's bound, far below the
 # spread of the logits (std > 0.3).
 TOL = 1e-4
 # The first is longer than the tiny Gemma-3's window (4 tokens).
@@ -260,6 +263,25 @@ def test_gguf_matches_transformers(tmp_path, family, tokenizer, tied):
     assert (hf_tokenizer("the")["input_ids"][0] == hf_tokenizer.bos_token_id) is (
         tokenizer == "sentencepiece"
     )
+
+
+def test_tiny_gemma3_file_has_local_and_global_layers(tmp_path):
+    """What transformers reads from a Gemma-3 file reaches the config, and the prompts are
+    long enough for the window to matter (so the match above covers local attention)."""
+    path = write_tiny_gguf(tmp_path / "g3.gguf", "gemma3", "sentencepiece", tied=True)
+    hf, tokenizer = transformers_reading(path)
+    model = load_model(path, device="cpu")
+    cfg = model.cfg
+    assert cfg.attn_types == ["local"] * 5 + ["global"] and cfg.window_size == 4
+    assert (cfg.rotary_base, cfg.rotary_base_local) == (1e6, 1e4)
+    assert cfg.attn_scale == 16.0  # query_pre_attn_scalar 256 (transformers' default), not d_head
+    tokens = torch.tensor([tokenizer(PROMPTS[0])["input_ids"]])
+    assert tokens.shape[1] > 2 * cfg.window_size
+    with torch.no_grad():
+        expected = hf(tokens).logits.log_softmax(-1)
+        cfg.window_size = 64  # every layer global
+        wide = model(tokens).log_softmax(-1)
+    assert float((wide - expected).abs().max()) > 1e-2
 
 
 def _entry(path: Path) -> Path:

@@ -275,3 +275,50 @@ def test_gemma3_config_transformerlens_cannot_express_is_refused(tmp_path, overr
     message = str(info.value)
     assert "this Gemma3ForCausalLM config does not map onto one TransformerLens knows" in message
     assert named in message and "\n" not in message
+
+
+def _tiny(config_cls, model_cls, **kw):
+    """A 2-layer model of `model_cls` with every weight redrawn (norms 1 +- 0.1)."""
+    torch.manual_seed(0)
+    cfg = config_cls(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                     num_key_value_heads=2, intermediate_size=64, vocab_size=50,
+                     max_position_embeddings=64, **kw)
+    hf = model_cls(cfg).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            norm = p.ndim == 1 and "norm" in name
+            p.copy_(float(norm) + torch.randn(p.shape, generator=g) * 0.1)
+    return hf
+
+
+# Families whose config TransformerLens reads from the HF config itself and that the
+# architecture matrix (tests/test_architectures.py) does not build: measured 9.5e-7 each.
+@pytest.mark.parametrize("family", ["Qwen3", "Mixtral"])
+def test_folders_of_other_families_transformerlens_configures(tmp_path, family):
+    import transformers as tf
+
+    extra = {"Mixtral": dict(num_local_experts=4, num_experts_per_tok=2)}.get(family, {})
+    hf = _tiny(getattr(tf, f"{family}Config"), getattr(tf, f"{family}ForCausalLM"), **extra)
+    hf.save_pretrained(tmp_path / "m")
+    model = load_model(tmp_path / "m", device="cpu")
+    tokens = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf(tokens).logits.log_softmax(-1)
+        assert_close(model(tokens).log_softmax(-1), expected, atol=1e-4)
+    assert float(expected.std()) > 0.3
+
+
+@pytest.mark.parametrize("family", ["Olmo", "Olmo2"])
+def test_families_transformerlens_configures_only_by_name_are_refused(tmp_path, family):
+    """OLMo and OLMo-2 have TransformerLens weight converters but configs only for official
+    names, and no template here (OLMo-2 is post-norm): one clear line."""
+    import transformers as tf
+
+    _tiny(getattr(tf, f"{family}Config"), getattr(tf, f"{family}ForCausalLM")).save_pretrained(
+        tmp_path / "m"
+    )
+    with pytest.raises(
+        WorkbenchError, match=f"TransformerLens cannot convert architecture '{family}ForCausalLM'"
+    ):
+        load_model(tmp_path / "m", device="cpu")
