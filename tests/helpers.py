@@ -260,3 +260,33 @@ def write_spaced_task(
         r["counterfactual"] = " ".join([f"w{(int(first[1:]) + 7) % n_words}", *rest])
     path.write_text("\n".join(json.dumps(r) for r in [head, *records]) + "\n")
     return path
+
+
+def hf_checks_batch(tokenizer, examples, name: str, prepend_bos: bool = False):
+    """A `TaskBatch` of `(prompt, answer, wrong)` triples tokenized by a Hugging Face
+    `tokenizer` exactly as it writes them (right-padded with 0), each answer and wrong answer
+    one token alone: the real-model exactness tests' inputs, independent of `encode_task`."""
+    from workbench.encoding import TaskBatch
+    from workbench.tasks import Example, Task
+
+    ids = [tokenizer(p)["input_ids"] for p, _, _ in examples]
+    width = max(map(len, ids))
+    tokens = torch.tensor([row + [0] * (width - len(row)) for row in ids])  # right-padded
+    one = [tokenizer(a, add_special_tokens=False)["input_ids"] for _, a, _ in examples]
+    wrong = [tokenizer(w, add_special_tokens=False)["input_ids"] for _, _, w in examples]
+    assert all(len(t) == 1 for t in one + wrong)
+    rows = [
+        Example(id=str(i), prompt=p, answers=(a,), split="select", wrong=(w,))
+        for i, (p, a, w) in enumerate(examples)
+    ]
+    return TaskBatch(
+        task=Task(name=name, examples=rows),
+        tokens=tokens,
+        lengths=torch.tensor([len(r) for r in ids]),
+        answer_ids=torch.tensor(one),
+        wrong_ids=torch.tensor(wrong),
+        candidate_ids=None,
+        str_tokens=[tokenizer.convert_ids_to_tokens(r) for r in ids],
+        roles=None,
+        prepend_bos=prepend_bos,
+    )

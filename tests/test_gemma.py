@@ -21,14 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import hf_head_removed, loop_head_effects
+from tests.helpers import hf_checks_batch, hf_head_removed, loop_head_effects
 from tests.test_real_model import _real, _rows
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
-from workbench.encoding import TaskBatch
 from workbench.screening import screen_heads
 from workbench.stats import Stats, helpful_agreement
 from workbench.tables import table_to_matrix
-from workbench.tasks import Example, Task
 
 pytestmark = pytest.mark.slow
 
@@ -63,33 +61,9 @@ def long_text() -> str:
     )
 
 
-def _batch(tokenizer) -> TaskBatch:
-    ids = [tokenizer(p)["input_ids"] for p, _, _ in EXAMPLES]
-    width = max(map(len, ids))
-    tokens = torch.tensor([row + [0] * (width - len(row)) for row in ids])  # right-padded
-    one = [tokenizer(a, add_special_tokens=False)["input_ids"] for _, a, _ in EXAMPLES]
-    wrong = [tokenizer(w, add_special_tokens=False)["input_ids"] for _, _, w in EXAMPLES]
-    assert all(len(t) == 1 for t in one + wrong)
-    examples = [
-        Example(id=str(i), prompt=p, answers=(a,), split="select", wrong=(w,))
-        for i, (p, a, w) in enumerate(EXAMPLES)
-    ]
-    return TaskBatch(
-        task=Task(name="gemma3_checks", examples=examples),
-        tokens=tokens,
-        lengths=torch.tensor([len(r) for r in ids]),
-        answer_ids=torch.tensor(one),
-        wrong_ids=torch.tensor(wrong),
-        candidate_ids=None,
-        str_tokens=[tokenizer.convert_ids_to_tokens(r) for r in ids],
-        roles=None,
-        prepend_bos=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def batch(gemma3_hf):
-    return _batch(gemma3_hf[1])
+    return hf_checks_batch(gemma3_hf[1], EXAMPLES, "gemma3_checks", prepend_bos=True)
 
 
 @pytest.fixture(scope="module")
@@ -316,7 +290,7 @@ if __name__ == "__main__":
 
     hf, tokenizer = read_gguf(REAL_MODELS["gemma-3-270m"].path())
     model = load_model("gemma-3-270m", device="cpu")
-    b = _batch(tokenizer)
+    b = hf_checks_batch(tokenizer, EXAMPLES, "gemma3_checks", prepend_bos=True)
     print("logits", measure_logits(model, hf, b))
     print("long prompt", measure_long_prompt(model, hf, tokenizer))
     print("ablations", measure_ablations(model, hf, b))

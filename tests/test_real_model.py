@@ -19,13 +19,11 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.helpers import hf_head_removed, loop_head_effects
+from tests.helpers import hf_checks_batch, hf_head_removed, loop_head_effects
 from workbench import ablated, compute_head_means
-from workbench.encoding import TaskBatch
 from workbench.screening import screen_heads
 from workbench.stats import Stats, helpful_agreement
 from workbench.tables import table_to_matrix
-from workbench.tasks import Example, Task
 
 pytestmark = pytest.mark.slow
 
@@ -50,32 +48,9 @@ ABLATED = [(0, 4), (29, 7)]
 TOL = 1e-4
 
 
-def _batch(tokenizer) -> TaskBatch:
-    ids = [tokenizer(p)["input_ids"] for p, _, _ in EXAMPLES]
-    width = max(map(len, ids))
-    tokens = torch.tensor([row + [0] * (width - len(row)) for row in ids])  # right-padded
-    one = [tokenizer(a, add_special_tokens=False)["input_ids"] for _, a, _ in EXAMPLES]
-    wrong = [tokenizer(w, add_special_tokens=False)["input_ids"] for _, _, w in EXAMPLES]
-    assert all(len(t) == 1 for t in one + wrong)
-    examples = [
-        Example(id=str(i), prompt=p, answers=(a,), split="select", wrong=(w,))
-        for i, (p, a, w) in enumerate(EXAMPLES)
-    ]
-    return TaskBatch(
-        task=Task(name="smollm2_checks", examples=examples),
-        tokens=tokens,
-        lengths=torch.tensor([len(r) for r in ids]),
-        answer_ids=torch.tensor(one),
-        wrong_ids=torch.tensor(wrong),
-        candidate_ids=None,
-        str_tokens=[tokenizer.convert_ids_to_tokens(r) for r in ids],
-        roles=None,
-    )
-
-
 @pytest.fixture(scope="module")
 def batch(smollm2_hf):
-    return _batch(smollm2_hf[1])
+    return hf_checks_batch(smollm2_hf[1], EXAMPLES, "smollm2_checks")
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +179,7 @@ if __name__ == "__main__":
     hf = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kw).eval()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, **kw)
     model = load_model("smollm2-135m", device="cpu")
-    b = _batch(tokenizer)
+    b = hf_checks_batch(tokenizer, EXAMPLES, "smollm2_checks")
     print("logits", measure_logits(model, hf, b))
     print("ablations", measure_ablations(model, hf, b))
     every = [(layer, head) for layer in range(30) for head in range(9)]
