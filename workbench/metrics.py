@@ -273,12 +273,20 @@ def _sequence_pass(
         tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
         for j, r in enumerate(chunk):
             tokens[j, : len(r)] = torch.tensor(r)
-        logits = model(tokens.to(device), **forward_kwargs(model)).float()
+        if is_bridge(model):  # its forward returns every position's logits
+            logits = model(tokens.to(device), **forward_kwargs(model)).float()
+        else:  # the final norm and unembedding run only where an answer token is read
+            final = model(
+                tokens.to(device), stop_at_layer=model.cfg.n_layers, **forward_kwargs(model)
+            )
         for j in range(len(chunk)):
             k = s + j
             tgt = torch.tensor(targets[k], device=device)
             pos = torch.arange(len(tgt), device=device) + starts[k]
-            at = logits[j, pos]  # (answer_len, d_vocab)
+            if is_bridge(model):
+                at = logits[j, pos]  # (answer_len, d_vocab)
+            else:
+                at = unembed_at(model, final[j, pos][:, None], torch.zeros_like(pos)).float()
             if first[owner[k]] is None:
                 first[owner[k]] = at[0]
             logp_rows.append(at.log_softmax(-1).gather(1, tgt[:, None]).sum())

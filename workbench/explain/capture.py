@@ -23,7 +23,7 @@ from torch import Tensor
 
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
-from workbench.metrics import forward_kwargs
+from workbench.metrics import forward_kwargs, is_bridge, unembed_at
 from workbench.tasks import Task, load_task
 
 EXAMPLE_INDEX = ("id", "layer", "head", "head_name")
@@ -82,11 +82,9 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
             sub = batch.rows(slice(start, start + batch_size))
             rows = torch.arange(len(sub), device=sub.tokens.device)
             pos = sub.answer_pos
-            logits, cache = model.run_with_cache(
-                sub.tokens, names_filter=lambda n: n in names, **forward_kwargs(model)
-            )
+            logits, cache, scale = _answer_pass(model, sub.tokens, pos, names)
             got = {
-                "logits": logits[rows, pos],
+                "logits": logits,
                 "attn": torch.stack(
                     [cache[f"blocks.{l}.attn.hook_pattern"][rows, :, pos] for l in range(n_layers)],
                     dim=1,
@@ -98,9 +96,7 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
                 "resid": cache[f"blocks.{n_layers - 1}.hook_resid_post"][rows, pos],
             }
             got["scale"] = (
-                cache["ln_final.hook_scale"][rows, pos, 0]
-                if "ln_final.hook_scale" in cache.cache_dict
-                else torch.ones(len(sub), device=logits.device)
+                scale[:, 0, 0] if scale is not None else torch.ones(len(sub), device=logits.device)
             )
             if "hook_pos_embed" in cache.cache_dict:
                 got["pos_embed"] = cache["hook_pos_embed"][rows, pos]
@@ -122,6 +118,38 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
         mlp_out=cat.get("mlp_out"),
         resid=cat["resid"],
     )
+
+
+def _answer_pass(
+    model, tokens: Tensor, pos: Tensor, names: set[str]
+) -> tuple[Tensor, object, Tensor | None]:
+    """The logits and final-norm scale at `pos`, and the cache of `names`. A HookedTransformer
+    stops after its last block and runs the final norm and unembedding at `pos` alone (at
+    Gemma-3's 262k vocabulary, every position's logits would dwarf the cache); a bridge, whose
+    forward stops nowhere, runs whole and is read at `pos`."""
+    rows = torch.arange(tokens.shape[0], device=tokens.device)
+    if is_bridge(model):
+        logits, cache = model.run_with_cache(
+            tokens, names_filter=lambda n: n in names, **forward_kwargs(model)
+        )
+        scale = cache["ln_final.hook_scale"] if "ln_final.hook_scale" in cache.cache_dict else None
+        return logits[rows, pos], cache, None if scale is None else scale[rows, pos][:, None]
+    final, cache = model.run_with_cache(
+        tokens,
+        names_filter=lambda n: n in names,
+        stop_at_layer=model.cfg.n_layers,
+        **forward_kwargs(model),
+    )
+    kept: dict[str, Tensor] = {}
+
+    def keep(scale: Tensor, hook) -> Tensor:
+        kept["scale"] = scale
+        return scale
+
+    hooks = [("ln_final.hook_scale", keep)] if "ln_final.hook_scale" in model.hook_dict else []
+    with model.hooks(fwd_hooks=hooks):
+        logits = unembed_at(model, final, pos)
+    return logits, cache, kept.get("scale")
 
 
 def attach_outcome(df: pd.DataFrame, outcomes: pd.DataFrame | None) -> pd.DataFrame:
