@@ -2,8 +2,10 @@
 
 Each case runs CEL into a folder; its `heads`, `combos`, `confirmation`, `side_effects` and
 `tradeoff` CSVs (the last since issue 35, which also added columns to the confirmation and
-side-effects tables and left every earlier column unchanged), `report.md` (less its timings
-line) and `config.json` (less its timings) must equal the frozen copies under
+side-effects tables and left every earlier column unchanged), `tidy.csv` (since issue 33,
+which also renamed three columns, two of them put on the percent scale (x 100), and left
+every other number unchanged), `report.md` (less its timings line) and `config.json` (less
+its timings, its task files by file name) must equal the frozen copies under
 `tests/golden/<case>/` exactly: tolerance 0, so any change to a number, a column, an RNG
 stream or the config's JSON is caught. `tests/test_golden.py` compares; `python -m
 tests.golden` re-freezes (only for a change that is meant to alter results, said in its
@@ -27,7 +29,8 @@ import sys
 from pathlib import Path
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-TABLES = ("heads.csv", "combos.csv", "confirmation.csv", "side_effects.csv", "tradeoff.csv")
+TABLES = ("heads.csv", "combos.csv", "confirmation.csv", "side_effects.csv", "tradeoff.csv",
+          "tidy.csv")
 SIGNATURE_FILE = "cpu.json"
 
 # run_cel settings of the tiny cases: every stage runs, in seconds
@@ -119,9 +122,15 @@ def report_text(path: Path) -> str:
 
 
 def config_text(path: Path) -> str:
-    """config.json without its timings, as JSON text with sorted keys."""
+    """config.json without its timings, and with the task files it records by file name only
+    (their folders differ by checkout and temporary folder), as JSON text with sorted keys."""
     data = json.loads(path.read_text())
     data.pop("timings", None)
+    summary = data.get("summary", {})
+    if summary.get("task_file"):
+        summary["task_file"] = Path(summary["task_file"]).name
+    for name, file in summary.get("side_task_files", {}).items():
+        summary["side_task_files"][name] = Path(file).name if file else file
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 

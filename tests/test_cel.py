@@ -71,7 +71,8 @@ def test_selection_used_only_the_selection_split(attn_model, tiny_task, tiny_run
     assert len(complete) and (combos["n"] <= n_select).all()
     for _, row in complete.head(5).iterrows():
         heads = row["heads"].split(",")
-        assert_close(row["score"], _mean(attn_model, tiny_task, heads, "select", "accuracy"))
+        assert_close(row["ablated_accuracy"],
+                     _mean(attn_model, tiny_task, heads, "select", "accuracy"))
 
 
 def test_random_baseline_sets_are_seeded_distinct_and_valid():
@@ -107,7 +108,7 @@ def test_random_baseline_percentile_against_naive(attn_model, tiny_task, tiny_ru
         below, tied = (gains < found - 1e-6).sum(), (np.abs(gains - found) <= 1e-6).sum()
         assert tied >= 1  # the found set is one of them
         assert_close(row["percentile"], 100 * (below + tied / 2) / len(gains))
-        assert_close(row["random_share_ge"], (gains >= found - 1e-6).mean())
+        assert_close(row["random_pct_ge"], 100 * (gains >= found - 1e-6).mean())
         if row["n_random_complete"] == row["n_random"]:  # else a mean of slice estimates
             assert_close(row["random_mean"], gains.mean())
 

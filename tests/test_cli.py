@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -522,21 +523,28 @@ def test_a_run_on_a_sample_is_explained_on_that_sample(demo_files, tmp_path, cap
 
 
 def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys, monkeypatch):
+    """`workbench explain DIR` reloads the task file the folder's config.json records (no
+    --task); a recorded file that is gone, or a folder that records none and a task name not
+    in tasks/, is one line saying what to pass."""
     model_dir, main, side = demo_files
+    task_file = tmp_path / "my_task.jsonl"
+    shutil.copyfile(main, task_file)
     out = tmp_path / "out"
-    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
+    argv = ["cel", "--model", str(model_dir), "--task", str(task_file), "--out", str(out),
             "--device", "cpu", "--no-explain", *FAST]
     assert cli.main(argv) == 0
     assert not (out / "explanation").exists()
     assert "What the best set" not in (out / "report.md").read_text()
+    summary = json.loads((out / "config.json").read_text())["summary"]
+    assert summary["task_file"] == str(task_file.resolve())
+    assert summary["side_task_files"] == {}
     capsys.readouterr()
-    # the recorded task name is not in tasks/: one line saying to pass --task
-    assert cli.main(["explain", "--out", str(out), "--device", "cpu"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "micro_map" in err[0] and "--task" in err[0], err
     # another task than the run's is refused by its fingerprint
-    assert cli.main(["explain", "--out", str(out), "--task", str(side), "--device", "cpu"]) == 2
+    assert cli.main(["explain", str(out), "--task", str(side), "--device", "cpu"]) == 2
     assert "not the task" in capsys.readouterr().err
+    # the folder given twice, differently
+    assert cli.main(["explain", str(out), "--out", str(tmp_path), "--device", "cpu"]) == 2
+    assert "differ" in capsys.readouterr().err
     # --threads reaches torch before the model loads
     import torch
 
@@ -546,8 +554,7 @@ def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys, mo
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(("threads", n)))
     monkeypatch.setattr(workbench.loading, "load_model",
                         lambda *a, **k: (seen.append("load"), load(*a, **k))[1])
-    assert cli.main(["explain", "--out", str(out), "--task", str(main), "--device", "cpu",
-                     "--threads", "2"]) == 0
+    assert cli.main(["explain", str(out), "--device", "cpu", "--threads", "2"]) == 0
     assert seen == [("threads", 2), "load"]
     assert "explained L0H1,L0H3,L1H1 on the heldout split" in capsys.readouterr().out
     saved = json.loads((out / "explanation" / "config.json").read_text())
@@ -555,6 +562,19 @@ def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys, mo
     report = (out / "report.md").read_text()
     assert "## What the best set's heads do (heldout split" in report
     assert "| L0H3 | removed |" in report and "| comparison |" in report
+    # the recorded task file is gone: one line naming it
+    task_file.unlink()
+    assert cli.main(["explain", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(task_file.resolve()) in err[0] and "gone" in err[0], err
+    # a folder of an older version records no task file: the task name, not in tasks/
+    config = json.loads((out / "config.json").read_text())
+    del config["summary"]["task_file"]
+    (out / "config.json").write_text(json.dumps(config))
+    assert cli.main(["explain", "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "micro_map" in err[0] and "--task" in err[0], err
+    assert cli.main(["explain", "--out", str(out), "--task", str(main), "--device", "cpu"]) == 0
 
 
 def test_explain_command_rebuilds_the_demo(tmp_path, monkeypatch, capsys):

@@ -197,7 +197,8 @@ def test_raced_random_baseline_percentile_equals_the_exhaustive_one(micro):
             assert_close(raced[col][i], percentile_of(raced[f"d_{m}"][i], gains))
             assert_close(raced[col][i], exact[col][i])
         gains = (r[FIRST] - clean[FIRST][None]).mean(-1).numpy()
-        assert_close(raced["random_share_ge"][i], share_at_least(raced[f"d_{FIRST}"][i], gains))
+        assert_close(raced["random_pct_ge"][i],
+                     100 * share_at_least(raced[f"d_{FIRST}"][i], gains))
     assert (raced["random_forward_eq"] < exact["random_forward_eq"]).all()
     assert (raced["n_random_complete"] < raced["n_random"]).any()
     assert (exact["n_random_complete"] == exact["n_random"]).all()

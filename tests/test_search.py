@@ -92,7 +92,7 @@ def test_every_evaluated_set_is_recorded_with_its_score(micro):
     assert len(combos[combos["strategy"] == "greedy"]) == n + (n - 1) + (n - 2)
     # a recorded score is the set's selection-split accuracy, computed independently
     for _, row in combos.sample(6, random_state=0).iterrows():
-        assert_close(row["score"], _accuracy(model, task, row["heads"].split(",")))
+        assert_close(row["ablated_accuracy"], _accuracy(model, task, row["heads"].split(",")))
         assert row["size"] == len(row["heads"].split(","))
 
 

@@ -206,7 +206,9 @@ def test_a_planted_gamed_set_is_flagged_and_never_called_best():
     assert ("**Best set:** L0H1,L1H2,L1H3: its held-out gain is significant (the top candidate "
             "on the selection split, L0H1,L1H2, games the objective)") in report
     table = report.split("## Best head sets")[1].split("**Headline")[0]
-    assert "| 2 | L0H1,L1H2 | 3 | 18 | 15 | 21 | 0.001 | 0.003 | True | True | False |" in table
+    # the held-out gain with its n (heldout_n)
+    assert ("| 2 | L0H1,L1H2 | 3 | 18 | 15 | 21 | 300 | 0.001 | 0.003 | True | True | False |"
+            in table)
     lines = console_lines(result)
     assert lines[0].startswith("gamed: size 2 (L0H1,L1H2) raises logit_diff by lowering both")
     assert best_line(result).startswith("best set: L0H1,L1H2,L1H3 ")

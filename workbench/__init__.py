@@ -32,6 +32,7 @@ _EXPORTS = {
     "run_cel": "workbench.pipeline",
     "screen_heads": "workbench.screening",
     "summarize": "workbench.metrics",
+    "tidy": "workbench.export",
 }
 
 __all__ = [
@@ -54,12 +55,14 @@ __all__ = [
     "run_cel",
     "screen_heads",
     "summarize",
+    "tidy",
 ]
 
 if TYPE_CHECKING:  # static checkers and IDEs see the real imports
     from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
     from workbench.encoding import encode_task
     from workbench.explain import HeadExplanation, explain_heads
+    from workbench.export import tidy
     from workbench.heads import HeadSet
     from workbench.loading import load_model
     from workbench.metrics import evaluate, one_forward, summarize

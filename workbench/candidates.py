@@ -8,7 +8,9 @@ ranked (stage 1's candidates, stage 2's pool, stage 3's sets).
 - `search_pool`: the heads whose single removal does not clearly hurt, which the interaction
   search knocks out at random;
 - `best_sets`: the best set of each size, and the overall best (the smallest size with the
-  largest gain: the tie-break does not justify removing more heads).
+  largest gain: the tie-break does not justify removing more heads);
+- `set_record`: a set's row of the search's table, the one scored on the most examples (its
+  gains are what confirmation reports as the selection-split gain).
 """
 
 from __future__ import annotations
@@ -142,3 +144,16 @@ def best_sets(
     # but does not justify removing more heads. `max` keeps the smallest size on ties.
     overall = max(sorted(best), key=lambda s: best[s][0][0])
     return {s: heads for s, (_, heads) in sorted(best.items())}, overall
+
+
+def set_record(combos: pd.DataFrame, heads: str) -> pd.Series | None:
+    """The row of `combos` that scored the set `heads` (`"L1H0,L1H6"`) on the most examples
+    (the first such row); None when the search never scored it. A set raced out early and
+    scored again later has several rows: only the one with the most examples is the set's
+    full-split value (`best_sets` ranks by those rows too)."""
+    if combos.empty:
+        return None
+    rows = combos[combos["heads"].astype(str) == heads]
+    if rows.empty:
+        return None
+    return rows.loc[rows["n"].idxmax()] if "n" in rows else rows.iloc[0]

@@ -7,7 +7,7 @@
     torchrun --nproc-per-node 2 -m workbench sweep   # the same, on 2 processes
     workbench cel --model path/to/checkpoint --task my_task.jsonl --method attribution
     workbench cel --model smollm2-135m --task ioi --quick   # a quick look, minutes
-    workbench explain --out cel_ioi            # (re)explain the best set of a results folder
+    workbench explain cel_ioi                  # (re)explain the best set of a results folder
     workbench theory --quick
     workbench notebooks
 
@@ -351,7 +351,9 @@ def _add_explain_parser(subparsers) -> None:
         "DIR/explanation.png and a section to DIR/report.md. `workbench cel` does this at "
         "the end of every run.",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="a CEL results folder")
+    p.add_argument("folder", nargs="?", default=None, metavar="DIR",
+                   help="a CEL results folder (or give it as --out DIR)")
+    p.add_argument("--out", default=None, metavar="DIR", help="the same as DIR")
     p.add_argument(
         "--model",
         default=None,
@@ -363,8 +365,8 @@ def _add_explain_parser(subparsers) -> None:
         "--task",
         default=None,
         metavar="NAME|PATH",
-        help="the task file, when the recorded task name is not a task in tasks/ (its "
-        "fingerprint must match the recorded one)",
+        help="the task, when the task file recorded in the folder's config.json is gone or "
+        "the folder records none (its fingerprint must match the recorded one)",
     )
     p.add_argument(
         "--split",

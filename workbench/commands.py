@@ -239,9 +239,9 @@ def best_line(result) -> str:
     """The CLI's line on the best set: only a significant set is called best."""
     obj = result.config.objective
     baseline = (
-        f"positive d_{obj} = removing the heads helps; percentile and random_share_ge against "
-        f"up to {result.config.n_random} random sets of the same size, or all of them where "
-        "there are fewer"
+        f"positive d_{obj} = removing the heads helps; percentile and random_pct_ge (0-100) "
+        f"against up to {result.config.n_random} random sets of the same size, or all of them "
+        "where there are fewer"
     )
     if result.best:
         return f"best set: {','.join(result.best)}  ({baseline})"
@@ -298,14 +298,15 @@ def explain_command(args) -> int:
     """Run `workbench explain`; returns the exit status."""
     from workbench.names import check_model_name, check_task_name
 
-    out = Path(args.out)
+    out = explain_folder_arg(args)
     if not (out / "config.json").is_file():  # the common mistake, answered before imports
         raise WorkbenchError(f"{str(out)!r} is not a CEL results folder (no config.json)")
     from workbench.store import read_run_file
 
-    cfg = read_run_file(out)["config"]
+    run_file = read_run_file(out)
+    cfg = run_file["config"]
     model_name = args.model or cfg["model"]
-    task_name = args.task or cfg["task"]
+    task_name = args.task or recorded_task(out, run_file, demo=model_name == "demo")
     demo_folder = None
     if model_name == "demo" and args.model is None:  # the demo's files are rebuilt
         from workbench.demo import write_demo
@@ -363,6 +364,29 @@ def explain_command(args) -> int:
         print(f"note: {ex.config['note']}")
     print(f"written: {out}/report.md, {out}/explanation.png, {out}/explanation/")
     return 0
+
+
+def explain_folder_arg(args) -> Path:
+    """The results folder of `workbench explain`: `DIR` or `--out DIR` (the same if both)."""
+    folder, out = getattr(args, "folder", None), getattr(args, "out", None)
+    if folder and out and Path(folder) != Path(out):
+        raise WorkbenchError(f"give the results folder once: {folder!r} and --out {out!r} differ")
+    if not (folder or out):
+        raise WorkbenchError("workbench explain needs a results folder: workbench explain DIR")
+    return Path(folder or out)
+
+
+def recorded_task(out: Path, run_file: dict, demo: bool = False) -> str:
+    """The task a results folder was made from: the task file its `config.json` records
+    (`summary.task_file`), else (older folders, tasks built in memory, the demo) the task
+    name. A recorded file that is gone is one clear error."""
+    path = run_file.get("summary", {}).get("task_file")
+    if not path or demo:
+        return run_file["config"]["task"]
+    if not Path(path).is_file():
+        raise WorkbenchError(f"{str(out)!r} was made from task file {path!r}, which is gone; "
+                             "restore it or pass --task with a copy of it")
+    return path
 
 
 def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:

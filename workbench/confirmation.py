@@ -9,13 +9,14 @@ size on the **held-out split**, which played no part in screening or search, and
 - a baseline of `n_random` distinct head sets of the same size drawn uniformly (seeded) from
   all heads, or all sets of that size where there are no more than `n_random` (then the
   baseline is exact), scored on the same held-out examples: their mean and 95th percentile
-  gain, the found set's percentile among them (ties count half) and `random_share_ge`, the
-  share of them that do at least as well (the found set itself counts where it is among
-  them). A set that merely removes "some heads" scores near the 50th percentile; a real
-  enhancement sits near 100. With `adaptive=True` the random sets are raced: only those whose
-  interval still overlaps the found set's gain see more held-out examples (the percentile is
-  the exhaustive one whenever the intervals separate; `n_random_complete` counts the sets
-  scored on every example, `random_forward_eq` the passes spent). The objective may be coarse
+  gain, the found set's `percentile` among them (ties count half) and `random_pct_ge`, the
+  percent of them that do at least as well (the found set itself counts where it is among
+  them); both are percents, 0-100. A set that merely removes "some heads" scores near the
+  50th percentile; a real enhancement sits near 100. With `adaptive=True` the random sets
+  are raced: only those whose interval still overlaps the found set's gain see more held-out
+  examples (the percentile is the exhaustive one whenever the intervals separate;
+  `n_random_complete` counts the sets scored on every example, `random_forward_eq` the
+  passes spent). The objective may be coarse
   (accuracy on few examples, with ties at a ceiling), so the percentile on the secondary metric
   is reported too;
 - side effects: the same sets' effects on each other task, on all of its examples.
@@ -26,7 +27,7 @@ Honest-null additions (issue 11), each optional so older callers keep their colu
   clearly hurt on the selection split (`workbench.search.search_pool`). Most random heads
   hurt, so against all heads a set that does nothing (gain exactly 0) sits near the 100th
   percentile; against the pool it sits near the 50th. Columns `pool_random_mean`,
-  `pool_percentile`, `pool_share_ge`, `n_pool_random`; the all-heads columns stay.
+  `pool_percentile`, `pool_pct_ge`, `n_pool_random`; the all-heads columns stay.
 - `groups`: per-example cluster labels of the held-out split (e.g. the template an example
   was made from). Intervals then resample clusters (`clustered_bootstrap`) and the p-value
   flips cluster totals, since examples of one cluster share their noise.
@@ -268,7 +269,8 @@ def confirm_sets(
             row["random_mean"] = float(np.nanmean(gains[objective]))
             row["random_q95"] = float(np.nanquantile(gains[objective], 0.95))
             row["percentile"] = percentile_of(row[f"d_{objective}"], gains[objective])
-            row["random_share_ge"] = share_at_least(row[f"d_{objective}"], gains[objective])
+            row["random_pct_ge"] = 100.0 * share_at_least(row[f"d_{objective}"],
+                                                          gains[objective])
             if secondary is not None:
                 row[f"percentile_{secondary}"] = percentile_of(
                     row[f"d_{secondary}"], gains[secondary]
@@ -300,7 +302,7 @@ def confirm_sets(
                     pool_eq = pr.forward_eq
                 row["pool_random_mean"] = float(np.nanmean(g))
                 row["pool_percentile"] = percentile_of(row[f"d_{objective}"], g)
-                row["pool_share_ge"] = share_at_least(row[f"d_{objective}"], g)
+                row["pool_pct_ge"] = 100.0 * share_at_least(row[f"d_{objective}"], g)
                 row["n_pool_random"] = len(pool_sets)
                 row["n_pool_random_shared"] = len(old)
                 row["n_pool_random_complete"] = int(complete.sum())

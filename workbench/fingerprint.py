@@ -52,5 +52,8 @@ def model_fingerprint(model: torch.nn.Module) -> str:
 
 def task_fingerprint(task) -> str:
     """A hash of everything in a `Task`: its header (metric, answer scope, candidates,
-    `prepend_bos`, extra keys) and every field of every example."""
-    return digest(dataclasses.asdict(task))
+    `prepend_bos`, extra keys) and every field of every example; not the path of the file it
+    was read from (`Task.file`), so a moved or copied task file keeps its fingerprint."""
+    fields = dataclasses.asdict(task)
+    fields.pop("file", None)
+    return digest(fields)

@@ -35,6 +35,7 @@ from workbench.candidates import (
     rank_order,
     search_pool,
     select_candidates,
+    set_record,
 )
 from workbench.compute import Compute
 from workbench.config import CELConfig
@@ -237,6 +238,10 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
             "splits": {"select": run.select.task.ids, "heldout": run.heldout.task.ids},
             "prepend_bos": run.select.prepend_bos,  # the BOS choice in effect (issue 20)
             "answer_tokens": run.select.task.answer_tokens,  # as fitted to this tokenizer
+            # where the tasks were read from (None: built in memory): `workbench explain`
+            # reloads the main task from there
+            "task_file": main.file,
+            "side_task_files": {name: t.file for name, t in other_tasks.items()},
         })
         result.summary.setdefault("n_examples", {})["select"] = len(run.select)
         result.summary.setdefault("clean", {})["select"] = _means(clean_select)
@@ -341,7 +346,9 @@ def confirm_stage(run: CELRun,
     trade-off table (`workbench.confirmation.tradeoff_table`)."""
     config, combos = run.config, result.combos
     sets, best_size = best_sets(combos, *run.order, config.max_size)
-    select_gains = {size: float(combos[combos["heads"] == names].iloc[0][f"d_{config.objective}"])
+    # each set's gain over the most selection examples it was scored on (a set raced out on
+    # a first slice and scored again later has a slice row too)
+    select_gains = {size: float(set_record(combos, names)[f"d_{config.objective}"])
                     for size, names in sets.items()}
     heldout = run.scorer(run.heldout, run.means)
     others = {}

@@ -3,9 +3,11 @@
 Figures are built with matplotlib's object API (`Figure`, no `pyplot`), so importing or
 calling this module changes no global state (no backend switch, no style) and works headless.
 
-- `heads_heatmap`: layer x head map of the single-head effect on the objective (the
-  selection split; red = removal helps), candidates outlined, the best set starred (the top
-  candidate crossed when no set is significant);
+- `heads_heatmap`: layer x head maps of the single-head effect (red = removal helps): the
+  objective on the selection split, and one panel per side task; a dot where the interval
+  excludes 0, hatching where racing measured the head on fewer examples than the split
+  holds, candidates outlined and the best set starred (the top candidate crossed when no
+  set is significant), all said in the legend;
 - `gain_vs_size`: the held-out gain of the best set of each size with its bootstrap interval,
   next to the selection-split gain and the mean / 95th percentile of random sets (the legend
   sits beside the axes, clear of the random band);
@@ -33,33 +35,107 @@ from workbench.tradeoff import GUARD_METRICS
 
 
 def heads_heatmap(result) -> Figure:
-    """Layer x head heatmap of `d_<objective>` from the screening table."""
-    obj = result.config.objective
-    fig = Figure(
-        figsize=(max(5.0, 1.5 + 0.45 * _n_heads(result)), max(3.0, 1.4 + 0.4 * _n_layers(result))),
-        layout="constrained",
-    )
-    ax = fig.add_subplot()
-    if result.heads.empty:
+    """Layer x head heatmaps of the single-head effects in the screening table.
+
+    One panel for the main task's objective on the selection split, then one per side task
+    whose effects the table holds (its objective, or accuracy where the objective needs a
+    wrong answer the side task lacks). In every panel a dot marks a head whose interval
+    excludes 0, and hatching a head measured on fewer examples than the split holds (racing
+    stopped it early; `workbench.export.single_heads` gives each `n`). On the main panel
+    the candidates are outlined and the best set starred (the top candidate crossed when no
+    set is significant). The legend below says so.
+    """
+    panels = heatmap_panels(result)
+    width = max(5.0, 1.5 + 0.45 * _n_heads(result))
+    fig = Figure(figsize=(width * max(1, len(panels)),
+                          max(3.0, 1.4 + 0.4 * _n_layers(result)) + 0.8),
+                 layout="constrained")
+    if not panels:
+        ax = fig.add_subplot()
         ax.set_axis_off()
         return fig
-    m = table_to_matrix(result.heads, f"d_{obj}")
-    lim = float(np.nanmax(np.abs(m))) if np.isfinite(m).any() else 1.0
-    im = ax.imshow(m, cmap="RdBu_r", vmin=-lim or -1, vmax=lim or 1, aspect="auto")
-    fig.colorbar(im, ax=ax, label=f"d_{obj} (ablated - clean)")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    handles = {}
+    for ax, panel in zip(axes, panels, strict=True):
+        handles.update(_heat_panel(fig, ax, result, panel))
     if "candidate" in result.heads:
         cand = result.heads[result.heads["candidate"].astype(bool)]
         for layer, head in zip(cand["layer"], cand["head"], strict=True):
-            ax.add_patch(_rect(head, layer))
-    _mark_best(ax, result)
+            axes[0].add_patch(_rect(head, layer))
+        if len(cand):
+            handles["outline"] = (_rect(0, 0), "outlined: candidate heads (the search starts "
+                                  "from them; main task only)")
+    best = _mark_best(axes[0], result)
+    if best is not None:
+        handles["best"] = best
+    fig.legend([h for h, _ in handles.values()], [t for _, t in handles.values()], fontsize=7,
+               loc="outside lower center", ncol=1 if len(panels) == 1 else 2, frameon=False)
+    return fig
+
+
+def heatmap_panels(result) -> list[dict]:
+    """The panels of `heads_heatmap`: for the main task and each side task with per-head
+    columns, the column names of its effect, interval and `n`, the examples its split
+    holds (`full_n`), and its title."""
+    heads, obj, s = result.heads, result.config.objective, result.summary
+    if heads.empty or f"d_{obj}" not in heads:
+        return []
+    counts = s.get("n_examples", {})
+    panels = [_panel(heads, obj, "", counts.get("select"),
+                     f"{result.config.task} (main task), selection split")]
+    for task in result.config.others:
+        metric = next((m for m in (obj, "accuracy") if f"d_{m}_{task}" in heads
+                       and heads[f"d_{m}_{task}"].notna().any()), None)
+        if metric is not None:
+            panels.append(_panel(heads, metric, f"_{task}", counts.get(task),
+                                 f"{task} (side task), its examples"))
+    return panels
+
+
+def _panel(heads, metric: str, suffix: str, full_n, title: str) -> dict:
+    n = f"d_{metric}_n{suffix}"
+    if full_n is None and n in heads:
+        full_n = float(heads[n].max())
+    return {"value": f"d_{metric}{suffix}", "lo": f"d_{metric}_lo{suffix}",
+            "hi": f"d_{metric}_hi{suffix}", "n": n, "full_n": full_n, "metric": metric,
+            "title": title}
+
+
+def _heat_panel(fig, ax, result, panel: dict) -> dict:
+    """Draw one heatmap panel; return the legend entries it needs."""
+    from matplotlib.lines import Line2D
+
+    heads = result.heads
+    m = table_to_matrix(heads, panel["value"])
+    lim = float(np.nanmax(np.abs(m))) if np.isfinite(m).any() else 1.0
+    im = ax.imshow(m, cmap="RdBu_r", vmin=-lim or -1, vmax=lim or 1, aspect="auto")
+    fig.colorbar(im, ax=ax, label=f"d_{panel['metric']} (ablated - clean)")
+    entries = {}
+    if panel["n"] in heads and panel["full_n"]:
+        short = heads[heads[panel["n"]].astype(float) < float(panel["full_n"])]
+        for layer, head in zip(short["layer"], short["head"], strict=True):
+            ax.add_patch(_hatch(head, layer))
+        if len(short):
+            entries["hatch"] = (_hatch(0, 0), "hatched: measured on fewer examples than the "
+                                "split holds (racing stopped it early; n in report.md)")
+    if panel["lo"] in heads and panel["hi"] in heads:
+        lo, hi = heads[panel["lo"]].astype(float), heads[panel["hi"]].astype(float)
+        sig = heads[(lo > 0) | (hi < 0)]
+        ci = int(round(100 * result.config.ci))
+        ax.plot(sig["head"] + 0.3, sig["layer"] - 0.3, linestyle="none", marker="o", ms=3.5,
+                color="black", label="_significant")
+        if len(sig):
+            entries["dot"] = (Line2D([], [], linestyle="none", marker="o", ms=3.5,
+                                     color="black"),
+                              f"dot: the {ci} % interval excludes 0")
     # Layers and heads are indices: the default locator puts ticks at -0.5, 0.5, ... when
     # there are few of them. min_n_ticks=1 keeps a single layer at tick 0, not 0.1 steps.
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(f"Removing one head: {result.config.task}, selection split", fontsize=9)
-    return fig
+    ax.set_title(f"Removing one head: {panel['title']}", fontsize=9)
+    return entries
 
 
 def gain_vs_size(result) -> Figure:
@@ -249,23 +325,31 @@ def _n_heads(result) -> int:
     return int(result.heads["head"].max()) + 1 if not result.heads.empty else 1
 
 
-def _mark_best(ax, result) -> None:
-    """Star the best set's heads (cross the top candidate's when no set is significant)."""
+def _mark_best(ax, result) -> tuple | None:
+    """Star the best set's heads (cross the top candidate's when no set is significant);
+    return its legend entry `(artist, text)`, or None when there is no set."""
     best = result.best
     heads, label, marker = (best, "best set", "*") if best else (
         result.top_candidate, "top candidate (not significant)", "X")
     if not heads:
-        return
+        return None
     from workbench.heads import parse_head
 
     layers_heads = [parse_head(h) for h in heads]
-    ax.scatter([h for _, h in layers_heads], [l for l, _ in layers_heads], marker=marker, s=140,
-               c="gold", edgecolors="black", linewidths=0.8, zorder=3,
-               label=f"{label}: {','.join(heads)}")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    points = ax.scatter([h for _, h in layers_heads], [l for l, _ in layers_heads],
+                        marker=marker, s=140, c="gold", edgecolors="black", linewidths=0.8,
+                        zorder=3)
+    return points, f"{label}: {','.join(heads)}"
 
 
 def _rect(head: int, layer: int):
     from matplotlib.patches import Rectangle
 
     return Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="black", lw=1.5)
+
+
+def _hatch(head: int, layer: int):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="0.45", lw=0.0,
+                     hatch="////")

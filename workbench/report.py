@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from workbench.export import TIDY_FILE, single_heads, tidy_table
 from workbench.store import write_text
-from workbench.tables import load_table
+from workbench.tables import load_table, save_table
 from workbench.tradeoff import (
     GUARD_METRICS,
     format_interval,
@@ -41,9 +42,12 @@ _SECTION_TABLES = ("roles", "comparison_roles", "dla_summary", "outcomes", "remo
 
 
 def write_report(result, folder: str | Path, plots: bool = True) -> None:
-    """Write a `CELResult`'s plots and `report.md` (atomically) into `folder`, with the
-    explanation section when `folder/explanation/` explains the result's best set."""
+    """Write a `CELResult`'s plots, its long table `tidy.csv` (`workbench.export`) and
+    `report.md` (each atomically) into `folder`, with the explanation section when
+    `folder/explanation/` explains the result's best set."""
     folder = Path(folder)
+    tables = {n: getattr(result, n) for n in ("heads", "combos", "confirmation", "side_effects")}
+    save_table(tidy_table(result.config.to_dict(), tables, folder.name), folder / TIDY_FILE)
     if plots:
         from workbench.plots import save_plots
 
@@ -102,19 +106,26 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
         clustered = s.get("clustered", {}).get("heldout")
         unit = "groups (the task's `group` labels)" if clustered else "examples"
         lines.append(
-            f"`d_{obj}` is the held-out gain with its {int(cfg.ci * 100)} % paired "
-            f"bootstrap interval over {unit}; `p_value` is the one-sided sign-flip p-value "
-            "of a gain > 0 and `p_holm` the same Holm-corrected across sizes. The sets "
-            "were chosen on the selection split only. `percentile` ranks the gain among "
-            f"{cfg.n_random} random head sets of the same size drawn from all heads "
-            "(all of them where there are fewer; ties count half): most random heads "
-            "hurt, so this baseline is easy to beat. `pool_percentile` draws them only "
-            "from the heads whose single removal does not clearly hurt: it asks whether "
-            "the search did better than removing harmless heads at random."
+            f"`d_{obj}` is the held-out gain over `heldout_n` examples with its "
+            f"{int(cfg.ci * 100)} % paired bootstrap interval over {unit}; `p_value` is the "
+            "one-sided sign-flip p-value of a gain > 0 and `p_holm` the same Holm-corrected "
+            f"across sizes. The sets were chosen on the selection split only: `select_d_{obj}` "
+            "is the set's gain there, over the `select_n` examples the search scored it on. "
+            f"`percentile` (0-100) ranks the gain among {cfg.n_random} random head sets of "
+            "the same size drawn from all heads (all of them where there are fewer; ties "
+            "count half): most random heads hurt, so this baseline is easy to beat. "
+            "`pool_percentile` draws them only from the heads whose single removal does not "
+            "clearly hurt: it asks whether the search did better than removing harmless "
+            "heads at random. `random_mean` and `pool_random_mean` average each random "
+            "set's gain over the held-out examples it was scored on (racing stops a set "
+            "once it is clearly below or above the found set: `n_random_complete` in "
+            "`confirmation.csv` counts those that saw all of them)."
         )
         others = main_metrics_table(result.confirmation, obj)
         if len(others.columns) > 2:
-            lines += ["", "Every other metric of the main task, held out (the same sets):", ""]
+            n_held = s.get("n_examples", {}).get("heldout")
+            lines += ["", "Every other metric of the main task, held out (the same sets"
+                      + (f" and {n_held} examples" if n_held else "") + "):", ""]
             lines += _markdown(others)
             lines += ["", f"Each change has its {int(cfg.ci * 100)} % paired bootstrap interval; "
                       "`p_holm` is the two-sided sign-flip p-value of any change, Holm-corrected "
@@ -134,23 +145,14 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
         lines += ["", "## The trade-off: gain here, change elsewhere", ""]
         lines += _markdown(tradeoff_summary(result.tradeoff))
         lines += ["", f"For each confirmed set, its held-out gain in `{obj}` with its interval "
-                  "and its change on each side task with its interval, next to the mean of "
+                  "and its change on each side task with its interval (over all held-out "
+                  "examples and all of the side task's: `gain_n`, `side_n` in `tradeoff.csv`), "
+                  "next to the mean of "
                   "the same numbers over a sample of each random baseline's sets of that size "
                   "(`n_random`, `n_pool`: how many; every one of them, with its intervals, is "
                   "in `tradeoff.csv`" + (" and the plot `tradeoff.png`)." if plots else ").")]
     if not result.heads.empty:
-        lines += ["", "## Single heads (selection split)", ""]
-        cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi"]
-        if cfg.secondary:
-            cols.append(f"d_{cfg.secondary}")
-        cols.append("candidate_rank")
-        top = (
-            result.heads[result.heads["candidate"].astype(bool)]
-            if "candidate" in result.heads
-            else result.heads
-        )
-        top = top.sort_values("candidate_rank") if "candidate_rank" in top else top
-        lines += _markdown(top[[c for c in cols if c in top]].head(10))
+        lines += ["", "## Single heads (selection split)", "", *_single_head_lines(result)]
     if s.get("attribution_rank_correlation"):
         rho = s["attribution_rank_correlation"]
         lines += [
@@ -178,6 +180,34 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
     if explanation:
         lines += ["", *explanation]
     return "\n".join(lines) + "\n"
+
+
+def _single_head_lines(result) -> list[str]:
+    """The report's table of the top candidates, each effect with its `n`
+    (`workbench.export.single_heads`), and what the `n`s mean."""
+    cfg, obj = result.config, result.config.objective
+    table = single_heads(result)
+    if "candidate" in table:
+        table = table[table["candidate"].astype(bool)]
+    if "candidate_rank" in table:
+        table = table.sort_values("candidate_rank")
+    table = table.head(10).rename(columns={f"d_{obj}_n": "n"})
+    searched = bool(table[f"search_d_{obj}"].notna().any())
+    cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "n",
+            *([f"d_{cfg.secondary}"] if cfg.secondary else []),
+            *([f"search_d_{obj}", "search_n"] if searched else []), "candidate_rank"]
+    lines = _markdown(table[[c for c in cols if c in table]])
+    n_select = result.summary.get("n_examples", {}).get("select")
+    of = f" of the {n_select}" if n_select else ""
+    also = f" and `d_{cfg.secondary}` are the effects" if cfg.secondary else " is the effect"
+    text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){also} of removing the head "
+            f"alone, over its `n`{of} selection examples: racing stops a head once its rank "
+            "is decided, so a clearly helpful or harmful head rests on a first slice.")
+    if searched:
+        text += (f" Where the search later scored the head alone on more examples, "
+                 f"`search_d_{obj}` is that gain over `search_n` examples (the value the "
+                 f"confirmation's `select_d_{obj}` shows for it).")
+    return [*lines, "", text]
 
 
 def tradeoff_summary(tradeoff: pd.DataFrame, metrics=GUARD_METRICS) -> pd.DataFrame:
@@ -296,6 +326,8 @@ def _best_sentence(result) -> str:
 
 
 def _fmt(v) -> str:
+    if v is pd.NA:  # a missing count of a nullable integer column
+        return ""
     if isinstance(v, float):
         return "" if math.isnan(v) else f"{v:.4g}"
     return str(v)

@@ -5,11 +5,14 @@
 - `heads`: the per-head screening table of the selection split (see `workbench.screening`),
   plus `candidate` (bool) and `candidate_rank` (0 = best, -1 = not a candidate), and, when an
   attribution screen was checked against exact screening, `exact_d_<metric>` columns;
-- `combos`: every head set the search evaluated: `strategy, size, heads, score` (the mean
-  objective on the selection split with the set removed) and `d_<metric>` (gains on the
-  selection split);
+- `combos`: every head set the search evaluated: `strategy, size, heads`,
+  `ablated_<objective>` (the objective's value with the set removed: the selection split's
+  clean mean plus the set's gain), `n` (the selection examples the set was scored on: racing
+  stops a set once decided, so some rest on a first slice) and `d_<metric>` (its gains over
+  those `n` examples);
 - `confirmation`: the best set of each size re-scored on the held-out split, with paired
-  bootstrap intervals and its percentile among random head sets of the same size;
+  bootstrap intervals, its `percentile` among random head sets of the same size and
+  `random_pct_ge`, the percent of them that do at least as well (both 0-100);
   `top_candidate` marks the set the search ranks first on the selection split, and `best` the
   set the run reports (`mark_best`): the top candidate when its held-out gain is significant
   (`p_holm < 1 - ci`) and not `gamed`, else the significant set not gamed with the largest
@@ -38,17 +41,10 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.config import CELConfig
-from workbench.errors import WorkbenchError
 from workbench.report import REPORT_FILE as REPORT_FILE  # re-exported: sweep.py reads it here
 from workbench.report import render_report, write_report
-from workbench.store import (
-    CONFIG_FILE,
-    TABLES,
-    ResultStore,
-    read_run_file,
-    read_table,
-    stage_inputs,
-)
+from workbench.store import CONFIG_FILE as CONFIG_FILE  # re-exported: sweep.py reads it here
+from workbench.store import TABLES, ResultStore, read_folder
 from workbench.tradeoff import gamed
 
 RESULT_VERSION = 2
@@ -108,18 +104,28 @@ class CELResult:
         }
 
     def summary_table(self) -> pd.DataFrame:
-        """The confirmation in brief: one row per set size."""
-        c = self.confirmation
+        """The confirmation in brief: one row per set size, each gain with its `n`:
+        `select_d_<objective>` over `select_n` selection examples (the search's row of the
+        set that holds that gain), `d_<objective>` over `heldout_n` held-out examples."""
+        c = self.confirmation.copy()
         if c.empty:
             return pd.DataFrame()
         obj = self.config.objective
+        if f"select_d_{obj}" in c and not self.combos.empty and "n" in self.combos:
+            c["select_n"] = pd.array([select_n(self.combos, h, g, obj) for h, g in
+                                      zip(c["heads"], c[f"select_d_{obj}"], strict=True)],
+                                     dtype="Int64")
+        if f"d_{obj}_n" in c:
+            c["heldout_n"] = c[f"d_{obj}_n"]
         cols = [
             "size",
             "heads",
             f"select_d_{obj}",
+            "select_n",
             f"d_{obj}",
             f"d_{obj}_lo",
             f"d_{obj}_hi",
+            "heldout_n",
             "p_value",
             "p_holm",
             "random_mean",
@@ -159,23 +165,9 @@ class CELResult:
     @classmethod
     def load(cls, folder: str | Path) -> "CELResult":
         """Read a folder written by `save` or by `run_cel` (possibly interrupted: stages not
-        reached are empty tables). Every recorded table must be there, unchanged."""
-        folder = Path(folder)
-        data = read_run_file(folder)
-        files = data.get("files", {})
-        tables = {}
-        for name in TABLES:
-            if name in files:
-                tables[name] = read_table(
-                    folder, name, files[name], stage_inputs(name, data["config"], files)
-                )
-            elif (folder / f"{name}.csv").exists():
-                raise WorkbenchError(
-                    f"{str(folder)!r}: {name}.csv is not recorded in {CONFIG_FILE} (written by "
-                    "another run or an older version)"
-                )
-            else:
-                tables[name] = pd.DataFrame()
+        reached are empty tables). Every recorded table must be there, unchanged; the columns
+        of older versions are read under their current names (`workbench.store.RENAMED`)."""
+        data, tables = read_folder(folder)
         return cls(
             config=CELConfig.from_dict(data["config"]),
             summary=data.get("summary", {}),
@@ -212,6 +204,18 @@ def mark_best(confirmation: pd.DataFrame, objective: str, alpha: float) -> pd.Da
         best = c.index == gains.astype(float).idxmax()  # first maximum: rows go by size
     c["best"] = pd.Series(best, index=c.index).astype(bool)
     return c
+
+
+def select_n(combos: pd.DataFrame, heads: str, gain: float, objective: str) -> int | None:
+    """The selection examples behind a confirmed set's selection-split gain `gain`: the `n`
+    of the search's row of `heads` whose `d_<objective>` is nearest to it (the most examples
+    on ties; None when the search has no row of the set). Folders written before
+    `workbench.candidates.set_record` took the set's first row, not its fullest."""
+    rows = combos[combos["heads"].astype(str) == str(heads)]
+    if rows.empty:
+        return None
+    gap = (rows[f"d_{objective}"].astype(float) - float(gain)).abs()
+    return int(rows.loc[gap == gap.min(), "n"].max())
 
 
 def flagged_heads(confirmation: pd.DataFrame, column: str) -> list[str]:

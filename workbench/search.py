@@ -21,8 +21,10 @@ function per entry of `STRATEGIES`:
   triples, at 144 to 1024 heads, within `2.5 n + 500` masks (half that when the sets
   searched have at most 2 heads).
 
-Every evaluated set is recorded (`strategy, size, heads, score, n, d_<metric>`; `n` the
-examples its score rests on), and strategies share one cache, so a set is scored once.
+Every evaluated set is recorded (`strategy, size, heads, ablated_<objective>, n,
+d_<metric>`: the objective's value with the set removed, estimated as the clean mean over the
+whole selection split plus the set's gain; `n` the examples its gains rest on), and
+strategies share one cache, so a set is scored once.
 
 With `adaptive=True` (the pipeline's default, `workbench.racing`) the sets a strategy compares
 are raced within each size: all on a first slice of the selection split, then only those whose
@@ -207,7 +209,7 @@ class SearchSpace:
                     "strategy": strategy,
                     "size": len(s),
                     "heads": _names(s),
-                    "score": entry["score"],
+                    f"ablated_{self.objective}": entry["score"],
                     "n": entry["n"],
                     **{f"d_{m}": v for m, v in entry.items() if m not in ("score", "n")},
                 }

@@ -15,6 +15,12 @@ changed, all before anything is written; and it holds an exclusive lock on the f
 the whole run, so two runs cannot write into one folder at once. With `overwrite=True` it
 empties an earlier CEL results folder only once it holds that lock, so `--overwrite` never
 deletes the files of a run that is still writing them.
+
+Folders written by older versions stay readable and resumable: their files keep the bytes
+(and hashes) they were written with, and `upgrade_table` renames an old column to its
+current name and scale when a table is read (`RENAMED`: `random_share_ge` and
+`pool_share_ge`, shares in [0, 1], became `random_pct_ge` and `pool_pct_ge`, percents like
+`percentile`; combos' `score` became `ablated_<objective>`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,13 @@ TABLES = ("heads", "combos", "confirmation", "side_effects", "tradeoff")
 # the stage files each table is computed from
 UPSTREAM = {"heads": (), "combos": ("heads",), "confirmation": ("combos",),
             "side_effects": ("combos",), "tradeoff": ("combos",)}
+# table -> (old column, new column, factor) of the columns older versions wrote; "{objective}"
+# is the run's objective
+RENAMED = {
+    "confirmation": (("random_share_ge", "random_pct_ge", 100.0),
+                     ("pool_share_ge", "pool_pct_ge", 100.0)),
+    "combos": (("score", "ablated_{objective}", 1.0),),
+}
 
 try:  # POSIX advisory locks; released by the OS when the process dies
     import fcntl
@@ -116,6 +129,43 @@ def read_table(folder: Path, name: str, record: dict, inputs: str | None = None)
             f"{where}: {path.name} has {len(df)} rows; {CONFIG_FILE} records {record.get('rows')}"
         )
     return df
+
+
+def upgrade_table(name: str, df: pd.DataFrame, config: dict) -> pd.DataFrame:
+    """`df` (stage table `name` of a run with `config`) with the columns of older versions
+    renamed and rescaled to the current ones (`RENAMED`), in place of the old; a table of
+    this version is returned unchanged."""
+    renames = [(old, new.format(objective=config.get("objective")), factor)
+               for old, new, factor in RENAMED.get(name, ()) if old in df]
+    if not renames:
+        return df
+    df = df.copy()
+    for old, _, factor in renames:
+        df[old] = df[old] * factor
+    return df.rename(columns={old: new for old, new, _ in renames})
+
+
+def read_folder(folder: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """`(run file, tables)` of a results folder: its parsed `config.json` and every stage
+    table it records, checked (`read_table`) and upgraded to the current columns
+    (`upgrade_table`); a stage not reached is an empty table. A CEL table on disk that
+    `config.json` does not record is refused."""
+    folder = Path(folder)
+    data = read_run_file(folder)
+    files = data.get("files", {})
+    tables = {}
+    for name in TABLES:
+        if name in files:
+            df = read_table(folder, name, files[name], stage_inputs(name, data["config"], files))
+            tables[name] = upgrade_table(name, df, data["config"])
+        elif (folder / f"{name}.csv").exists():
+            raise WorkbenchError(
+                f"{str(folder)!r}: {name}.csv is not recorded in {CONFIG_FILE} (written by "
+                "another run or an older version)"
+            )
+        else:
+            tables[name] = pd.DataFrame()
+    return data, tables
 
 
 class ResultStore:
@@ -257,8 +307,9 @@ class ResultStore:
         """The stage table `name` if an earlier run with `config` wrote it, else None."""
         if self.folder is None or name not in self.files:
             return None
-        return read_table(self.folder, name, self.files[name], stage_inputs(name, config,
-                                                                            self.files))
+        df = read_table(self.folder, name, self.files[name], stage_inputs(name, config,
+                                                                          self.files))
+        return upgrade_table(name, df, config)
 
     def save(self, run_file: dict, **tables: pd.DataFrame) -> None:
         """Write `tables` (in pipeline order), then `config.json`: `run_file` plus the

@@ -15,7 +15,8 @@ into one table (`sweep.csv`) and one figure (`sweep.png`):
 | `gamed`                        | objective up, accuracy or log-prob down (`tradeoff.gamed`)|
 | `select_gain`                  | its objective gain on the selection split                |
 | `gain`, `gain_lo`, `gain_hi`   | its held-out gain with the paired bootstrap interval     |
-| `percentile`, `random_share_ge`| its rank among random head sets of the same size          |
+| `percentile`, `random_pct_ge`  | its rank among random head sets of the same size, and the |
+|                                | percent of them that do at least as well (both 0-100)     |
 | `n_random`                     | how many random sets that is                             |
 | `side_worst`, `side_worst_task`| the most negative objective effect on another task       |
 | `side_mean`                    | the mean objective effect over the other tasks           |
@@ -84,7 +85,7 @@ COLUMNS = (
     "gain_lo",
     "gain_hi",
     "percentile",
-    "random_share_ge",
+    "random_pct_ge",
     "n_random",
     "side_worst",
     "side_worst_task",
@@ -234,7 +235,7 @@ def _cell_row(cell: SweepCell, result: CELResult | None, status: str, note: str)
         gain_lo=b.get(f"d_{obj}_lo", math.nan),
         gain_hi=b.get(f"d_{obj}_hi", math.nan),
         percentile=b.get("percentile", math.nan),
-        random_share_ge=b.get("random_share_ge", math.nan),
+        random_pct_ge=b.get("random_pct_ge", math.nan),
         n_random=b.get("n_random", math.nan),
     )
     row.update(side_summary(result.side_effects, int(b["size"]), obj, result.alpha))

@@ -83,6 +83,9 @@ class Task:
             BOS is forced on or off.
         per_tokenizer: a name in `PER_TOKENIZER`: how the task is fitted to a model's
             tokenizer when encoded (see `workbench.task_fit`), or None.
+        file: the absolute path of the JSONL file `load_task` read it from (None for a task
+            built in memory). Where a task was read from is not what it is: `file` is left
+            out of equality and of `workbench.fingerprint.task_fingerprint`.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Task:
     split_by: str = "example"
     answers_in_context: bool = True
     per_tokenizer: str | None = None
+    file: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.examples:
@@ -418,7 +422,9 @@ def load_task(
         examples.append((where, obj))
     if not examples:
         raise WorkbenchError(f"task file {str(path)!r} has a header but no examples")
-    return _task_from_lines(header, examples, path.stem, seed, heldout_fraction)
+    task = _task_from_lines(header, examples, path.stem, seed, heldout_fraction)
+    task.file = str(path.resolve())
+    return task
 
 
 # ---------------------------------------------------------------------------------------------

@@ -328,7 +328,8 @@ def confirm_cel(model: HookedTransformer, seed: int = 0) -> dict:
             "random_q95": float(row["random_q95"]),
             "percentile": float(row["percentile"]),
             "percentile_logprob": float(row["percentile_logprob"]),
-            "random_share_ge": float(row["random_share_ge"]),
+            # the shipped checkpoints record it as a share in [0, 1]
+            "random_share_ge": float(row["random_pct_ge"]) / 100,
             "n_random": int(row["n_random"]),
             "side_effects": {
                 str(r["task"]): {"d_accuracy": float(r["d_accuracy"]),
