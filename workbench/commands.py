@@ -1,8 +1,8 @@
 """The bodies of the `workbench` subcommands: check the inputs, load the model, run, print.
 
-`run_cel_command`, `run_sweep_command`, `explain_command` and `notebooks_command` each take
-the parsed arguments of `workbench.cli`'s parser and return the exit status; `run_options`
-collects a run's settings from them. Names and paths are checked before torch is imported
+`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command` and
+`notebooks_command` each take the parsed arguments of `workbench.cli`'s parser and return the
+exit status; `run_options` collects a run's settings from them. Names and paths are checked before torch is imported
 (`workbench.names`), so a typo answers in about a second; the heavy modules are imported
 inside the functions, once the inputs are known to be good.
 
@@ -362,6 +362,16 @@ def explain_command(args) -> int:
     if not ex.config.get("significant", True):
         print(f"note: {ex.config['note']}")
     print(f"written: {out}/report.md, {out}/explanation.png, {out}/explanation/")
+    return 0
+
+
+def view_command(args) -> int:
+    """Run `workbench view`; returns the exit status."""
+    from workbench.view import write_view
+
+    path = write_view(args.folder)
+    print(f"written: {path} (one file: open it in a browser, it loads nothing from the "
+          "network)")
     return 0
 
 

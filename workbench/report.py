@@ -36,6 +36,7 @@ from workbench.tradeoff import (
 REPORT_FILE = "report.md"
 EXPLANATION_DIR = "explanation"
 EXPLANATION_FIGURE = "explanation.png"
+ATTENTION_EXAMPLES_FIGURE = "attention_examples.png"
 # the tables of `explanation/` the report section reads back
 _SECTION_TABLES = ("roles", "comparison_roles", "dla_summary", "outcomes", "removal")
 
@@ -363,6 +364,12 @@ def explanation_section(folder: str | Path, result) -> list[str] | None:
     lines += ["", *_head_table(t)]
     lines += ["", *_removal_lines(t)]
     lines += ["", *_reading(t), "", f"![explanation]({EXPLANATION_FIGURE})"]
+    if (Path(folder) / ATTENTION_EXAMPLES_FIGURE).is_file():
+        lines += ["", "### Attention on single examples", "", "Each panel is one example (its "
+                  "outcome in brackets): the attention from the answer position of every removed "
+                  "head (top rows) and comparison head (below the white line) over the prompt's "
+                  "tokens; the numbers are in `explanation/attention_examples.csv`.", "",
+                  f"![attention on single examples]({ATTENTION_EXAMPLES_FIGURE})"]
     return lines
 
 
