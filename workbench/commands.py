@@ -231,7 +231,7 @@ def run_cel_command(args) -> int:
         ex = explain_folder(out, model, sampled, result)
         if ex is not None:
             print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
-    print(f"results: {out}/ (report.md, config.json, CSV tables, plots)")
+    print(f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)")
     return 0
 
 
