@@ -239,8 +239,9 @@ def _table(df: pd.DataFrame, table_id: str, shown: list[str] | None,
             classes = ("" if c in main else "extra ") + ("" if text != v or v == "" or
                                                           _is_number(v) else "txt")
             extra = f" class='{classes.strip()}'" if classes.strip() else ""
-            cells.append(f"<td data-col='{_esc(c)}' data-value='{_esc(v)}' title='{_esc(v)}'"
-                         f"{extra}>{_esc(text)}</td>")
+            tip = f" title='{_esc(v)}'" if c in main else ""  # hidden cells: no tooltip
+            cells.append(f"<td data-col='{_esc(c)}' data-value='{_esc(v)}'{tip}{extra}>"
+                         f"{_esc(text)}</td>")
         best = " class='best'" if rec.get("best") == "True" else ""
         rows.append(f"<tr data-row='{i}'{best}>{''.join(cells)}</tr>")
     sort_attr = (f" data-sort='{_esc(sort[0])}' data-desc='{int(sort[1])}'"
