@@ -25,6 +25,7 @@ from workbench.explain import (
     OUTCOMES,
     ablation_outcomes,
     attention_by_role,
+    attention_examples,
     comparison_heads,
     direct_logit_attribution,
     dla_components,
@@ -32,6 +33,7 @@ from workbench.explain import (
     ov_circuit,
     plot_answer_attention,
     plot_attention,
+    plot_attention_examples,
     plot_dla,
     plot_removal_vs_dla,
     plot_role_bars,
@@ -337,6 +339,7 @@ def test_plots_render(micro_model, micro_task, micro_explained):
         plot_role_bars(micro_explained.roles_by_outcome),
         plot_dla(micro_explained.dla_summary),
         plot_removal_vs_dla(micro_explained.removal),
+        plot_attention_examples(micro_explained.attention_examples),
     ]
     for fig in figs:
         assert fig.axes
@@ -421,6 +424,11 @@ def test_report_explains_the_best_set_with_the_tables_numbers(demo_run):
     fixed = int((ex.outcomes["outcome"] == "fixed").sum())
     assert f"fixes {fixed} examples" in section
     assert "![explanation](explanation.png)" in section and (folder / "explanation.png").is_file()
+    assert "### Attention on single examples" in section
+    assert "![attention on single examples](attention_examples.png)" in section
+    assert (folder / "attention_examples.png").is_file()
+    saved = pd.read_csv(folder / "explanation" / "attention_examples.csv")
+    assert_close(saved["attention"], ex.attention_examples["attention"], atol=1e-9)
     # rewriting the report keeps the section: it is read back from explanation/
     result.write_report(folder, plots=False)
     assert section in (folder / "report.md").read_text()
@@ -455,3 +463,79 @@ def test_answer_roles_sum_attention_on_the_answer_tokens_in_the_prompt(gpt2_like
         assert_close(got.get("attn_wrong", 0.0), at_wrong, atol=1e-6)
         assert_close(got["attn_self"], float(row[n - 1]), atol=1e-6)
     assert (table["attn_answer"] > 0).all()
+
+
+# --- attention on single examples --------------------------------------------------------------
+
+
+def test_pick_examples_takes_each_outcome_in_turn():
+    from workbench.explain.examples import pick_examples
+
+    ids = ["a", "b", "c", "d", "e", "f"]
+    outcomes = pd.DataFrame({"id": ids, "outcome": ["unchanged", "fixed", "fixed", "unchanged",
+                                                    "broken", "fixed"]})
+    assert pick_examples(ids, outcomes, 3) == [1, 4, 0]  # fixed, broken, unchanged
+    assert pick_examples(ids, outcomes, 5) == [1, 4, 0, 2, 3]
+    assert pick_examples(ids, outcomes, 10) == [1, 4, 0, 2, 3, 5]
+    assert pick_examples(ids, None, 2) == [0, 1]
+
+
+@pytest.fixture(scope="module")
+def embedded_model():
+    from workbench.checkpoint import is_checkpoint
+    from workbench.loading import load_model
+    from workbench.zoo import EMBEDDED_PATH
+
+    if not is_checkpoint(EMBEDDED_PATH):
+        pytest.skip(f"the embedded model is not shipped ({EMBEDDED_PATH} has no checkpoint)")
+    return load_model("embedded", device="cpu")
+
+
+def test_attention_examples_plot_the_models_own_patterns(embedded_model):
+    """Each panel of `plot_attention_examples` holds, row by row, the head's attention pattern
+    from the answer position exactly as `run_with_cache` gives it on the prompt alone (the
+    naive reference: one unpadded forward per example, `blocks.{l}.attn.hook_pattern`), its
+    x labels are the model's own tokenization of the prompt, and every row sums to 1."""
+    model = embedded_model
+    task = load_task("embedded_map")
+    heads, comparison = ["L1H0", "L1H4"], ["L0H3", "L1H2"]  # in HeadSet's (sorted) order
+    outcomes = ablation_outcomes(model, task, heads, split="heldout")
+    table = attention_examples(model, task, heads, comparison=comparison, n_examples=3,
+                               outcomes=outcomes)
+    fig = plot_attention_examples(table)
+    ids = list(dict.fromkeys(table["id"]))
+    assert len(ids) == 3
+    # one example of each outcome there is, fixed first
+    got = outcomes.set_index("id").loc[ids, "outcome"].tolist()
+    present = [o for o in OUTCOMES if o in set(outcomes["outcome"])]
+    assert got[: len(present)] == present[:3]
+    sums = table.groupby(["id", "head_name"])["attention"].sum()
+    assert_close(sums.to_numpy(), np.ones(len(sums)), atol=1e-5)
+    prompts = {e.id: e.prompt for e in task.examples}
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == len(ids)
+    for ax, ex_id in zip(panels, ids, strict=True):
+        tokens = model.to_tokens(prompts[ex_id])  # (1, T): the tokenizer's ids, BOS as it adds
+        assert [t.get_text() for t in ax.get_xticklabels()] == model.to_str_tokens(
+            prompts[ex_id])
+        assert [t.get_text() for t in ax.get_yticklabels()] == heads + comparison
+        with torch.no_grad():
+            _, cache = model.run_with_cache(tokens)
+        naive = np.stack([
+            cache[f"blocks.{l}.attn.hook_pattern"][0, h, -1].numpy()
+            for l, h in [(1, 0), (1, 4), (0, 3), (1, 2)]
+        ])  # (heads, T): the last query position's row
+        plotted = np.asarray(ax.images[0].get_array())
+        assert plotted.shape == naive.shape
+        assert_close(plotted, naive, atol=1e-6)
+        assert_close(plotted.sum(axis=1), np.ones(len(naive)), atol=1e-5)
+
+
+def test_explain_heads_keeps_attention_examples(micro_model, micro_task):
+    """`explain_heads`'s table is the standalone function's on the same examples and heads."""
+    ex = explain_heads(micro_model, micro_task, ["L0H0"], split=None)
+    alone = attention_examples(micro_model, micro_task, ["L0H0"], comparison=ex.comparison,
+                               split=None, outcomes=ex.outcomes)
+    pd.testing.assert_frame_equal(ex.attention_examples, alone)
+    assert list(ex.attention_examples.columns[:4]) == ["id", "layer", "head", "head_name"]
+    assert set(ex.attention_examples["head_group"]) == {"removed", "comparison"}

@@ -76,8 +76,11 @@ def test_every_long_value_is_its_wide_cell(folder):
     assert tuple(t.columns) == TIDY_COLUMNS and (t["run"] == folder.name).all()
     assert Counter(_as_tuples(t)) == _naive_long(result)
     assert t["n"].gt(0).all() and t["value"].notna().all()
-    saved = pd.read_csv(folder / "tidy.csv")
-    pd.testing.assert_frame_equal(saved, pd.read_csv(io.StringIO(t.to_csv(index=False))))
+    saved = pd.read_csv(folder / "tidy.csv")  # names its run by model and task, not folder
+    cfg = result.config
+    assert (saved["run"] == f"{cfg.model}:{cfg.task}").all()
+    pd.testing.assert_frame_equal(saved.drop(columns="run"),
+                                  pd.read_csv(io.StringIO(t.to_csv(index=False))).drop(columns="run"))
 
 
 def test_tidy_combines_runs_for_pandas(tmp_path):

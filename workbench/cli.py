@@ -1,5 +1,5 @@
 """The `workbench` command line: the parser and `main`. `cel` (the main job), `sweep`,
-`explain`, `theory`, `notebooks`.
+`explain`, `view`, `theory`, `notebooks`.
 
     workbench                                  # = workbench cel with its defaults
     workbench cel --model gpt2 --task ioi --others induction --ablation mean --out cel_ioi
@@ -8,6 +8,7 @@
     workbench cel --model path/to/checkpoint --task my_task.jsonl --method attribution
     workbench cel --model smollm2-135m --task ioi --quick   # a quick look, minutes
     workbench explain cel_ioi                  # (re)explain the best set of a results folder
+    workbench view cel_ioi                     # (re)build cel_ioi/view.html, opens offline
     workbench theory --quick
     workbench notebooks
 
@@ -41,6 +42,7 @@ from workbench.commands import (
     notebooks_command,
     run_cel_command,
     run_sweep_command,
+    view_command,
 )
 from workbench.config import CEL_METHODS, DEFAULT_THREADS, QUICK, CELConfig
 from workbench.errors import WorkbenchError
@@ -378,6 +380,21 @@ def _add_explain_parser(subparsers) -> None:
     p.set_defaults(func=explain_command)
 
 
+def _add_view_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "view",
+        help="(re)build a results folder's view.html: its tables and plots in one page that "
+        "opens offline",
+        description="Build DIR/view.html from a CEL results folder's files (no model needed): "
+        "the per-head table (sortable, filterable), the found sets with their held-out "
+        "confirmation and intervals, side effects, the explanation's tables and the plots, "
+        "in one self-contained file that loads nothing from the network. `workbench cel` "
+        "writes it at the end of every run.",
+    )
+    p.add_argument("folder", metavar="DIR", help="a CEL results folder")
+    p.set_defaults(func=view_command)
+
+
 def _add_notebooks_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "notebooks",
@@ -401,7 +418,7 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
         "With no subcommand, runs `workbench cel` with its defaults.",
     )
     subparsers = parser.add_subparsers(
-        dest="command", metavar="{cel,sweep,explain,theory,notebooks}"
+        dest="command", metavar="{cel,sweep,explain,view,theory,notebooks}"
     )
     runs = (_add_cel_parser(subparsers), _add_sweep_parser(subparsers))
     if quick:
@@ -410,6 +427,7 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
         for p in runs:
             p.set_defaults(**preset)
     _add_explain_parser(subparsers)
+    _add_view_parser(subparsers)
     if command == "theory":
         try:
             from workbench.theory.cli import add_parser as add_theory_parser

@@ -1,8 +1,8 @@
 """The bodies of the `workbench` subcommands: check the inputs, load the model, run, print.
 
-`run_cel_command`, `run_sweep_command`, `explain_command` and `notebooks_command` each take
-the parsed arguments of `workbench.cli`'s parser and return the exit status; `run_options`
-collects a run's settings from them. Names and paths are checked before torch is imported
+`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command` and
+`notebooks_command` each take the parsed arguments of `workbench.cli`'s parser and return the
+exit status; `run_options` collects a run's settings from them. Names and paths are checked before torch is imported
 (`workbench.names`), so a typo answers in about a second; the heavy modules are imported
 inside the functions, once the inputs are known to be good.
 
@@ -231,7 +231,7 @@ def run_cel_command(args) -> int:
         ex = explain_folder(out, model, sampled, result)
         if ex is not None:
             print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
-    print(f"results: {out}/ (report.md, config.json, CSV tables, plots)")
+    print(f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)")
     return 0
 
 
@@ -387,6 +387,16 @@ def recorded_task(out: Path, run_file: dict, demo: bool = False) -> str:
         raise WorkbenchError(f"{str(out)!r} was made from task file {path!r}, which is gone; "
                              "restore it or pass --task with a copy of it")
     return path
+
+
+def view_command(args) -> int:
+    """Run `workbench view`; returns the exit status."""
+    from workbench.view import write_view
+
+    path = write_view(args.folder)
+    print(f"written: {path} (one file: open it in a browser, it loads nothing from the "
+          "network)")
+    return 0
 
 
 def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:

@@ -7,7 +7,7 @@ writes each folder's as `tidy.csv` (`TIDY_FILE`). Its columns:
 
 | column   | meaning                                                                         |
 |----------|---------------------------------------------------------------------------------|
-| `run`    | the run's name (its folder's name, or the key it was given under)               |
+| `run`    | the run's name: its folder's name, or the key it was given under (`model:task` in the folder's own `tidy.csv`, which must not change when the folder moves) |
 | `table`  | the wide table the row comes from: `heads`, `combos`, `confirmation`, `side_effects` |
 | `split`  | `select`, `heldout`, or `all` (a side task's examples)                           |
 | `task`   | the task the effect is measured on (the main task or a side task)               |

@@ -58,6 +58,7 @@ from workbench.stats import Stats, helpful_agreement, rank_correlation
 from workbench.store import ResultStore
 from workbench.tables import head_name
 from workbench.tasks import Task
+from workbench.view import write_view
 
 
 @dataclass
@@ -272,6 +273,7 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
         result.tradeoff = tradeoff
         if store.folder is not None:
             result.write_report(store.folder, plots)
+            write_view(store.folder)  # view.html: the tables and plots, offline
     return result
 
 

@@ -37,6 +37,7 @@ from workbench.tradeoff import (
 REPORT_FILE = "report.md"
 EXPLANATION_DIR = "explanation"
 EXPLANATION_FIGURE = "explanation.png"
+ATTENTION_EXAMPLES_FIGURE = "attention_examples.png"
 # the tables of `explanation/` the report section reads back
 _SECTION_TABLES = ("roles", "comparison_roles", "dla_summary", "outcomes", "removal")
 
@@ -47,7 +48,10 @@ def write_report(result, folder: str | Path, plots: bool = True) -> None:
     `folder/explanation/` explains the result's best set."""
     folder = Path(folder)
     tables = {n: getattr(result, n) for n in ("heads", "combos", "confirmation", "side_effects")}
-    save_table(tidy_table(result.config.to_dict(), tables, folder.name), folder / TIDY_FILE)
+    # `run` names the run by what it is, not where it lies: a copied or resumed folder's file is
+    # the same (`workbench.tidy` names folders by their names when it stacks them)
+    run = f"{result.config.model}:{result.config.task}"
+    save_table(tidy_table(result.config.to_dict(), tables, run), folder / TIDY_FILE)
     if plots:
         from workbench.plots import save_plots
 
@@ -395,6 +399,12 @@ def explanation_section(folder: str | Path, result) -> list[str] | None:
     lines += ["", *_head_table(t)]
     lines += ["", *_removal_lines(t)]
     lines += ["", *_reading(t), "", f"![explanation]({EXPLANATION_FIGURE})"]
+    if (Path(folder) / ATTENTION_EXAMPLES_FIGURE).is_file():
+        lines += ["", "### Attention on single examples", "", "Each panel is one example (its "
+                  "outcome in brackets): the attention from the answer position of every removed "
+                  "head (top rows) and comparison head (below the white line) over the prompt's "
+                  "tokens; the numbers are in `explanation/attention_examples.csv`.", "",
+                  f"![attention on single examples]({ATTENTION_EXAMPLES_FIGURE})"]
     return lines
 
 

@@ -8,7 +8,9 @@ prompt), one module per angle:
   (`hook_pattern`) from the answer position, summed over the positions of each token role.
   Roles come from the task when it labels them (e.g. `marker`, `context`, `query`, with `bos`
   at position 0), else from position (`bos`, `previous`, `self`, `other`). Attention to a role
-  is a fraction of the head's attention, so the roles of one example sum to 1;
+  is a fraction of the head's attention, so the roles of one example sum to 1; and, on a few
+  single examples, the raw attention row token by token (`examples`: `attention_examples`),
+  removed heads beside comparison heads;
 - **what it writes** (`attribution`: `direct_logit_attribution`): the head's output
   `z_h @ W_O[h]` read through the final layer norm onto the correct answer, the wrong answer
   and their difference. The residual stream at the answer position is a sum of components,
@@ -54,10 +56,12 @@ from workbench.explain.attribution import (
 )
 from workbench.explain.capture import EXAMPLE_INDEX
 from workbench.explain.circuits import ov_circuit, qk_circuit
+from workbench.explain.examples import attention_examples
 from workbench.explain.explanation import HeadExplanation, explain_heads
 from workbench.explain.figures import (
     plot_answer_attention,
     plot_attention,
+    plot_attention_examples,
     plot_dla,
     plot_removal_vs_dla,
     plot_role_bars,
@@ -72,6 +76,7 @@ __all__ = [
     "RoleScheme",
     "ablation_outcomes",
     "attention_by_role",
+    "attention_examples",
     "comparison_heads",
     "direct_logit_attribution",
     "dla_components",
@@ -79,6 +84,7 @@ __all__ = [
     "ov_circuit",
     "plot_answer_attention",
     "plot_attention",
+    "plot_attention_examples",
     "plot_dla",
     "plot_removal_vs_dla",
     "plot_role_bars",

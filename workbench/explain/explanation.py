@@ -2,11 +2,12 @@
 
 `explain_heads` explains a head set (e.g. the best set of a CEL search) on one split of a
 task by running each angle of `workbench.explain` on one shared clean forward pass
-(`workbench.explain.capture`): where the heads look (`attention`), what they write to the
-logits (`attribution`), what they move (`circuits`) and whether removing them helped through
-their own output (`removal`). Only the outcomes need an extra ablated pass, and the removal
-table one pass per head. The `HeadExplanation` it returns holds every table and the
-arguments that made them, and saves them as CSV files plus a `config.json`.
+(`workbench.explain.capture`): where the heads look (`attention`; on a few single examples,
+token by token, `examples`), what they write to the logits (`attribution`), what they move
+(`circuits`) and whether removing them helped through their own output (`removal`). Only the
+outcomes need an extra ablated pass, and the removal table one pass per head. The
+`HeadExplanation` it returns holds every table and the arguments that made them, and saves
+them as CSV files plus a `config.json`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from workbench.explain.attribution import (
 )
 from workbench.explain.capture import as_batch, capture
 from workbench.explain.circuits import ov_table, qk_table
+from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
 from workbench.explain.removal import ablation_outcomes, default_means, removal_table
 from workbench.heads import HeadSet, HeadSpec
 from workbench.results import CELResult
@@ -62,6 +64,9 @@ class HeadExplanation:
         ov: per (head, source token), the OV circuit's promoted/suppressed tokens.
         qk: per (head, rank), the QK circuit's preferred source tokens.
         removal: per (example, head), ablation effect next to direct effect.
+        attention_examples: per (example, head, position), the attention from the answer
+            position on a few single examples (`attention_examples`), removed and comparison
+            heads.
         config: the arguments that made the tables.
     """
 
@@ -77,6 +82,7 @@ class HeadExplanation:
     ov: pd.DataFrame
     qk: pd.DataFrame
     removal: pd.DataFrame
+    attention_examples: pd.DataFrame
     config: dict
 
     TABLES = (
@@ -90,6 +96,7 @@ class HeadExplanation:
         "ov",
         "qk",
         "removal",
+        "attention_examples",
     )
 
     def save(self, folder: str | Path) -> Path:
@@ -172,6 +179,9 @@ def explain_heads(
         qk=qk_table(model, batch, head_set, role_lists, top_k),
         removal=removal_table(
             model, cap, att, head_set, kind, means, per_position, outcomes, batch_size
+        ),
+        attention_examples=examples_table(
+            cap, head_set, comp, outcomes, pick_examples(batch.task.ids, outcomes, N_EXAMPLES)
         ),
         config={
             "model": getattr(model.cfg, "model_name", None),

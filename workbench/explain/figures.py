@@ -207,3 +207,50 @@ def plot_removal_vs_dla(removal: pd.DataFrame):
             ax.legend(fontsize=7)
     axes[0][0].set_ylabel("change in logit diff when ablated")
     return fig
+
+
+def plot_attention_examples(table: pd.DataFrame):
+    """Attention from the answer position on single examples, removed heads above comparison
+    heads, tokens as labels and values in the cells.
+
+    Args:
+        table: `attention_examples` output (`HeadExplanation.attention_examples`).
+
+    Returns:
+        A matplotlib `Figure`, one panel per example: rows are heads (removed, then below the
+        white line the comparison heads, with grey labels), columns the prompt's positions;
+        each panel's image holds exactly the table's `attention` values.
+    """
+    if table.empty:
+        raise WorkbenchError("the attention-examples table is empty: no example to draw")
+    ids = list(dict.fromkeys(table["id"]))
+    width = int(table.groupby("id")["pos"].max().max()) + 1
+    n_heads = int(table.groupby("id")["head_name"].nunique().max())
+    fig, axes = _figure(len(ids), 1, 0.62 * width + 2.2, 0.34 * n_heads + 1.3)
+    for ax, ex_id in zip(axes[:, 0], ids, strict=True):
+        df = table[table["id"] == ex_id]
+        names = list(dict.fromkeys(df["head_name"]))
+        grid = df.pivot(index="head_name", columns="pos", values="attention").loc[names]
+        values = grid.to_numpy()  # (heads, positions)
+        im = ax.imshow(values, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+        tokens = df.drop_duplicates("pos").sort_values("pos")["token"].tolist()
+        ax.set_xticks(range(len(tokens)), tokens, rotation=60, ha="right", fontsize=8)
+        ax.set_yticks(range(len(names)), names, fontsize=8)
+        groups = df.drop_duplicates("head_name").set_index("head_name")["head_group"]
+        for label, name in zip(ax.get_yticklabels(), names, strict=True):
+            label.set_color("black" if groups[name] == "removed" else "dimgray")
+        n_removed = int((groups == "removed").sum())
+        if 0 < n_removed < len(names):
+            ax.axhline(n_removed - 0.5, color="white", lw=3)
+        for (r, c), v in np.ndenumerate(values):
+            if v >= 0.05:
+                ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if v > 0.6 else "black")
+        outcome = f" ({df['outcome'].iloc[0]})" if "outcome" in df else ""
+        ax.set_title(f"example {ex_id}{outcome}: attention from the answer position "
+                     f"({tokens[-1]!r})", fontsize=9)
+    axes[-1, 0].set_xlabel("key (attended) token")
+    fig.colorbar(im, ax=axes[:, 0].tolist(), shrink=0.8, label="attention")
+    fig.suptitle("removed heads (black labels) above the white line, comparison heads (grey) "
+                 "below", fontsize=9)
+    return fig

@@ -9,14 +9,16 @@ what those heads were doing, from three angles of `explain_heads` on the held-ou
   removed heads next to comparison heads; a removed head that helps by being removed should
   often push the wrong answer here;
 - **removal**: which examples removing the whole set fixes or breaks, and how much of one
-  head's effect is its direct output (the rest goes through later layers).
+  head's effect is its direct output (the rest goes through later layers);
+- **single examples**: the attention row from the answer position of every removed and
+  comparison head on a fixed, a broken and an unchanged example (`attention_examples.png`).
 
 It explains a finished run's best set (or its top candidate, marked as not significant, when
 no set is) and writes `explanation/` (the tables and their `config.json`),
-`explanation.png` (`explanation_figure`) and the report with its new section; `workbench
-cel` calls it at the end of a run and `workbench explain --out DIR` on any results folder.
-The section itself is rendered from the saved tables by `workbench.report`, so rewriting
-`report.md` never needs the model.
+`explanation.png` (`explanation_figure`), `attention_examples.png` and the report with its
+new section; `workbench cel` calls it at the end of a run and `workbench explain --out DIR`
+on any results folder. The section itself is rendered from the saved tables by
+`workbench.report`, so rewriting `report.md` never needs the model.
 """
 
 from __future__ import annotations
@@ -29,16 +31,19 @@ import pandas as pd
 
 from workbench.explain.attention import role_columns
 from workbench.explain.explanation import HeadExplanation, explain_heads
-from workbench.report import EXPLANATION_DIR, EXPLANATION_FIGURE
+from workbench.explain.figures import plot_attention_examples
+from workbench.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
 from workbench.results import CELResult
 from workbench.store import ResultStore, write_json
+from workbench.view import write_view
 
 
 def explain_folder(
     folder: str | Path, model, task, result: CELResult, split: str = "heldout"
 ) -> HeadExplanation | None:
     """Explain `result`'s best set (or its top candidate) and write it into `folder`:
-    `explanation/*.csv`, `explanation.png` and the section of `report.md`.
+    `explanation/*.csv`, `explanation.png`, `attention_examples.png`, the section of
+    `report.md`, and `view.html` again (`workbench.view`).
 
     Args:
         folder: the run's results folder (locked while writing).
@@ -65,7 +70,11 @@ def explain_folder(
 
         save_figure(explanation_figure(ex.roles, ex.comparison_roles, ex.dla_summary),
                     folder / EXPLANATION_FIGURE)
+        if not ex.attention_examples.empty:
+            save_figure(plot_attention_examples(ex.attention_examples),
+                        folder / ATTENTION_EXAMPLES_FIGURE)
         result.write_report(folder, plots=(folder / "heads_heatmap.png").is_file())
+        write_view(folder)
     return ex
 
 
