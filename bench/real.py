@@ -87,7 +87,9 @@ class Meter:
             masks, scorer.model.cfg.n_layers) * n_rows / self.n_select
         eq = self.blocks - blocks_before
         task = getattr(getattr(scorer.data, "task", None), "name", "?")
-        part = f"{desc.split(' (')[0]} [{task}]"
+        # a raced call's label ends with its look, "(20/154 examples)"; an unraced one (the
+        # interaction search's knockouts, side effects, the trade-off table) has none
+        part = f"{desc.split(' (')[0]} [{task}]" + ("" if " (" in desc else ", unraced")
         entry = self.parts.setdefault((self.stage, part), [0.0, 0.0, 0.0, 0])
         entry[0] += eq
         entry[1] += seconds[0]
