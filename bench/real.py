@@ -21,6 +21,15 @@ The pipeline before racing (`adaptive=False`: every candidate on every example) 
 
 Machine load is printed (`os.getloadavg`); the figures compare within one run.
 
+`--before-after OUT` instead runs the current defaults and the defaults before issue 32's
+speed cuts (`BEFORE`, config fields whose old values give the old computation) one after the
+other, each with its results folder, report and explanation, and prints per stage the wall
+and CPU seconds, forward-equivalents and the load before and after, then both confirmation
+tables. Every run also prints where its forwards went (`print_profile`).
+
+    .venv/bin/python bench/real.py --model smollm2-135m --task ioi --others induction \
+        --threads 1 --before-after /tmp/ioi
+
     .venv/bin/python bench/real.py --model /path/to/smollm2-hf --task induction \
         --others greater_than
     .venv/bin/python bench/real.py --model embedded --old run
@@ -54,17 +63,58 @@ STAGES = ("screen", "search", "confirm")
 
 
 class Meter:
-    """Counts forward-equivalents of every `MaskScorer.score` call, by stage."""
+    """Counts forward-equivalents of every `MaskScorer.score` call, by stage, and profiles
+    them by part: `(stage, what was scored)` -> forward-equivalents, wall and CPU seconds and
+    masks, the part named by the call's progress label (without its example count) and the
+    task scored."""
 
     def __init__(self, n_select: int) -> None:
         self.n_select = n_select
         self.stage = "setup"
         self.eq: dict[str, float] = {}
+        self.blocks = 0.0  # rows that entered a block, over all forwards (`count_blocks`)
+        self.work: dict[str, float] = {}  # stage -> forward-equivalents actually run
+        self.parts: dict[tuple[str, str], list[float]] = {}
+        self.loads: dict[str, tuple] = {}  # stage -> (1-min load before, after)
+        self.cpu: dict[str, float] = {}  # stage -> CPU seconds of the process
 
-    def add(self, scorer: MaskScorer, masks: torch.Tensor, rows) -> None:
+    def add(self, scorer: MaskScorer, masks: torch.Tensor, rows, desc: str = "masks",
+            seconds: tuple[float, float] = (0.0, 0.0), blocks_before: float = 0.0) -> None:
+        """Count a score call: `eq` by the restart formula (`layer_passes`), the part's
+        forward-equivalents by the blocks it ran (since `blocks_before`)."""
         n_rows = len(scorer.data) if rows is None else len(rows)
         self.eq[self.stage] = self.eq.get(self.stage, 0.0) + layer_passes(
             masks, scorer.model.cfg.n_layers) * n_rows / self.n_select
+        eq = self.blocks - blocks_before
+        task = getattr(getattr(scorer.data, "task", None), "name", "?")
+        # a raced call's label ends with its look, "(20/154 examples)"; an unraced one (the
+        # interaction search's knockouts, side effects, the trade-off table) has none
+        part = f"{desc.split(' (')[0]} [{task}]" + ("" if " (" in desc else ", unraced")
+        entry = self.parts.setdefault((self.stage, part), [0.0, 0.0, 0.0, 0])
+        entry[0] += eq
+        entry[1] += seconds[0]
+        entry[2] += seconds[1]
+        entry[3] += int(masks.shape[0])
+
+
+@contextlib.contextmanager
+def count_blocks(model, meter: Meter):
+    """Count every row that enters a block, in forward-equivalents (a pass of the selection
+    split's rows through all `L` blocks is one; any task's rows count against it): the work
+    really run, shared prefixes included."""
+    L = model.cfg.n_layers
+
+    def count(resid, hook):
+        meter.blocks += resid.shape[0] / (L * meter.n_select)
+
+    points = [model.blocks[l].hook_resid_pre for l in range(L)]
+    handles = [p.register_forward_hook(lambda mod, inputs, out: count(out, None))
+               for p in points]
+    try:
+        yield meter
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def layer_passes(masks: torch.Tensor, n_layers: int) -> float:
@@ -83,17 +133,24 @@ def metered(meter: Meter):
     score = MaskScorer.score
 
     def counting(self, masks, progress=False, desc="masks", rows=None):
-        meter.add(self, masks, rows)
-        return score(self, masks, progress, desc, rows=rows)
+        wall, cpu, blocks = time.perf_counter(), time.process_time(), meter.blocks
+        out = score(self, masks, progress, desc, rows=rows)
+        meter.add(self, masks, rows, desc,
+                  (time.perf_counter() - wall, time.process_time() - cpu), blocks)
+        return out
 
     originals = {s: getattr(pipeline, f"{s}_stage") for s in STAGES}
 
     def staged(name):
         def run(*args, **kwargs):
             meter.stage = name
+            before, cpu, blocks = os.getloadavg()[0], time.process_time(), meter.blocks
             try:
                 return originals[name](*args, **kwargs)
             finally:
+                meter.cpu[name] = meter.cpu.get(name, 0.0) + time.process_time() - cpu
+                meter.work[name] = meter.work.get(name, 0.0) + meter.blocks - blocks
+                meter.loads[name] = (before, os.getloadavg()[0])
                 meter.stage = "setup"
         return run
 
@@ -106,6 +163,73 @@ def metered(meter: Meter):
         MaskScorer.score = score
         for s, fn in originals.items():
             setattr(pipeline, f"{s}_stage", fn)
+
+
+def print_profile(label: str, meter: Meter, timings: dict) -> None:
+    """Where each stage's forwards went: every part's forward-equivalents, wall and CPU
+    seconds, and the stage's time outside scoring calls (clean passes, bootstraps)."""
+    print(f"profile of the {label} run (fwd-eq: blocks run, `count_blocks`)")
+    print("| stage | part | masks | fwd-eq | wall s | CPU s |")
+    print("|---|---|---|---|---|---|")
+    for s in STAGES:
+        parts = [(k[1], v) for k, v in meter.parts.items() if k[0] == s]
+        for part, (eq, wall, cpu, n) in parts:
+            print(f"| {s} | {part} | {n} | {eq:.1f} | {wall:.0f} | {cpu:.0f} |")
+        scored = sum(v[1] for _, v in parts)
+        load = meter.loads.get(s, (math.nan, math.nan))
+        print(f"| {s} | (total; outside scoring {timings.get(s, 0.0) - scored:.0f} s; load "
+              f"{load[0]:.1f} -> {load[1]:.1f}) | | {meter.work.get(s, 0.0):.1f} | "
+              f"{timings.get(s, 0.0):.0f} | {meter.cpu.get(s, 0.0):.0f} |")
+
+
+# The defaults before issue 32's speed cuts (`--before-after` runs both in one process): the
+# `CELConfig` field whose old value gives the old computation, and the `Compute` field that
+# restarts every mask at its first ablated layer, as before.
+BEFORE = {"random_looks": False, "share_prefix": False}
+
+
+def run_labelled(label: str, model, main_task, others: dict, out: str | None,
+                 settings: dict) -> tuple:
+    """One `run_cel` with its results folder (report and explanation included), metered:
+    `(result, meter, wall s, CPU s, (load before, load after))`."""
+    meter = Meter(len(encode_task(model, main_task, "select")))
+    load = os.getloadavg()[0]
+    wall, cpu = time.perf_counter(), time.process_time()
+    with metered(meter), count_blocks(model, meter):
+        result = pipeline.run_cel(model, main_task, list(others.values()), progress=True,
+                                  out_dir=out, overwrite=True, **settings)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print_profile(label, meter, result.timings)
+    return result, meter, wall, cpu, (load, os.getloadavg()[0])
+
+
+def before_after(model, main_task, others: dict, out: str) -> None:
+    """The current defaults ("after") and the defaults before the speed cuts (`BEFORE`), one
+    after the other in this process, per stage: wall and CPU seconds, forward-equivalents,
+    the 1-minute load average before and after each stage."""
+    runs = {"after": run_labelled("after", model, main_task, others, f"{out}/after", {})}
+    runs["before"] = run_labelled("before", model, main_task, others, f"{out}/before", BEFORE)
+    print(f"before = the defaults with {BEFORE}; torch threads {torch.get_num_threads()}; "
+          "fwd-eq: every row entering a block, over L x the selection split's rows")
+    print("| run | stage | wall s | CPU s | fwd-eq | load before -> after |")
+    print("|---|---|---|---|---|---|")
+    for label in ("before", "after"):
+        result, meter, wall, cpu, load = runs[label]
+        for s in ("setup", *STAGES):
+            lo = meter.loads.get(s, (math.nan, math.nan))
+            print(f"| {label} | {s} | {result.timings.get(s, math.nan):.0f} | "
+                  f"{meter.cpu.get(s, math.nan):.0f} | {meter.work.get(s, 0.0):.1f} | "
+                  f"{lo[0]:.1f} -> {lo[1]:.1f} |")
+        print(f"| {label} | total (with setup, report and explanation) | {wall:.0f} | "
+              f"{cpu:.0f} | {meter.blocks:.1f} | {load[0]:.1f} -> {load[1]:.1f} |")
+    for label in ("before", "after"):
+        conf = runs[label][0].confirmation
+        objective = runs[label][0].config.objective
+        cols = [c for c in ("size", "heads", f"d_{objective}", f"d_{objective}_lo",
+                            f"d_{objective}_hi", "p_holm", "percentile", "n_random",
+                            "pool_percentile", "n_pool_random", "best") if c in conf]
+        print(f"{label}:")
+        print(conf[cols].to_string(index=False))
 
 
 def old_budget(n_heads: int) -> int:
@@ -159,6 +283,10 @@ def main() -> None:
                    help="run the new pipeline as the command a user types, `workbench cel "
                    "--model M --task T --others ... --out OUT --overwrite` (its wall time then "
                    "includes loading the model, the report and the explanation)")
+    p.add_argument("--before-after", metavar="OUT", default=None,
+                   help="run the current defaults and the defaults before the speed cuts "
+                   "(BEFORE) one after the other, results folders OUT/after and OUT/before, "
+                   "and print both per stage")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
@@ -174,6 +302,10 @@ def main() -> None:
     others = {t.name: t for t in (resolve_task(o) for o in other_names)}
     n_select = len(encode_task(model, main_task, "select"))
     n_heldout = len(encode_task(model, main_task, "heldout"))
+    print(f"model {args.model} loaded in {load_s:.0f} s; load {os.getloadavg()}")
+    if args.before_after:
+        before_after(model, main_task, others, args.before_after)
+        return
     runs = {}
     for label, adaptive in (("new", True), ("old", False)):
         if label == "old" and args.old != "run":
@@ -193,6 +325,7 @@ def main() -> None:
                 result = pipeline.run_cel(model, main_task, list(others.values()),
                                           adaptive=adaptive, progress=True, plots=False, **old)
         runs[label] = (result, dict(meter.eq), time.perf_counter() - start)
+        print_profile(label, meter, result.timings)
     new, new_eq, new_wall = runs["new"]
     print(f"model {args.model}: {model.cfg.n_layers} x {model.cfg.n_heads} heads, task "
           f"{main_task.name} ({n_select} select, {n_heldout} held out), others "

@@ -47,6 +47,22 @@ def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
     return [(name, partial(gather_positions, pos=pos))], torch.zeros_like(pos)
 
 
+@dataclass
+class Targets:
+    """What `score_logits` reads from a `TaskBatch`, tiled for mask-major batches."""
+
+    answer_ids: Tensor
+    wrong_ids: Tensor
+    candidate_ids: Tensor | None
+
+    @classmethod
+    def of(cls, batch: TaskBatch, repeats: int = 1, rows: slice = slice(None)) -> "Targets":
+        def tile(t):
+            return None if t is None else t[rows].repeat(repeats, 1)
+
+        return cls(tile(batch.answer_ids), tile(batch.wrong_ids), tile(batch.candidate_ids))
+
+
 @dataclass(frozen=True)
 class Chunk:
     """Rows of a `TaskBatch` scored in one forward, trimmed to their longest prompt."""

@@ -84,6 +84,8 @@ class Compute:
         threads: torch's intra-op CPU threads while a run computes, restored afterwards
             (`threads_set`); default `DEFAULT_THREADS` (1, measured by `bench/threads.py`:
             see `workbench.config`); None leaves torch's setting alone.
+        share_prefix: run the blocks that several masks run identically once
+            (`workbench.sharing`); False restarts every mask at its first ablated layer.
     """
 
     max_rows: int | None = None
@@ -93,6 +95,7 @@ class Compute:
     offload: bool = False
     progress: bool = True
     threads: int | None = DEFAULT_THREADS
+    share_prefix: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "masks_per_pass", "token_budget", "threads"):
@@ -103,7 +106,7 @@ class Compute:
         if isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int) \
                 or self.cache_bytes < 0:
             raise WorkbenchError(f"cache_bytes must be an integer >= 0; got {self.cache_bytes!r}")
-        for name in ("offload", "progress"):
+        for name in ("offload", "progress", "share_prefix"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
 

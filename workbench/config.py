@@ -100,7 +100,12 @@ class CELConfig:
             columns and the search's knockouts use the first slice; the search's sets are
             raced within each size; a random baseline set stops once its interval leaves the
             found set's gain. The `n` columns say what each number rests on. False scores
-            every candidate on every example.
+            every candidate on every example and draws every random set.
+        random_looks: with `adaptive`, draw each random baseline's sets in looks
+            (`workbench.baseline`: 50, 100, ... of the `n_random`) and stop once the share of
+            random sets at least as good as the found set is decided against `1 - ci`; the
+            percentile then rests on the sets drawn (`n_random` in the confirmation table).
+            False draws all `n_random` sets.
     """
 
     model: str
@@ -129,6 +134,7 @@ class CELConfig:
     check_attribution: bool = True
     cluster: ClusterMode = ClusterMode.AUTO
     adaptive: bool = True
+    random_looks: bool = True
     model_fingerprint: str = ""
     task_fingerprint: str = ""
     others_fingerprint: str = ""
@@ -144,7 +150,7 @@ class CELConfig:
         self.rank_by = RankBy.parse(self.rank_by)
         self.cluster = ClusterMode.parse(self.cluster)
         self.strategies = strategy_names(self.strategies)
-        for name in ("per_position", "adaptive", "side_screening"):
+        for name in ("per_position", "adaptive", "side_screening", "random_looks"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
         if self.per_position and self.kind is not AblationKind.MEAN:

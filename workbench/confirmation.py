@@ -54,18 +54,21 @@ forward pass where that pays.
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 import torch
 
+from workbench.baseline import (
+    BaselineRace,
+    pool_random_head_sets,
+    random_baselines,
+    random_head_sets,
+)
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
 from workbench.options import ClusterMode
-from workbench.racing import race, separated_from
 from workbench.scoring import Scorer, masks_of
 from workbench.stats import (
     Stats,
@@ -74,8 +77,6 @@ from workbench.stats import (
     example_counts,
     holm,
     mean_se,
-    percentile_of,
-    share_at_least,
     sign_flip_pvalue,
     sign_flip_pvalues,
 )
@@ -86,65 +87,6 @@ from workbench.tradeoff import drop_inapplicable, metric_names
 # baseline's sets (seeded, uniform among them), not all of them (`run_cel` draws a quarter of
 # `n_random`, at most this many)
 TRADEOFF_SETS = 10
-
-
-def random_head_sets(
-    n_layers: int, n_heads: int, size: int, n: int, seed: int
-) -> list[list[tuple[int, int]]]:
-    """`n` distinct head sets of `size` distinct heads, uniform over all such sets (seeded).
-
-    Where there are at most `n` sets of that size (e.g. 120 pairs of 16 heads), all of them
-    are returned in lexicographic order, so the baseline is the exact distribution rather than
-    a sample with repeats.
-    """
-    total = n_layers * n_heads
-    size = min(size, total)
-    if math.comb(total, size) <= n:
-        return [
-            [(f // n_heads, f % n_heads) for f in combo]
-            for combo in itertools.combinations(range(total), size)
-        ]
-    rng = np.random.default_rng([int(seed), int(size)])
-    out: list[list[tuple[int, int]]] = []
-    seen: set[tuple[int, ...]] = set()
-    while len(out) < n:
-        flat = tuple(sorted(int(f) for f in rng.choice(total, size=size, replace=False)))
-        if flat not in seen:
-            seen.add(flat)
-            out.append([(f // n_heads, f % n_heads) for f in flat])
-    return out
-
-
-def pool_random_head_sets(
-    pool, size: int, n: int, seed: int, reuse: Sequence | None = None
-) -> list[list[tuple[int, int]]]:
-    """`n` distinct sets of `size` heads drawn uniformly from `pool` (all of them, in
-    lexicographic order, when there are at most `n`), seeded like `random_head_sets`.
-
-    `reuse`: sets already drawn uniformly from all heads (`random_head_sets`). Those that lie
-    in the pool come first, and seeded pool draws top them up to `n`. Uniform sets from all
-    heads that happen to lie in the pool are uniform over the pool's sets, so the result is
-    still a uniform sample without replacement, and the shared sets need not be scored twice
-    (on a real model most heads are in the pool, and so are most random sets).
-    """
-    pool = sorted((int(l), int(h)) for l, h in pool)
-    if size > len(pool) or size < 1:
-        return []
-    total = math.comb(len(pool), size)
-    if reuse is None or total <= n:
-        flat = random_head_sets(1, len(pool), size, n, seed)
-        return [[pool[j] for _, j in s] for s in flat]
-    members = set(pool)
-    out = [sorted(map(tuple, s)) for s in reuse if all(tuple(h) in members for h in s)][:n]
-    seen = {tuple(s) for s in out}
-    # the plain pool draws, of which at most len(out) are taken already: enough to top up
-    for s in pool_random_head_sets(pool, size, n, seed):
-        if len(out) >= n:
-            break
-        if tuple(s) not in seen:
-            seen.add(tuple(s))
-            out.append(s)
-    return out
 
 
 def _effect_row(
@@ -211,7 +153,7 @@ def confirm_sets(
     pool=None,
     groups=None,
     other_groups: Mapping[str, list] | None = None,
-    adaptive: bool = False,
+    adaptive: bool | BaselineRace = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
 
@@ -234,16 +176,18 @@ def confirm_sets(
             examples only while its interval still contains the found set's gain (on the
             objective or the secondary), so the percentiles and shares equal the exhaustive
             ones whenever the looks' intervals are right; `random_mean` / `random_q95` are then
-            means over each set's own examples (`n_random_complete` saw all of them).
+            means over each set's own examples (`n_random_complete` saw all of them). A
+            `BaselineRace` may also draw the sets in looks (`workbench.baseline`): stop at 50,
+            100, ... of the `n_random` sets once the share of sets at least as good as the
+            found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count
+            the sets scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
 
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
     """
     stats = stats or Stats()
     n_boot, ci, seed, n_flips = stats.n_boot, stats.ci, stats.seed, stats.n_flips
-    progress = heldout.compute.progress
     model = heldout.model
-    L, H = model.cfg.n_layers, model.cfg.n_heads
     _check_clusters(groups, "held-out split")
     for task, og in (other_groups or {}).items():
         _check_clusters(og, f"side-effect task {task!r}")
@@ -260,53 +204,8 @@ def confirm_sets(
         row.update(_effect_row(diffs, n_boot, seed, ci, groups))
         row["p_value"] = sign_flip_pvalue(diffs[objective], groups, n_flips, seed)
         if n_random > 0:
-            random_sets = random_head_sets(L, H, size, n_random, seed)
-            ranked = {m: row[f"d_{m}"] for m in (objective, secondary) if m is not None}
-            r = race(heldout, masks_of(model, random_sets),
-                     separated_from(ranked) if adaptive else None, seed, ci,
-                     progress=progress, desc=f"random sets, size {size}")
-            gains = {m: v.cpu().numpy() for m, v in r.means().items() if m in ranked}
-            row["random_mean"] = float(np.nanmean(gains[objective]))
-            row["random_q95"] = float(np.nanquantile(gains[objective], 0.95))
-            row["percentile"] = percentile_of(row[f"d_{objective}"], gains[objective])
-            row["random_pct_ge"] = 100.0 * share_at_least(row[f"d_{objective}"],
-                                                          gains[objective])
-            if secondary is not None:
-                row[f"percentile_{secondary}"] = percentile_of(
-                    row[f"d_{secondary}"], gains[secondary]
-                )
-            row["n_random"] = len(random_sets)
-            row["n_random_complete"] = int(r.complete.sum())
-            row["random_forward_eq"] = r.forward_eq
-            row["random_exhaustive"] = len(random_sets) == math.comb(L * H, min(size, L * H))
-            pool_sets = (pool_random_head_sets(pool, size, n_random, seed, reuse=random_sets)
-                         if pool else [])
-            if pool_sets:
-                # the pool sets that are random sets too were scored above
-                scored = {tuple(sorted(s)): i for i, s in enumerate(random_sets)}
-                shared = [scored.get(tuple(sorted(s)), -1) for s in pool_sets]
-                old = [j for j, i in enumerate(shared) if i >= 0]
-                fresh = [j for j, i in enumerate(shared) if i < 0]
-                g = np.empty(len(pool_sets))
-                complete = np.empty(len(pool_sets), dtype=bool)
-                g[old] = gains[objective][[shared[j] for j in old]]
-                complete[old] = r.complete.numpy()[[shared[j] for j in old]]
-                pool_eq = 0.0
-                if fresh:
-                    value = {objective: row[f"d_{objective}"]}
-                    pr = race(heldout, masks_of(model, [pool_sets[j] for j in fresh]),
-                              separated_from(value) if adaptive else None, seed, ci,
-                              progress=progress, desc=f"pool sets, size {size}")
-                    g[fresh] = pr.means()[objective].cpu().numpy()
-                    complete[fresh] = pr.complete.numpy()
-                    pool_eq = pr.forward_eq
-                row["pool_random_mean"] = float(np.nanmean(g))
-                row["pool_percentile"] = percentile_of(row[f"d_{objective}"], g)
-                row["pool_pct_ge"] = 100.0 * share_at_least(row[f"d_{objective}"], g)
-                row["n_pool_random"] = len(pool_sets)
-                row["n_pool_random_shared"] = len(old)
-                row["n_pool_random_complete"] = int(complete.sum())
-                row["pool_forward_eq"] = pool_eq
+            row.update(random_baselines(heldout, size, row, objective, secondary, n_random,
+                                        seed, ci, pool, BaselineRace.of(adaptive)))
         # is there any effect on the main task's other metrics?
         row.update(_two_sided(diffs, objective, groups, n_flips, seed))
         rows.append(row)

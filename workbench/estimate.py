@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.baseline import set_looks
 from workbench.confirmation import TRADEOFF_SETS
 from workbench.racing import first_slice
 from workbench.search import default_budget, max_finalists
@@ -126,10 +127,12 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     clean_best = (1 + config.max_size) * (n_held + sum(side)) / n_sel
     tradeoff = config.max_size * 2 * TRADEOFF_SETS * (n_held + sum(side)) / n_sel
     randoms = 2 * config.n_random * config.max_size * n_held / n_sel
+    # drawn in looks, a baseline may stop at its first look's sets (`workbench.baseline`)
+    looked = set_looks(config.n_random, config.adaptive and config.random_looks)[0]
+    fewest = randoms * looked / max(1, config.n_random) * first_held
     sure = clean_best + tradeoff
-    confirm = ((sure + randoms * first_held, sure + randoms),
-               (clean_best + (tradeoff + randoms * first_held) * sets,
-                clean_best + (tradeoff + randoms) * sets))
+    confirm = ((sure + fewest, sure + randoms),
+               (clean_best + (tradeoff + fewest) * sets, clean_best + (tradeoff + randoms) * sets))
     return {"screen": screen, "search": _search_eq(config, n_heads, first), "confirm": confirm}
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
+from workbench.baseline import BaselineRace
 from workbench.candidates import (
     best_sets,
     candidate_heads,
@@ -370,7 +371,8 @@ def confirm_stage(run: CELRun,
     confirmation, side_effects = confirm_sets(
         heldout, head_sets, config.objective, config.secondary, others, best_size, select_gains,
         config.n_random, run.stats, pool=pool, groups=groups["heldout"],
-        other_groups=other_groups, adaptive=config.adaptive)
+        other_groups=other_groups,
+        adaptive=BaselineRace(config.adaptive, config.adaptive and config.random_looks))
     # the random sets drawn into the trade-off: a quarter of the baseline, at most
     # TRADEOFF_SETS, so that a quick run (few random sets) stays quick
     tradeoff = tradeoff_table(heldout, others, head_sets, config.objective, run.stats,

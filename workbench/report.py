@@ -115,8 +115,8 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             "one-sided sign-flip p-value of a gain > 0 and `p_holm` the same Holm-corrected "
             f"across sizes. The sets were chosen on the selection split only: `select_d_{obj}` "
             "is the set's gain there, over the `select_n` examples the search scored it on. "
-            f"`percentile` (0-100) ranks the gain among {cfg.n_random} random head sets of "
-            "the same size drawn from all heads (all of them where there are fewer; ties "
+            f"`percentile` (0-100) ranks the gain among {_how_many(result)} random head sets "
+            "of the same size drawn from all heads (all of them where there are fewer; ties "
             "count half): most random heads hurt, so this baseline is easy to beat. "
             "`pool_percentile` draws them only from the heads whose single removal does not "
             "clearly hurt: it asks whether the search did better than removing harmless "
@@ -292,6 +292,18 @@ def _model_title(result) -> str:
         return (f"an in-memory model ({int(result.heads['layer'].max()) + 1} layers x "
                 f"{int(result.heads['head'].max()) + 1} heads, `model_name` {name!r})")
     return name
+
+
+def _how_many(result) -> str:
+    """How many random sets the baselines drew: `n_random`, or up to it when some were drawn
+    in more than one look (`workbench.baseline`: `random_pct_hi` is then given)."""
+    n = result.config.n_random
+    conf = result.confirmation
+    if "random_pct_hi" not in conf or conf["random_pct_hi"].isna().all():
+        return str(n)
+    return (f"up to {n} (drawn in looks, 50, 100, ..., until the share of them at least as "
+            "good as the found set is decided against 1 - ci: `n_random` and "
+            "`random_pct_hi` in `confirmation.csv`)")
 
 
 def _gaming_lines(result, lead: str) -> list[str]:

@@ -22,7 +22,6 @@ call of it under the ablation hooks (no prefix reuse).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
@@ -39,7 +38,7 @@ from workbench.ablation import (
     compute_resample_z,
     mask_hooks,
 )
-from workbench.batching import Chunk, answer_only_hooks, length_buckets
+from workbench.batching import Chunk, Targets, answer_only_hooks, length_buckets
 from workbench.compute import QUIET, Compute, default_masks_per_pass
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
@@ -48,9 +47,9 @@ from workbench.metrics import (
     forward_kwargs,
     is_bridge,
     score_logits,
-    shortformer_kwargs,
     unembed_at,
 )
+from workbench.sharing import ChunkRun, score_shared
 
 CustomMetric = Callable[[object, object], "Tensor | Mapping[str, Tensor]"]
 
@@ -86,22 +85,6 @@ def masks_of(model, head_sets: Iterable) -> Float[Tensor, "n_sets layer head_ind
         for layer, head in s:
             masks[i, layer, head] = 1.0
     return masks.to(cfg.device)
-
-
-@dataclass
-class Targets:
-    """What `score_logits` reads from a `TaskBatch`, tiled for mask-major batches."""
-
-    answer_ids: Tensor
-    wrong_ids: Tensor
-    candidate_ids: Tensor | None
-
-    @classmethod
-    def of(cls, batch: TaskBatch, repeats: int = 1, rows: slice = slice(None)) -> "Targets":
-        def tile(t):
-            return None if t is None else t[rows].repeat(repeats, 1)
-
-        return cls(tile(batch.answer_ids), tile(batch.wrong_ids), tile(batch.candidate_ids))
 
 
 def as_score_dict(out, where: str) -> dict[str, Tensor]:
@@ -450,7 +433,7 @@ class MaskScorer:
                 bar.update(1)
 
     def _score_prefix(self, masks, out, bar, column) -> None:
-        model, batch, L = self.model, self.data, self.n_layers
+        L = self.n_layers
         any_layer = masks.flatten(2).amax(-1) > 0  # (M, L)
         # The first ablated layer of each mask; L (no layer) for the empty mask.
         first = torch.where(
@@ -480,39 +463,13 @@ class MaskScorer:
                     prefix = {l: r[keep.to(r.device)] for l, r in prefix.items()}
             else:  # not cached: the clean prefix of the scored rows only
                 prefix = self._compute_prefix(chunk, layers)
-            b = len(chunk.rows)
-            sub_tokens = chunk.tokens(batch)
-            resample = self._resample(chunk)
-            per_pass = self.masks_per_pass(chunk)
+            run = ChunkRun(self.model, self.data, masks, chunk, cols, out,
+                           self.masks_per_pass(chunk), self.kind, self.means, self.per_position,
+                           self._resample(chunk), bar if j == len(chunks) - 1 else None)
             for layer in layers:
                 idx = (first == layer).nonzero().flatten()
-                for s in range(0, len(idx), per_pass):
-                    chunk_masks = idx[s : s + per_pass].to(masks.device)
-                    k = len(chunk_masks)
-                    hooks = mask_hooks(
-                        model,
-                        masks[chunk_masks],
-                        self.kind,
-                        self.means,
-                        self.per_position,
-                        layers=range(layer, L),
-                        resample=resample,
-                    )
-                    answer_hooks, pos = answer_only_hooks(
-                        model, batch.answer_pos[chunk.rows].repeat(k)
-                    )
-                    extra = shortformer_kwargs(model, sub_tokens.repeat(k, 1))
-                    with torch.no_grad(), model.hooks(fwd_hooks=hooks + answer_hooks):
-                        final = model(
-                            prefix[layer].repeat(k, 1, 1),
-                            start_at_layer=layer,
-                            stop_at_layer=L,
-                            **extra,
-                        )  # (k * b, T or 1, d)
-                        logits = unembed_at(model, final, pos)
-                    targets = Targets.of(batch, k, chunk.rows)
-                    for name, v in score_logits(logits, targets).items():
-                        out[name][chunk_masks[:, None], cols.to(v.device)[None]] = v.view(k, b)
-                    if j == len(chunks) - 1:
-                        bar.update(k)
+                if self.compute.share_prefix:
+                    score_shared(masks, idx, layer, prefix[layer], run.advance, run.tail)
+                else:
+                    run.tail(idx, layer, prefix[layer])
             del prefix

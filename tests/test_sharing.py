@@ -1,0 +1,111 @@
+"""Shared prefixes among masks (`workbench.sharing`) against one restarted run per mask and
+the naive full forward: the same scores, fewer blocks run."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+
+import pytest
+import torch
+
+from tests.helpers import assert_close, randomize_biases, tiny_model, write_task
+from workbench.ablation import compute_head_means
+from workbench.compute import Compute
+from workbench.encoding import encode_task
+from workbench.racing import example_order
+from workbench.scoring import MaskScorer, masks_of
+from workbench.sharing import next_layers
+from workbench.tasks import load_task
+
+METRICS = ("accuracy", "logprob", "logit_diff")
+# finalist-like heads: several per layer, spread over the 5 layers
+HEADS = ["L0H1", "L1H0", "L1H2", "L2H3", "L3H1", "L4H0", "L4H2"]
+
+
+@pytest.fixture(scope="module")
+def deep():
+    model = tiny_model(attn_only=False, n_layers=5, seed=4)
+    randomize_biases(model, seed=4)
+    return model
+
+
+@pytest.fixture(scope="module")
+def cf_task(tmp_path_factory):
+    """`write_task`'s task with a counterfactual prompt per example (first word changed)."""
+    path = write_task(tmp_path_factory.mktemp("sharing") / "cf.jsonl", n=24, seed=5)
+    head, *records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        first, *rest = r["prompt"].split()
+        r["counterfactual"] = " ".join([f"w{(int(first[1:]) + 7) % 20}", *rest])
+    path.write_text("\n".join(json.dumps(r) for r in [head, *records]) + "\n")
+    return load_task(path)
+
+
+def _sets():
+    """Every set of up to 3 of `HEADS` (the finalists' sets), a duplicate, the empty set and
+    a set of two heads of one layer: groups that share 0 to 4 blocks."""
+    sets = [list(c) for k in (1, 2, 3) for c in combinations(HEADS, k)]
+    return sets + [["L1H0", "L2H3"], [], ["L1H0", "L1H2", "L1H3"]]
+
+
+@pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
+@pytest.mark.parametrize("masks_per_pass", [None, 3])
+def test_shared_runs_equal_one_restart_per_mask_and_the_naive_forward(deep, cf_task, kind,
+                                                                      masks_per_pass):
+    batch = encode_task(deep, cf_task, "select")
+    means = compute_head_means(deep, batch.tokens, batch.lengths) if kind == "mean" else None
+    compute = Compute(masks_per_pass=masks_per_pass)
+    masks = masks_of(deep, _sets())
+    shared = MaskScorer(deep, batch, kind=kind, means=means, compute=compute).score(masks)
+    alone = MaskScorer(deep, batch, kind=kind, means=means, compute=compute)
+    one_by_one = [alone.score(masks[i : i + 1]) for i in range(len(masks))]
+    naive = MaskScorer(deep, batch, kind=kind, means=means, reuse_prefix=False).score(masks)
+    rows = example_order(len(batch), 0)[:9]
+    sliced = MaskScorer(deep, batch, kind=kind, means=means, compute=compute).score(masks,
+                                                                                  rows=rows)
+    for m in METRICS:
+        reference = torch.cat([s[m] for s in one_by_one])
+        assert_close(shared[m], reference, msg=m)
+        assert_close(shared[m], naive[m], msg=m)
+        assert_close(sliced[m], shared[m][:, rows], msg=m)
+
+
+def test_sharing_runs_fewer_blocks(deep, cf_task):
+    """Rows entering each block, counted by a hook: the finalists' sets share their lowest
+    heads' blocks, so they cost less than one restart per mask (which the count also checks)."""
+    batch = encode_task(deep, cf_task, "select")
+    masks = masks_of(deep, _sets())
+    counted = {"rows": 0}
+
+    def count(resid, hook):
+        counted["rows"] += resid.shape[0]
+
+    hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(deep.cfg.n_layers)]
+    scorer = MaskScorer(deep, batch)
+    scorer.clean()
+    with deep.hooks(fwd_hooks=hooks):
+        scorer.score(masks)
+    first = next_layers(masks, 0)
+    restarts = int(sum(deep.cfg.n_layers - f for f in first.tolist())) * len(batch)
+    assert counted["rows"] < 0.8 * restarts
+    counted["rows"] = 0
+    with deep.hooks(fwd_hooks=hooks):
+        for i in range(len(masks)):
+            scorer.score(masks[i : i + 1])
+    assert counted["rows"] == restarts
+    counted["rows"] = 0
+    unshared = MaskScorer(deep, batch, compute=Compute(share_prefix=False))
+    unshared.clean()
+    with deep.hooks(fwd_hooks=hooks):
+        scores = unshared.score(masks)
+    assert counted["rows"] == restarts  # share_prefix=False: one restart per mask, as before
+    for m in METRICS:
+        assert_close(scores[m], scorer.score(masks)[m], msg=m)
+
+
+def test_next_layers():
+    masks = torch.zeros(3, 4, 2)
+    masks[0, 1, 0] = masks[0, 3, 1] = masks[1, 0, 1] = 1
+    assert next_layers(masks, 0).tolist() == [1, 0, 4]
+    assert next_layers(masks, 2).tolist() == [3, 4, 4]
