@@ -482,3 +482,12 @@ def lasso_cv(
             b = _lasso(x[tr] - mx, y[tr] - my, alpha)
             errors[i] += ((y[te] - my - (x[te] - mx) @ b) ** 2).sum()
     return _lasso(xc, yc, alphas[int(np.argmin(errors))])
+
+
+def lasso(x: np.ndarray, y: np.ndarray, alpha: float, n_iter: int = 5000) -> np.ndarray:
+    """Lasso coefficients of `y` on `x` (with intercept) at a fixed penalty `alpha`: the
+    objective `1/(2n) |y - x b|^2 + alpha |b|_1` of scikit-learn's `Lasso(alpha)`, by FISTA.
+    (`lasso_cv` chooses the penalty by cross-validation instead.)"""
+    finite = np.isfinite(y)
+    x, y = x[finite], y[finite]
+    return _lasso(x - x.mean(0), y - y.mean(), alpha, n_iter)
