@@ -80,7 +80,13 @@ from workbench.encoding import TaskBatch, encode_task  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.scoring import MaskScorer, masks_of  # noqa: E402
-from workbench.stats import Stats, rank_correlation  # noqa: E402
+from workbench.stats import (  # noqa: E402
+    Stats,
+    clustered_bootstrap,
+    effect_summary,
+    rank_correlation,
+    sign_flip_pvalue,
+)
 from workbench.tables import head_name  # noqa: E402
 from workbench.tasks import Task, load_task  # noqa: E402
 
@@ -139,6 +145,32 @@ class SharedScorer:
                 self.cache[k] = {m: v[j] for m, v in fresh.items()}
         out = {m: torch.stack([self.cache[k][m] for k in keys]) for m in self.cache[keys[0]]}
         return out if rows is None else {m: v[:, rows.to(v.device)] for m, v in out.items()}
+
+
+def paired_differences(heldout, methods: list[MethodResult], objective: str, stats: Stats,
+                       groups=None, reference: str = "cel") -> pd.DataFrame:
+    """Which method is right where two disagree: for every size at which a method's set differs
+    from `reference`'s, the held-out difference of their gains, example by example (the clean
+    run cancels), with a paired bootstrap interval (clusters resampled with `groups`) and a
+    two-sided sign-flip p-value. Positive: the method's set beats the reference's."""
+    ref = next(m for m in methods if m.name == reference)
+    rows = []
+    for m in methods:
+        for k, heads in m.sets.items():
+            if m.name == reference or k not in ref.sets or sorted(heads) == sorted(ref.sets[k]):
+                continue
+            scores = heldout.score(masks_of(heldout.model, [heads, ref.sets[k]]))[objective]
+            d = (scores[0] - scores[1])[None]
+            mean = effect_summary(d, stats.n_boot, stats.seed, stats.ci)
+            lo, hi = ((mean["_lo"], mean["_hi"]) if groups is None else
+                      clustered_bootstrap(d, groups, stats.n_boot, stats.seed, stats.ci))
+            rows.append({"method": m.name, "size": k,
+                         "heads": str(HeadSet.of(heldout.model, heads)),
+                         "reference": str(HeadSet.of(heldout.model, ref.sets[k])),
+                         "difference": float(mean[""][0]), "lo": float(lo[0]),
+                         "hi": float(hi[0]), "p_two_sided": sign_flip_pvalue(
+                             d[0], groups, stats.n_flips, stats.seed, "two-sided")})
+    return pd.DataFrame(rows)
 
 
 def confirm_methods(heldout: SharedScorer, methods: list[MethodResult], objective: str,
@@ -304,6 +336,11 @@ def main(argv=None) -> None:
             if name == "chg":
                 gate_check(model, hf, select, objective, cel.sets[max(cel.sets)])
             confirm(methods[-1])
+        paired = paired_differences(shared, methods, objective, stats, groups)
+        print(f"held-out gain of each method's set minus CEL's set of the same size:\n"
+              f"{markdown(paired)}", flush=True)
+        if args.out:
+            paired.to_csv(args.out / "paired.csv", index=False)
 
 
 def gate_check(model, hf, select: TaskBatch, objective: str, heads) -> None:

@@ -163,3 +163,15 @@ def test_chg_stage_positive_pushes_gates_toward_keeping(tiny):
     keep = trainer.mask_logits_pos.detach().sigmoid().numpy()[others]
     remove = trainer.mask_logits_neg.detach().sigmoid().numpy()[others]
     assert (keep > 0.9).all() and (remove < 0.1).all()
+
+
+def test_paired_differences_are_the_gain_of_one_set_minus_the_other(tiny):
+    _, model, _, heldout = tiny
+    ref = peers.MethodResult("cel", np.zeros((2, 4)), {1: [peers.PLANT], 2: [(0, 1), (1, 2)]})
+    other = peers.MethodResult("x", np.zeros((2, 4)), {1: [(0, 0)], 2: [(0, 1), (1, 2)]})
+    scorer = MaskScorer(model, heldout)
+    table = peers.paired_differences(scorer, [ref, other], "logit_diff", Stats(seed=0))
+    assert table["size"].tolist() == [1]  # size 2 is the same set: nothing to compare
+    scores = scorer.score(masks_of(model, [[(0, 0)], [peers.PLANT]]))["logit_diff"]
+    assert_close(table["difference"].iloc[0], float((scores[0] - scores[1]).mean()), atol=1e-6)
+    assert table["hi"].iloc[0] < 0 and table["p_two_sided"].iloc[0] < 0.01
