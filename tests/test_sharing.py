@@ -55,7 +55,7 @@ def test_shared_runs_equal_one_restart_per_mask_and_the_naive_forward(deep, cf_t
                                                                       masks_per_pass):
     batch = encode_task(deep, cf_task, "select")
     means = compute_head_means(deep, batch.tokens, batch.lengths) if kind == "mean" else None
-    compute = Compute(masks_per_pass=masks_per_pass)
+    compute = Compute(masks_per_pass=masks_per_pass, share_prefix=True)
     masks = masks_of(deep, _sets())
     shared = MaskScorer(deep, batch, kind=kind, means=means, compute=compute).score(masks)
     alone = MaskScorer(deep, batch, kind=kind, means=means, compute=compute)
@@ -82,7 +82,7 @@ def test_sharing_runs_fewer_blocks(deep, cf_task):
         counted["rows"] += resid.shape[0]
 
     hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(deep.cfg.n_layers)]
-    scorer = MaskScorer(deep, batch)
+    scorer = MaskScorer(deep, batch, compute=Compute(share_prefix=True))
     scorer.clean()
     with deep.hooks(fwd_hooks=hooks):
         scorer.score(masks)

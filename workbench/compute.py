@@ -85,7 +85,11 @@ class Compute:
             (`threads_set`); default `DEFAULT_THREADS` (1, measured by `bench/threads.py`:
             see `workbench.config`); None leaves torch's setting alone.
         share_prefix: run the blocks that several masks run identically once
-            (`workbench.sharing`); False restarts every mask at its first ablated layer.
+            (`workbench.sharing`, equal to restarting every mask to ~1e-5); False (the
+            default) restarts every mask at its first ablated layer. Off by default for now:
+            scores then depend on which masks share a pass, so masks sharded across
+            torch.distributed ranks would no longer equal one process bit for bit
+            (`tests/test_distributed.py`); opt in with `Compute(share_prefix=True)`.
     """
 
     max_rows: int | None = None
@@ -95,7 +99,7 @@ class Compute:
     offload: bool = False
     progress: bool = True
     threads: int | None = DEFAULT_THREADS
-    share_prefix: bool = True
+    share_prefix: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "masks_per_pass", "token_budget", "threads"):
