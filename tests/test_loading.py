@@ -69,7 +69,7 @@ def test_local_gpt2_head_ablation_matches_hf_with_head_mask(tmp_path):
 def test_checkpoint_round_trip(tmp_path):
     model = tiny_model(attn_only=False, seed=4)
     save_checkpoint(model, model.word_tokenizer, tmp_path / "ck", meta={"seed": 4})
-    loaded = load_model(tmp_path / "ck", device="cpu")
+    loaded = load_model(tmp_path / "ck", device=model.cfg.device)  # same device: same kernels
     tokens = torch.randint(0, model.cfg.d_vocab, (2, 5))
     assert_close(loaded(tokens), model(tokens), atol=0, rtol=0)
     assert loaded.word_tokenizer.vocab == model.word_tokenizer.vocab

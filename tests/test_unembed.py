@@ -72,7 +72,7 @@ def test_head_means_and_resample_never_unembed(model, batch):
     _, cache = model.run_with_cache(batch.tokens)
     z = torch.stack([cache[f"blocks.{l}.attn.hook_z"] for l in range(model.cfg.n_layers)], dim=2)
     assert torch.equal(resampled, z)
-    real = torch.arange(z.shape[1])[None] < batch.lengths[:, None]
+    real = torch.arange(z.shape[1], device=batch.lengths.device)[None] < batch.lengths[:, None]
     expected = (z * real[:, :, None, None, None]).sum((0, 1)) / real.sum()
     assert_close(means.averaged, expected)
 

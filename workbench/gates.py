@@ -136,7 +136,7 @@ def open_probability(log_alpha: Tensor) -> Tensor:
 def _gate_hook(
     z: Float[Tensor, "batch pos head_index d_head"], hook, gate: Tensor, fill: Tensor | None
 ):
-    g = gate[:, None, :, None].to(z.dtype)  # (B or 1, 1, H, 1)
+    g = gate[:, None, :, None].to(device=z.device, dtype=z.dtype)  # (B or 1, 1, H, 1)
     if fill is None:
         return z * g
     f = fill.to(device=z.device, dtype=z.dtype)

@@ -150,6 +150,8 @@ class MaskScorer:
         per_position: bool = False,
         compute: Compute | None = None,
     ) -> None:
+        if isinstance(data, torch.Tensor):  # raw tokens for a custom metric: the model's device
+            data = data.to(model.cfg.device)
         self.model, self.data, self.metric = model, data, metric
         self.kind = AblationKind.parse(kind)
         if self.kind is AblationKind.MEAN and means is None:

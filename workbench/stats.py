@@ -139,7 +139,9 @@ def share_at_least(value: float, samples) -> float:
 
 
 def rank_correlation(a, b) -> float:
-    """Spearman correlation (Pearson on average ranks), ignoring pairs with a NaN."""
+    """Spearman correlation (Pearson on average ranks), ignoring pairs with a NaN; tensors on
+    any device."""
+    a, b = (x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in (a, b))
     sa, sb = pd.Series(np.asarray(a, dtype=float)), pd.Series(np.asarray(b, dtype=float))
     keep = sa.notna() & sb.notna()
     if keep.sum() < 3:
