@@ -30,6 +30,8 @@ tables. Every run also prints where its forwards went (`print_profile`).
     .venv/bin/python bench/real.py --model smollm2-135m --task ioi --others induction \
         --threads 1 --before-after /tmp/ioi
 
+    .venv/bin/python bench/real.py --model gemma-3-270m --task ioi --others induction \
+        --cli /tmp/gemma_ioi     # issue 30's default run, end to end, with peak memory
     .venv/bin/python bench/real.py --model /path/to/smollm2-hf --task induction \
         --others greater_than
     .venv/bin/python bench/real.py --model embedded --old run
@@ -41,6 +43,7 @@ import argparse
 import contextlib
 import math
 import os
+import resource
 import time
 from itertools import combinations
 
@@ -357,6 +360,12 @@ def main() -> None:
                         f"d_{new.config.objective}_n", "percentile", "n_random_complete",
                         "p_holm") if c in conf]
     print(conf[cols].to_string(index=False))
+    print(f"peak resident memory of this process: {peak_rss_mib():.0f} MiB")
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size (Linux reports `ru_maxrss` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 if __name__ == "__main__":
