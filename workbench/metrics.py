@@ -273,20 +273,21 @@ def _sequence_pass(
         tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
         for j, r in enumerate(chunk):
             tokens[j, : len(r)] = torch.tensor(r)
+        spans = [torch.arange(len(targets[s + j]), device=device) + starts[s + j]
+                 for j in range(len(chunk))]  # the positions predicting each answer token
         if is_bridge(model):  # its forward returns every position's logits
             logits = model(tokens.to(device), **forward_kwargs(model)).float()
-        else:  # the final norm and unembedding run only where an answer token is read
-            final = model(
-                tokens.to(device), stop_at_layer=model.cfg.n_layers, **forward_kwargs(model)
-            )
-        for j in range(len(chunk)):
+            at_rows = [logits[j, p] for j, p in enumerate(spans)]  # (answer_len, d_vocab)
+        else:  # final norm and unembedding only where an answer token is read, in one call a
+            # chunk (row by row, Gemma-3's 262k x 640 unembedding was read once per row)
+            final = model(tokens.to(device), stop_at_layer=model.cfg.n_layers,
+                          **forward_kwargs(model))
+            picked = torch.cat([final[j, p] for j, p in enumerate(spans)])[:, None]
+            zero = torch.zeros(len(picked), dtype=torch.long, device=device)
+            at_rows = unembed_at(model, picked, zero).float().split([len(p) for p in spans])
+        for j, at in enumerate(at_rows):
             k = s + j
             tgt = torch.tensor(targets[k], device=device)
-            pos = torch.arange(len(tgt), device=device) + starts[k]
-            if is_bridge(model):
-                at = logits[j, pos]  # (answer_len, d_vocab)
-            else:
-                at = unembed_at(model, final[j, pos][:, None], torch.zeros_like(pos)).float()
             if first[owner[k]] is None:
                 first[owner[k]] = at[0]
             logp_rows.append(at.log_softmax(-1).gather(1, tgt[:, None]).sum())
