@@ -6,15 +6,19 @@ Prompts are right-padded, so a chunk of rows is trimmed to its longest prompt: w
 attention the trailing pads change no earlier position. Sorting rows by length before cutting
 keeps little of each forward padding. Only the answer position's logits are scored, so from
 the last block's `hook_resid_mid` on each row keeps that position alone: the last MLP, the
-final norm and the unembedding then run on one position per row.
+final norm and the unembedding then run on one position per row. `unembed` is the model's
+unembedding without TransformerLens's per-call copy of `W_U`.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch.nn.functional as F
+from transformer_lens.components import Unembed
 from jaxtyping import Float
 from torch import Tensor
 
@@ -96,3 +100,25 @@ def length_buckets(
     if rows:
         groups.append((rows, max(1, lens[rows[-1]])))
     return groups
+
+
+# `Unembed` module -> (W_U's identity and version, W_U.T made contiguous): TransformerLens 3.9's
+# `Unembed.forward` makes that copy on every call (Gemma-3: 671 MB per call, page faults included).
+_TRANSPOSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def unembed(model, x: Tensor) -> Tensor:
+    """`model.unembed(x)`, its hook points included, with the same numbers (the same
+    `F.linear` on the same contiguous transposed weight), keeping that transposed copy between
+    calls until `W_U` changes (its storage or in-place version). Not for training `W_U`: the
+    copy is detached. A subclassed or bridged unembedding is called as it is."""
+    u = model.unembed
+    if type(u) is not Unembed or u._forward_hooks or u._forward_pre_hooks:
+        return u(x)
+    w = u.W_U
+    key = (w.data_ptr(), w._version, w.dtype, w.device)
+    hit = _TRANSPOSED.get(u)
+    if hit is None or hit[0] != key:
+        hit = (key, w.detach().T.contiguous())
+        _TRANSPOSED[u] = hit
+    return u.hook_out(F.linear(u.hook_in(x), hit[1], u.b_U))

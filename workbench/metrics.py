@@ -43,7 +43,7 @@ from torch import Tensor
 from transformer_lens.utilities import apply_softcap
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
-from workbench.batching import answer_only_hooks, gather_positions
+from workbench.batching import answer_only_hooks, gather_positions, unembed
 from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.options import choose
@@ -180,7 +180,7 @@ def unembed_at(
     x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
     if model.cfg.normalization_type is not None:
         x = model.ln_final(x)
-    logits = model.unembed(x)[:, 0]  # (B, d_vocab)
+    logits = unembed(model, x)[:, 0]  # (B, d_vocab), W_U.T copied once, not per call
     # the model's own forward applies the cap with this function
     return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))
 
