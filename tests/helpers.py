@@ -162,6 +162,20 @@ def tiny_encoder(seed: int = 5):
     return enc
 
 
+def w_o_zeroed(model, heads):
+    """The slow obvious reference for zero ablation: a copy of the model with each head's rows
+    of `W_O` set to zero."""
+    import copy
+
+    from workbench import HeadSet
+
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, head in HeadSet.of(model, heads):
+            ref.blocks[layer].attn.W_O[head] = 0.0
+    return ref
+
+
 def loop_head_effects(model, batch, kind="zero", means=None, per_position=False, heads=None):
     """The slowest obvious reference for screening: for each head, the full model's own
     logits (`model(tokens)`, every position, no prefix reuse, no chunking) with that head

@@ -8,20 +8,11 @@ import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from tests.helpers import assert_close, randomize_biases, tiny_encoder
+from tests.helpers import assert_close, randomize_biases, tiny_encoder, w_o_zeroed
 from workbench import HeadSet, WorkbenchError, ablated, compute_head_means
 from workbench.ablation import mask_hooks
 
 HEAD_SETS = [["L0H1"], ["L1H3"], [(0, 0), (0, 2), (1, 1)], "L0H3,L1H0"]
-
-
-def _zero_w_o(model, heads):
-    """The reference: a copy of the model with each head's rows of W_O set to zero."""
-    ref = copy.deepcopy(model)
-    with torch.no_grad():
-        for layer, head in HeadSet.of(model, heads):
-            ref.blocks[layer].attn.W_O[head] = 0.0
-    return ref
 
 
 def _llama_gqa_model() -> HookedTransformer:
@@ -52,7 +43,7 @@ def test_hook_zero_equals_w_o_zero_gpt2_like(gpt2_like_model, heads):
     tokens = torch.randint(0, gpt2_like_model.cfg.d_vocab, (3, 9))
     with ablated(gpt2_like_model, heads):
         hooked = gpt2_like_model(tokens)
-    reference = _zero_w_o(gpt2_like_model, heads)(tokens)
+    reference = w_o_zeroed(gpt2_like_model, heads)(tokens)
     assert_close(hooked, reference)
     assert (hooked - gpt2_like_model(tokens)).abs().max() > 1e-3  # the ablation did something
 
@@ -64,7 +55,7 @@ def test_hook_zero_equals_w_o_zero_llama_gqa(heads):
     tokens = torch.randint(0, model.cfg.d_vocab, (2, 11))
     with ablated(model, heads):
         hooked = model(tokens)
-    assert_close(hooked, _zero_w_o(model, heads)(tokens))
+    assert_close(hooked, w_o_zeroed(model, heads)(tokens))
 
 
 def test_folded_value_bias_would_not_be_removed(gpt2_like_model):
@@ -86,11 +77,7 @@ def test_hook_ablation_on_hooked_encoder():
     heads = [(1, 2), (0, 0)]
     with ablated(enc, heads):
         hooked = enc(tokens)
-    ref = copy.deepcopy(enc)
-    with torch.no_grad():
-        for layer, head in heads:
-            ref.blocks[layer].attn.W_O[head] = 0.0
-    assert_close(hooked, ref(tokens))
+    assert_close(hooked, w_o_zeroed(enc, heads)(tokens))
     assert (hooked - enc(tokens)).abs().max() > 1e-3
 
 

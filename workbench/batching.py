@@ -18,9 +18,9 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from transformer_lens.components import Unembed
 from jaxtyping import Float
 from torch import Tensor
+from transformer_lens.components import Unembed
 
 from workbench.encoding import TaskBatch
 
