@@ -19,6 +19,7 @@ from workbench.heads import HeadSet
 from workbench.metrics import score_logits
 from workbench.pipeline import run_cel
 from workbench.tasks import load_task
+from workbench.tokenizer import get_tokenizer
 
 FAST = dict(n_random=10, n_boot=200, progress=False)
 
@@ -128,3 +129,40 @@ def test_replicate_command_line_prints_and_writes_the_table(tmp_path, gpt2_like_
     assert table["p_holm_all"].min() == pytest.approx(min(1.0, p[0] * 4))
     printed = capsys.readouterr().out
     assert all(h in printed for h in table["heads"])
+
+
+def test_top_tokens_counts_each_examples_own_argmax(gpt2_like_model, tiny_task):
+    """bench/top_tokens.py: every example's argmax at its answer position, counted clean and
+    with the set ablated, equals the argmax of the example's own unpadded forward; `is_answer`
+    and `copy` (a wrong token that occurs in the prompt, padding excluded) are counted per
+    example from the prompt's own ids."""
+    path = Path(__file__).resolve().parent.parent / "bench" / "top_tokens.py"
+    spec = importlib.util.spec_from_file_location("bench_top_tokens", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, "heldout")
+    assert len(set(batch.lengths.tolist())) > 1  # padding is exercised
+    heads = HeadSet.of(model, "L0H1,L1H2")
+    got = bench.top_tokens(model, batch, heads, "zero", top=10_000)
+
+    def naive():
+        rows = []
+        for i in range(len(batch)):
+            ids = batch.tokens[i, : batch.lengths[i]]
+            with torch.no_grad():
+                tok = int(model(ids[None])[0, -1].argmax())
+            answers = set(batch.answer_ids[i].tolist()) - {-1}
+            rows.append((tok, tok in answers, tok in ids.tolist() and tok not in answers))
+        return pd.DataFrame(rows, columns=["id", "is_answer", "copy"])
+
+    clean = naive()
+    with ablated(model, heads, "zero"):
+        removed = naive()
+    assert not clean["id"].equals(removed["id"])  # the set changes some answers
+    for name, want in (("clean", clean), ("ablated", removed)):
+        want = want.assign(token=[get_tokenizer(model).decode([t]) for t in want["id"]])
+        want = want.groupby("token").agg(n=("id", "size"), is_answer=("is_answer", "sum"),
+                                         copy=("copy", "sum")).sort_index()
+        have = got[got["condition"] == name].set_index("token")[["n", "is_answer", "copy"]]
+        pd.testing.assert_frame_equal(have.sort_index(), want, check_dtype=False)
