@@ -56,11 +56,9 @@ def tiny_model(
         d_head=d_model // n_heads,
         n_heads=n_heads,
         d_vocab=len(tok),
-        act_fn="gelu",
-        normalization_type="LN",
         attn_only=attn_only,
         seed=seed,
-        **overrides,
+        **{"act_fn": "gelu", "normalization_type": "LN", **overrides},
     )
     model = HookedTransformer(cfg)
     model.word_tokenizer = tok

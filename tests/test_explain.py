@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from tests.helpers import assert_close, write_task
+from tests.helpers import assert_close, tiny_model, write_task
 from workbench.encoding import encode_task
 from workbench.errors import WorkbenchError
 from workbench.explain import (
@@ -41,10 +42,12 @@ from workbench.explain import (
     removal_vs_dla,
     summarize_attention,
 )
+from workbench.explain.attribution import attribute
+from workbench.explain.capture import capture
 from workbench.metrics import answer_logits
 from workbench.tables import check_head_table
 from workbench.tasks import load_task
-from workbench.tokenizer import WordTokenizer
+from workbench.tokenizer import WordTokenizer, get_tokenizer
 
 MICRO_VOCAB = ["<bos>", "<pad>", "mk", "f0", "f1", "f2", "f3", "yes", "no"]
 N_POS = 8
@@ -539,3 +542,80 @@ def test_explain_heads_keeps_attention_examples(micro_model, micro_task):
     pd.testing.assert_frame_equal(ex.attention_examples, alone)
     assert list(ex.attention_examples.columns[:4]) == ["id", "layer", "head", "head_name"]
     assert set(ex.attention_examples["head_group"]) == {"removed", "comparison"}
+
+
+# ------------------------------------------------------- a norm after attention (Gemma-2, Gemma-3)
+
+
+@pytest.fixture(scope="module")
+def post_norm_model():
+    """Gemma-3's block in miniature: RMS norms before and after attention and MLP, per-head
+    q/k norms, rotary positions, 4 query heads on 2 key/value heads; every norm weight random
+    (TransformerLens initialises them to 1, which would hide a missing weight)."""
+    model = tiny_model(attn_only=False, seed=3, normalization_type="RMS",
+                       use_normalization_before_and_after=True, use_qk_norm=True,
+                       positional_embedding_type="rotary", rotary_dim=8, n_key_value_heads=2,
+                       act_fn="gelu_pytorch_tanh", gated_mlp=True)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".w"):
+                p.copy_(0.5 + 1.5 * torch.rand(p.shape, generator=g))
+    return model
+
+
+def test_dla_components_sum_to_logit_difference_after_a_post_attention_norm(post_norm_model,
+                                                                             tiny_task):
+    """With `ln1_post`, heads and `b_O` enter the residual stream through the norm: their
+    shares at its clean scale and weight, with the MLPs' (already after `ln2_post`) and the
+    embedding, sum to the logit difference, `other` ~0. The same heads read before the norm
+    (the old reading) leave most of the difference in `other`."""
+    model = post_norm_model
+    batch = encode_task(model, tiny_task)
+    cap = capture(model, batch)
+    assert cap.post_scale is not None and cap.post_scale.shape == (len(batch), 2)
+    assert (cap.post_scale - 1).abs().min() > 0.05  # the scale matters here
+    comps = dla_components(model, tiny_task, split=None)
+    with torch.no_grad():
+        logits = answer_logits(model, batch)
+    diff = logits.gather(1, batch.answer_ids)[:, 0] - logits.gather(1, batch.wrong_ids)[:, 0]
+    totals = comps[comps["component"] != "other"].groupby("id", sort=False)["dla_diff"].sum()
+    assert_close(totals, diff, atol=1e-4, rtol=0)  # float32 sums of O(1) terms: 1e-6 measured
+    assert comps.loc[comps["component"] == "other", "dla_diff"].abs().max() < 1e-4
+    old = attribute(model, replace(cap, post_scale=None))  # each head read before the norm
+    assert float(old.diff("other").abs().max()) > 0.1
+
+
+def test_removal_after_a_post_attention_norm_splits_exactly(post_norm_model, tiny_task):
+    """Zero ablation's direct effect is minus the head's (post-norm) DLA, and direct plus
+    indirect is the change measured by the ablated forward, for mean ablation too."""
+    for kind in ("zero", "mean"):
+        removal = removal_vs_dla(post_norm_model, tiny_task, ["L1H2"], split=None, kind=kind)
+        assert_close(removal["delta_logit_diff"],
+                     removal["direct_effect"] + removal["indirect_effect"], atol=1e-5)
+        if kind == "zero":
+            assert_close(removal["direct_effect"], -removal["dla_diff"], atol=1e-6)
+
+
+def test_qk_circuit_applies_the_heads_query_and_key_norms(post_norm_model, tiny_task):
+    """The QK table's scores are TransformerLens's own queries and keys (its
+    `calculate_qkv_matrices`, which applies the q/k norms) of the tokens' embeddings through
+    `ln1`, without position, averaged over the query tokens as documented."""
+    model = post_norm_model
+    batch = encode_task(model, tiny_task, "heldout")
+    table = qk_circuit(model, tiny_task, ["L1H1"], top_k=50)
+    attn = model.blocks[1].attn
+    n = batch.lengths
+    src = sorted({t for i in range(len(batch)) for t in batch.tokens[i, : n[i]].tolist()})
+    dest = batch.tokens[torch.arange(len(batch)), n - 1]
+    x = model.blocks[1].ln1(model.W_E[torch.tensor(src)][None].float())
+    xd = model.blocks[1].ln1(model.W_E[dest][None].float())
+    with torch.no_grad():
+        _, k, _ = attn.calculate_qkv_matrices(x, x, x)
+        q, _, _ = attn.calculate_qkv_matrices(xd, xd, xd)
+        kv = 1 // (model.cfg.n_heads // model.cfg.n_key_value_heads)  # query head 1's key/value
+        want = (q[0, :, 1] @ k[0, :, kv].T).mean(0) / attn.attn_scale  # (n_src,)
+    tok = get_tokenizer(model)
+    got = dict(zip(table["source_token"], table["score"], strict=True))
+    for j, tid in enumerate(src):
+        assert got[tok.str_tokens([tid])[0]] == pytest.approx(float(want[j]), abs=1e-5)

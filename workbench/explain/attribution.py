@@ -17,8 +17,11 @@ TransformerLens folded the layer norm (`fold_ln`), `w_ln`/`b_ln` are already ins
 `W_U`/`b_U`, and with `center_writing_weights` every writing weight is already centred; both
 cases need no special handling. The components are `embed`, `pos_embed`, each head, each
 layer's `b_O`, each MLP's output (with its bias), and `b_U` (which also holds `b_ln . W_U`);
-they sum to the logit of the answer minus that of the wrong answer. A last component `other`
-is whatever of the residual stream these do not account for, and is zero for the standard
+where each block normalises its attention output before adding it (Gemma-2 and Gemma-3's RMS
+norm `ln1_post`), that norm too is linear once its scale is fixed, so each head's output and
+`b_O` enter at the clean scale, times the norm's weight (`attention_writes`). The components
+sum to the logit of the answer minus that of the wrong answer. A last component `other` is
+whatever of the residual stream these do not account for, and is zero for the standard
 architectures. With several acceptable (or wrong) answers, the direction is the mean of their
 directions, so the attributions sum to the mean answer logit minus the mean wrong logit. When
 an example has no wrong answer, its wrong answer is the clean model's highest-scoring
@@ -113,20 +116,43 @@ def logit_directions(
     return (cols * weights[..., None]).sum(1), (const * weights).sum(1)
 
 
+def attention_writes(
+    model, cap: Capture, out: Tensor, layer: int | None = None
+) -> Tensor:
+    """What attention outputs `out` (before any post-attention norm) add to the residual
+    stream at the answer positions, at the clean scale of the block's `ln1_post` times its
+    weight; `out` itself in models without one.
+
+    `out` is `[batch, layer, ..., d_model]` over every layer, or `[batch, ..., d_model]` for one
+    `layer`.
+    """
+    if cap.post_scale is None:
+        return out
+    layers = range(model.cfg.n_layers) if layer is None else [layer]
+    x = out if layer is None else out.unsqueeze(1)
+    w = torch.stack([model.blocks[l].ln1_post.w.float() for l in layers])  # (L', d)
+    scale = cap.post_scale[:, list(layers)]  # (B, L')
+    mid = (1,) * (x.dim() - 3)
+    x = x * w.view(1, len(w), *mid, -1) / scale.view(*scale.shape, *mid, 1)
+    return x if layer is None else x.squeeze(1)
+
+
 def _logit_parts(model, cap: Capture, direction: Tensor, const: Tensor) -> dict[str, Tensor]:
     """Each component's share of `direction`'s logit: name -> `[batch]` or `[batch, layer(,
     head)]`."""
     d = direction / cap.scale[:, None]  # (B, d)
     W_O = model.W_O.float()  # (L, H, D, d)
-    heads_out = torch.einsum("blhe,lhed->blhd", cap.z, W_O)  # (B, L, H, d)
-    b_O = model.b_O.float()  # (L, d)
+    heads_out = attention_writes(
+        model, cap, torch.einsum("blhe,lhed->blhd", cap.z, W_O)
+    )  # (B, L, H, d)
+    b_O = attention_writes(model, cap, model.b_O.float().expand(len(d), -1, -1))  # (B, L, d)
     parts = {
         "embed": (cap.embed * d).sum(-1),
         "head": torch.einsum("blhd,bd->blh", heads_out, d),
-        "b_O": torch.einsum("ld,bd->bl", b_O, d),
+        "b_O": torch.einsum("bld,bd->bl", b_O, d),
         "b_U": const,
     }
-    total = cap.embed + heads_out.sum((1, 2)) + b_O.sum(0)
+    total = cap.embed + heads_out.sum((1, 2)) + b_O.sum(1)
     if cap.pos_embed is not None:
         parts["pos_embed"] = (cap.pos_embed * d).sum(-1)
         total = total + cap.pos_embed

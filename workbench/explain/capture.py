@@ -3,7 +3,9 @@
 Every angle of `workbench.explain` reads the same few activations at the answer position (the
 last real token of each right-padded prompt): each head's attention row (`hook_pattern`) and
 its output before `W_O` (`hook_z`), the embeddings, each MLP's output, the final residual
-stream and the final layer norm's scale (`ln_final.hook_scale`). `capture` runs the model
+stream and the final layer norm's scale (`ln_final.hook_scale`), and, in models that normalise
+the attention output before adding it to the residual stream (Gemma-2 and Gemma-3's `ln1_post`,
+`use_normalization_before_and_after`), that norm's scale too. `capture` runs the model
 once per mini-batch with `run_with_cache`, filtered to exactly these hooks, and keeps only the
 answer position of each prompt (for attention, that position's row over the keys). With causal
 attention, the right padding after the answer position cannot change anything at it.
@@ -60,12 +62,15 @@ class Capture:
     pos_embed: Float[Tensor, "batch d_model"] | None
     mlp_out: Float[Tensor, "batch layer d_model"] | None
     resid: Float[Tensor, "batch d_model"]  # the final residual stream
+    post_scale: Float[Tensor, "batch layer"] | None = None  # ln1_post's scale, where there is one
 
 
 def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
     """Run `batch` through `model` once (in mini-batches) and keep its answer positions."""
     n_layers = model.cfg.n_layers
     has_mlp = not model.cfg.attn_only
+    post = has_post_attention_norm(model)
+    layers = range(n_layers)
     names = {
         "hook_embed",
         "hook_pos_embed",
@@ -76,6 +81,8 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
         names |= {f"blocks.{l}.attn.hook_pattern", f"blocks.{l}.attn.hook_z"}
         if has_mlp:
             names.add(f"blocks.{l}.hook_mlp_out")
+        if post:
+            names.add(f"blocks.{l}.ln1_post.hook_scale")
     parts: dict[str, list[Tensor]] = {}
     with torch.no_grad():
         for start in range(0, len(batch), batch_size):
@@ -104,6 +111,11 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
                 got["mlp_out"] = torch.stack(
                     [cache[f"blocks.{l}.hook_mlp_out"][rows, pos] for l in range(n_layers)], dim=1
                 )  # (B, L, d)
+            if post:
+                got["post_scale"] = torch.stack(
+                    [cache[f"blocks.{l}.ln1_post.hook_scale"][rows, pos, 0] for l in layers],
+                    dim=1,
+                )  # (B, L)
             for key, value in got.items():
                 parts.setdefault(key, []).append(value.float())
     cat = {key: torch.cat(v) for key, v in parts.items()}
@@ -117,7 +129,25 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
         pos_embed=cat.get("pos_embed"),
         mlp_out=cat.get("mlp_out"),
         resid=cat["resid"],
+        post_scale=cat.get("post_scale"),
     )
+
+
+def has_post_attention_norm(model) -> bool:
+    """Whether each block normalises its attention output before the residual stream adds it
+    (`ln1_post`: Gemma-2, Gemma-3). Only an RMS norm there is decomposed (TransformerLens builds
+    no other kind); a model whose norm the capture cannot read is refused, not misread."""
+    if not getattr(model.cfg, "use_normalization_before_and_after", False):
+        return False
+    names = [f"blocks.{l}.ln1_post.hook_scale" for l in range(model.cfg.n_layers)]
+    if is_bridge(model) or not all(n in model.hook_dict for n in names):
+        raise WorkbenchError(
+            f"{model.cfg.model_name}: its attention output is normalised before the residual "
+            "stream adds it, and the explanation needs that norm's scale at "
+            "blocks.{l}.ln1_post.hook_scale, which this model does not expose; load it as a "
+            "HookedTransformer (workbench.load_model)"
+        )
+    return True
 
 
 def _answer_pass(

@@ -3,14 +3,16 @@
 A head's effect factors into two weight-only circuits. The OV circuit (TransformerLens's
 `FactoredMatrix` `W_V W_O`, plus `b_V W_O`) says what the head writes given what it attends
 to: applied to the embeddings of the tokens the head attends to most and read out through the
-unembedding (with the final norm's weights and centring, as in
-`workbench.explain.attribution`), it lists the output tokens each source token promotes and
-suppresses (`ov_circuit`; a copying head promotes the source token itself). The QK circuit
-(`W_Q W_K^T`, with `b_Q`, `b_K`) says where the head looks: the attention scores between the
-task's query tokens and every token in its prompts give the source tokens the head prefers
-(`qk_circuit`). Both are the direct path only, from token embeddings through each layer's
-`ln1`: earlier layers and position are left out. `ov_table` and `qk_table` build the tables
-from a `capture` and the prompts' roles, for `explain_heads`.
+unembedding (with the weight of a post-attention norm, where the block has one, and the final
+norm's weights and centring, as in `workbench.explain.attribution`), it lists the output
+tokens each source token promotes and suppresses (`ov_circuit`; a copying head promotes the
+source token itself). The QK circuit (`W_Q W_K^T`, with `b_Q`, `b_K`, and per-head query and
+key norms where the model has them; OLMo's norms over all heads at once are left out) says
+where the head looks: the attention scores between the task's query tokens and every token in
+its prompts give the source tokens the head prefers (`qk_circuit`). Both are the direct path
+only, from token embeddings through each layer's `ln1`: earlier layers and position are left
+out. `ov_table` and `qk_table` build the tables from a `capture` and the prompts' roles, for
+`explain_heads`.
 """
 
 from __future__ import annotations
@@ -58,6 +60,23 @@ def _attn_scale(model, layer: int) -> float:
     return 1.0 / float(scaling)
 
 
+def _post_weight(model, layer: int, vecs: Float[Tensor, "n d_model"]) -> Tensor:
+    """Attention outputs times the weight of the block's post-attention norm (`ln1_post`,
+    Gemma-2 and Gemma-3), as they reach the residual stream; its scale is left out, as the
+    final one is in `_to_logits`."""
+    post = getattr(model.blocks[layer], "ln1_post", None)
+    w = getattr(post, "w", None)
+    return vecs if w is None else vecs * w.float()
+
+
+def _qk_norm(attn, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Queries and keys through the head's own RMS norms where it has them (`use_qk_norm`:
+    Gemma-3, Qwen3), as the model applies them before the scores."""
+    if not getattr(attn.cfg, "use_qk_norm", False):
+        return q, k
+    return attn.q_norm(q), attn.k_norm(k)
+
+
 def _to_logits(model, vecs: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
     """Read residual-stream vectors out through the final norm's weights and `W_U`.
 
@@ -99,7 +118,7 @@ def ov_table(model, cap: Capture, heads: HeadSet, n_sources: int, top_k: int) ->
             x = _embed_through_ln1(model, layer, ids)
             ov = model.OV[layer, head]  # FactoredMatrix W_V W_O, (d_model, d_model)
             bias = model.b_V[layer, head].float() @ model.W_O[layer, head].float()
-            out = _to_logits(model, (x @ ov).AB + bias)  # (n_sources, d_vocab)
+            out = _to_logits(model, _post_weight(model, layer, (x @ ov).AB + bias))
             k = min(top_k, out.shape[-1])
             for j, (tid, mass) in enumerate(sources):
                 row = out[j]
@@ -179,6 +198,7 @@ def qk_table(
                 _embed_through_ln1(model, layer, src_ids) @ attn.W_K[head].float()
                 + attn.b_K[head].float()
             )
+            q, k = _qk_norm(attn, q, k)
             # (n_src,), query-frequency weighted
             scores = weights @ (q @ k.T) / _attn_scale(model, layer)
             top = scores.topk(min(top_k, len(src_ids)))

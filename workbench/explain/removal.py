@@ -5,7 +5,8 @@ fixes (wrong -> right), breaks (right -> wrong) and leaves alone. `removal_vs_dl
 ablates each head alone (zero or mean ablation at `hook_z`, as in `workbench.ablation`) and
 splits the change in the answer-minus-wrong logit difference per example into the head's
 *direct effect*, the change in its own direct logit attribution when its output is replaced
-by the ablated one at the clean final-norm scale (`-dla_diff` for zero ablation), and the
+by the ablated one at the clean final-norm scale (and the clean scale of a post-attention
+norm, `workbench.explain.attribution.attention_writes`; `-dla_diff` for zero ablation), and the
 *indirect effect*, the rest, which went through later layers or the final norm's scale.
 Mean ablation uses the means over the task's `select` split (where CEL chose the heads)
 unless means are given (`default_means`); `removal_table` builds the table from a `capture`
@@ -24,7 +25,12 @@ from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_head_means
 from workbench.encoding import TaskBatch
-from workbench.explain.attribution import Attribution, attribute, logit_directions
+from workbench.explain.attribution import (
+    Attribution,
+    attention_writes,
+    attribute,
+    logit_directions,
+)
 from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.metrics import answer_logits, evaluate, logprob
@@ -136,8 +142,11 @@ def removal_table(
                 ]
             )
             own = torch.einsum("be,ed->bd", cap.z[:, layer, head], model.W_O[layer, head].float())
-            delta_out = (
-                _fill_output(model, kind, means, layer, head, batch.answer_pos, per_position) - own
+            delta_out = attention_writes(
+                model,
+                cap,
+                _fill_output(model, kind, means, layer, head, batch.answer_pos, per_position) - own,
+                layer,
             )
             direct = (delta_out * (d_answer - d_wrong)).sum(-1) / cap.scale
         delta_diff = _mean_logit(logits, answer_ids) - _mean_logit(logits, wrong_ids) - clean_diff
