@@ -69,11 +69,17 @@ def _post_weight(model, layer: int, vecs: Float[Tensor, "n d_model"]) -> Tensor:
     return vecs if w is None else vecs * w.float()
 
 
-def _qk_norm(attn, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+def _qk_norm(model, attn, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     """Queries and keys through the head's own RMS norms where it has them (`use_qk_norm`:
     Gemma-3, Qwen3), as the model applies them before the scores."""
-    if not getattr(attn.cfg, "use_qk_norm", False):
+    if not getattr(model.cfg, "use_qk_norm", False):
         return q, k
+    if getattr(attn, "q_norm", None) is None or getattr(attn, "k_norm", None) is None:
+        raise WorkbenchError(
+            f"{model.cfg.model_name}: its attention normalises queries and keys, and the QK "
+            "circuit needs those norms as attn.q_norm and attn.k_norm, which this model does "
+            "not expose; load it as a HookedTransformer (workbench.load_model)"
+        )
     return attn.q_norm(q), attn.k_norm(k)
 
 
@@ -198,7 +204,7 @@ def qk_table(
                 _embed_through_ln1(model, layer, src_ids) @ attn.W_K[head].float()
                 + attn.b_K[head].float()
             )
-            q, k = _qk_norm(attn, q, k)
+            q, k = _qk_norm(model, attn, q, k)
             # (n_src,), query-frequency weighted
             scores = weights @ (q @ k.T) / _attn_scale(model, layer)
             top = scores.topk(min(top_k, len(src_ids)))
