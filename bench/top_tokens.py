@@ -26,23 +26,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/replicate.py
 
 from replicate import cell_config  # noqa: E402
 
-from workbench.ablation import AblationKind, ablated, compute_head_means  # noqa: E402
+from workbench.ablation import AblationKind, ablated  # noqa: E402
 from workbench.encoding import encode_task  # noqa: E402
+from workbench.explain.capture import as_batch  # noqa: E402
+from workbench.explain.removal import default_means  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
+from workbench.metrics import answer_logits  # noqa: E402
 from workbench.tasks import load_task  # noqa: E402
 from workbench.tokenizer import get_tokenizer  # noqa: E402
 
 
 @torch.no_grad()
 def answer_argmax(model, batch, rows: int = 16) -> torch.Tensor:
-    """The argmax over the vocabulary at each example's answer position, `[batch]`."""
-    out = []
-    for start in range(0, len(batch), rows):
-        part = batch.rows(slice(start, start + rows))
-        logits = model(part.tokens)
-        out.append(logits[torch.arange(len(part)), part.answer_pos].argmax(-1))
-    return torch.cat(out)
+    """The argmax over the vocabulary at each example's answer position, `[batch]` (the
+    unembedding runs at that position only: `answer_logits`)."""
+    return torch.cat([answer_logits(model, batch.rows(slice(s, s + rows))).argmax(-1)
+                      for s in range(0, len(batch), rows)])
 
 
 def top_tokens(model, batch, heads: HeadSet, kind: AblationKind, means=None,
@@ -78,11 +78,9 @@ def main(argv=None) -> None:
     task = load_task(cfg["task"]).sample_per_split(cfg["max_examples"], cfg["seed"])
     heads = HeadSet.of(model, conf.loc[conf["size"] == size, "heads"].iloc[0])
     kind = AblationKind(cfg["kind"])
-    means = None
-    if kind is AblationKind.MEAN:
-        select = encode_task(model, task, "select")
-        means = compute_head_means(model, select.tokens, select.lengths)
-    batch = encode_task(model, task, args.split)
+    both = encode_task(model, task)
+    means = default_means(model, both, kind, None)  # over the cell's selection split
+    batch = as_batch(model, both, args.split)
     print(f"{cfg['model']} x {cfg['task']}, {args.split} ({len(batch)} examples), "
           f"{kind.value} ablation of {heads}")
     print(top_tokens(model, batch, heads, kind, means, args.top).to_string(index=False))

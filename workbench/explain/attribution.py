@@ -90,6 +90,12 @@ def final_norm_param(model, name: str) -> Float[Tensor, " d_model"] | None:
     return getattr(getattr(model, "ln_final", None), name, None)
 
 
+def post_norm_weight(model, layer: int) -> Float[Tensor, " d_model"] | None:
+    """The weight of block `layer`'s post-attention norm (`ln1_post`: Gemma-2, Gemma-3); None
+    where the block has none."""
+    return getattr(getattr(model.blocks[layer], "ln1_post", None), "w", None)
+
+
 def logit_directions(
     model, ids: Int[Tensor, "batch k"]
 ) -> tuple[Float[Tensor, "batch d_model"], Float[Tensor, " batch"]]:
@@ -130,7 +136,7 @@ def attention_writes(
         return out
     layers = range(model.cfg.n_layers) if layer is None else [layer]
     x = out if layer is None else out.unsqueeze(1)
-    w = torch.stack([model.blocks[l].ln1_post.w.float() for l in layers])  # (L', d)
+    w = torch.stack([post_norm_weight(model, l).float() for l in layers])  # (L', d)
     scale = cap.post_scale[:, list(layers)]  # (B, L')
     mid = (1,) * (x.dim() - 3)
     x = x * w.view(1, len(w), *mid, -1) / scale.view(*scale.shape, *mid, 1)

@@ -70,7 +70,6 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
     n_layers = model.cfg.n_layers
     has_mlp = not model.cfg.attn_only
     post = has_post_attention_norm(model)
-    layers = range(n_layers)
     names = {
         "hook_embed",
         "hook_pos_embed",
@@ -112,10 +111,8 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
                     [cache[f"blocks.{l}.hook_mlp_out"][rows, pos] for l in range(n_layers)], dim=1
                 )  # (B, L, d)
             if post:
-                got["post_scale"] = torch.stack(
-                    [cache[f"blocks.{l}.ln1_post.hook_scale"][rows, pos, 0] for l in layers],
-                    dim=1,
-                )  # (B, L)
+                scales = [cache[f"blocks.{l}.ln1_post.hook_scale"] for l in range(n_layers)]
+                got["post_scale"] = torch.stack([s[rows, pos, 0] for s in scales], dim=1)  # (B, L)
             for key, value in got.items():
                 parts.setdefault(key, []).append(value.float())
     cat = {key: torch.cat(v) for key, v in parts.items()}

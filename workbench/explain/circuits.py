@@ -28,7 +28,7 @@ from torch import Tensor
 from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import RoleScheme, roles_for
-from workbench.explain.attribution import LN_CENTRED, final_norm_param
+from workbench.explain.attribution import LN_CENTRED, final_norm_param, post_norm_weight
 from workbench.explain.capture import Capture, as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import head_name
@@ -64,8 +64,7 @@ def _post_weight(model, layer: int, vecs: Float[Tensor, "n d_model"]) -> Tensor:
     """Attention outputs times the weight of the block's post-attention norm (`ln1_post`,
     Gemma-2 and Gemma-3), as they reach the residual stream; its scale is left out, as the
     final one is in `_to_logits`."""
-    post = getattr(model.blocks[layer], "ln1_post", None)
-    w = getattr(post, "w", None)
+    w = post_norm_weight(model, layer)
     return vecs if w is None else vecs * w.float()
 
 
