@@ -318,7 +318,8 @@ def main() -> None:
         with metered(meter):
             if label == "new" and args.cli:
                 argv = ["cel", "--model", args.model, "--task", task, "--out", args.cli,
-                        "--overwrite"] + (["--others", *other_names] if other_names else [])
+                        "--overwrite", "--threads", str(args.threads)] + (
+                            ["--others", *other_names] if other_names else [])
                 if cli.main(argv) != 0:
                     raise SystemExit(f"workbench {' '.join(argv)} failed")
                 result = CELResult.load(args.cli)

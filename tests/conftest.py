@@ -13,6 +13,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# `threads="auto"` (the runs' default) then means one thread, as every tolerance and golden was
+# measured, whatever the machine's load when the suite starts; subprocesses inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.helpers import randomize_biases, tiny_model, write_task  # noqa: E402
 

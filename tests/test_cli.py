@@ -17,7 +17,7 @@ import pytest
 
 import workbench.cli as cli
 import workbench.commands as commands
-from workbench.config import CELConfig
+from workbench.config import CELConfig, auto_threads, resolve_threads
 from workbench.demo import write_demo
 from workbench.errors import WorkbenchError
 from workbench.results import CELResult
@@ -280,7 +280,7 @@ def test_flag_defaults_are_the_config_defaults():
     for command in ("cel", "sweep"):
         args = cli.build_parser(command).parse_args([command])
         options = commands.run_options(args)
-        assert options.pop("threads") == 1  # a Compute field, always given (its default)
+        assert options.pop("threads") == "auto"  # a Compute field, always given (its default)
         assert set(options) == flagged - ({"kind"} if command == "sweep" else set())
         for name, value in options.items():
             value = tuple(value) if isinstance(value, list) else value
@@ -309,7 +309,7 @@ def test_help_shows_the_defaults_and_the_model_sources(capsys):
     assert "float16 on older ones" in dtype
     for command in ("cel", "sweep", "explain"):
         threads = _help(command, "--threads", capsys)
-        assert "(default 1: " in threads and "bench/threads.py" in threads, threads
+        assert "auto (the default)" in threads and "bench/threads.py" in threads, threads
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "two"])
@@ -319,12 +319,52 @@ def test_threads_below_one_is_a_parser_error(value, capsys):
             cli.build_parser(command).parse_args([command, "--out", "x", "--threads", value])
         assert e.value.code == 2
         err = capsys.readouterr().err
-        assert f"argument --threads: expected an integer >= 1; got '{value}'" in err
+        assert f"argument --threads: expected auto or an integer >= 1; got '{value}'" in err
+
+
+def test_auto_threads_take_the_idle_cores_and_stay_fixed():
+    """`auto`: the cores less the whole jobs the load average counts, at least 1, at most the
+    cores; resolved once per process (a run's own load never lowers it later)."""
+    from workbench.compute import Compute
+
+    assert auto_threads(2, 0.0) == auto_threads(2, 0.9) == 2
+    assert auto_threads(2, 1.0) == auto_threads(2, 1.7) == auto_threads(2, 6.3) == 1
+    assert auto_threads(16, 3.5) == 13 and auto_threads(1, 0.0) == 1
+    first = resolve_threads("auto")
+    assert first == int(os.environ["OMP_NUM_THREADS"])  # conftest sets it; torchrun does too
+    assert resolve_threads("auto") == first and resolve_threads(3) == 3
+    assert resolve_threads(None) is None
+    for bad in (0, -1, "two", 1.5, True):
+        with pytest.raises(WorkbenchError, match="threads must be an integer >= 1 or 'auto'"):
+            resolve_threads(bad)
+        with pytest.raises(WorkbenchError, match="threads must be"):
+            Compute(threads=bad)
+    import torch
+
+    before = torch.get_num_threads()
+    with Compute(threads="auto").threads_set():
+        assert torch.get_num_threads() == first
+    assert torch.get_num_threads() == before
+
+
+def test_auto_threads_read_the_load_without_omp_num_threads(monkeypatch):
+    import workbench.config as config
+
+    monkeypatch.setattr(config.os, "getloadavg", lambda: (1.2, 0.0, 0.0))
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    try:
+        for omp, want in (("", 3), ("2", 2), ("x", 3)):
+            monkeypatch.setenv("OMP_NUM_THREADS", omp)
+            config._threads_at_start.cache_clear()
+            assert resolve_threads("auto") == want
+    finally:
+        monkeypatch.undo()
+        config._threads_at_start.cache_clear()
 
 
 def test_compute_flags_reach_run_cel():
     """`--threads` and `--token-budget` reach run_cel's Compute; without them the token
-    budget is the device's and the threads are the measured default (1)."""
+    budget is the device's and the threads are the default, auto."""
     from workbench.compute import Compute
     from workbench.config import DEFAULT_THREADS
 
@@ -332,7 +372,7 @@ def test_compute_flags_reach_run_cel():
     options = commands.run_options(args)
     assert (options["threads"], options["token_budget"]) == (2, 64)
     options = commands.run_options(cli.build_parser("sweep").parse_args(["sweep"]))
-    assert options["threads"] == DEFAULT_THREADS == Compute().threads == 1
+    assert options["threads"] == DEFAULT_THREADS == Compute().threads == "auto"
     assert "token_budget" not in options
 
 
@@ -370,8 +410,8 @@ def test_threads_reach_torch_before_the_model_loads(command, demo_files, tmp_pat
     assert cli.main([*argv, "--threads", "3"]) == 2
     assert calls == [("threads", 3), "load"]
     calls.clear()
-    assert cli.main(argv) == 2  # no --threads: the default, 1
-    assert calls == [("threads", 1), "load"]
+    assert cli.main(argv) == 2  # no --threads: the default, auto
+    assert calls == [("threads", resolve_threads("auto")), "load"]
 
 
 @pytest.mark.parametrize("quiet", [True, False])

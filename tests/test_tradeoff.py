@@ -315,6 +315,45 @@ def test_tradeoff_table_matches_the_confirmation_and_a_plain_forward(attn_model,
     assert row["side_d_lo"] <= row["side_d"] <= row["side_d_hi"]
 
 
+def test_random_sets_of_the_tradeoff_rest_on_a_seeded_sample_of_examples(attn_model, tasks):
+    """With `max_examples`, a random set's numbers are the plain forward's mean over the first
+    `max_examples` examples of racing's seeded order; the confirmed sets keep every example
+    and the numbers of the table without a cap."""
+    from workbench.racing import example_order
+
+    main, recall, contrast = tasks
+    heldout, scorers = _scorers(attn_model, main, recall, contrast)
+    sets = {k: HeadSet.of(attn_model, v) for k, v in SETS.items()}
+    full = tradeoff_table(heldout, scorers, sets, "logit_diff", STATS, n_random=20,
+                          max_examples=None)
+    t = tradeoff_table(heldout, scorers, sets, "logit_diff", STATS, n_random=20, max_examples=8)
+    found = t["origin"] == "found"
+    assert found.any() and (~found).any()
+    pd.testing.assert_frame_equal(t[found].reset_index(drop=True),
+                                  full[full["origin"] == "found"].reset_index(drop=True))
+    # a random set that is the confirmed set of its size is scored once, as the confirmed one
+    found_names = {(r["size"], r["heads"]) for _, r in t[found].iterrows()}
+    sampled = ~found & ~pd.Series([(r["size"], r["heads"]) in found_names
+                                   for _, r in t.iterrows()], index=t.index)
+    assert sampled.sum() > 50
+    assert (t.loc[sampled, "gain_n"] == 8).all() and (t.loc[sampled, "side_n"] <= 8).all()
+    assert (t.loc[~sampled, "gain_n"] == 20).all()
+    row = t[(t["origin"] == "random") & (t["task"] == "recall") & (t["metric"] == "logprob")]
+    row = row.iloc[-1]
+    heads = row["heads"].split(",")
+    held = example_order(20, STATS.seed)[:8].numpy()
+    side_rows = example_order(24, STATS.seed)[:8].numpy()
+    gain = _naive_diffs(attn_model, main, heads, "heldout")["logit_diff"][held].mean()
+    assert_close(row["gain"], gain)
+    side = _naive_diffs(attn_model, recall, heads)["logprob"][side_rows]
+    assert_close(row["side_d"], side.mean())
+    assert row["side_n"] == 8 and row["side_d_lo"] <= row["side_d"] <= row["side_d_hi"]
+    # the uncapped table's same set rests on every example, and differs
+    same = full[(full["heads"] == row["heads"]) & (full["task"] == "recall")
+                & (full["metric"] == "logprob") & (full["origin"] == "random")].iloc[0]
+    assert same["side_n"] == 24 and same["gain_n"] == 20
+
+
 def test_run_cel_saves_the_tradeoff_and_reconfirms_an_older_folder(tmp_path):
     model, main, side = micro_cel(tmp_path / "micro")
     out = tmp_path / "run"

@@ -63,11 +63,24 @@ QUICK_HELP = (
     "instead of ~26 (docs/speed.md)"
 )
 THREADS_HELP = (
-    "torch's CPU threads per operation (torch.set_num_threads), set before the model loads "
-    "(default %(default)s: on a 2-core machine shared with other jobs the embedded main job "
-    "took 132 s with 1 thread and 759 s with 2; more threads can pay only on idle cores, "
-    "measure with bench/threads.py)"
+    "torch's CPU threads per operation (torch.set_num_threads), set before the model loads: "
+    "an integer, or auto (the default), the cores other jobs leave idle when the command "
+    "starts (the cores less the 1-minute load average, at least 1). On a 2-core machine a "
+    "Gemma-3 forward took 1.13 s on 1 thread and 0.66-0.76 s on 2 when idle, while under "
+    "other jobs' load 2 threads ran the embedded main job 6x slower than 1 (docs/speed.md, "
+    "bench/threads.py)"
 )
+
+
+def threads_arg(text: str) -> int | str:
+    """An argparse type for `--threads`: `auto` or an integer >= 1."""
+    if text == "auto":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto or an integer >= 1; got {text!r}") from None
 
 
 def positive_int(text: str) -> int:
@@ -283,7 +296,7 @@ def _add_load_options(p) -> None:
         "that support it, float16 on older ones, float32 on CPU and MPS (default: float32, or "
         "the dtype a workbench checkpoint was saved in; bfloat16 halves GPU memory)",
     )
-    p.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS, metavar="N",
+    p.add_argument("--threads", type=threads_arg, default=DEFAULT_THREADS, metavar="N",
                    help=THREADS_HELP)
 
 

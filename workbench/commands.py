@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from workbench.config import CELConfig
+from workbench.config import CELConfig, resolve_threads
 from workbench.errors import WorkbenchError
 
 DEFAULT_OUT = "cel_results"
@@ -38,8 +38,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _NOT_FLAGS = ("model", "task", "others")
 
 
-def use_threads(threads: int | None) -> None:
-    """Set torch's intra-op CPU threads (None: leave torch's default)."""
+def use_threads(threads: int | str | None) -> None:
+    """Set torch's intra-op CPU threads (None: leave torch's default; `"auto"`:
+    `workbench.config.resolve_threads`)."""
+    threads = resolve_threads(threads)
     if threads is not None:
         import torch
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.config import DEFAULT_THREADS
+from workbench.config import DEFAULT_THREADS, resolve_threads
 from workbench.errors import WorkbenchError
 
 DEFAULT_TOKEN_BUDGET = 16384
@@ -82,8 +82,9 @@ class Compute:
         offload: keep those caches in CPU memory.
         progress: show progress bars.
         threads: torch's intra-op CPU threads while a run computes, restored afterwards
-            (`threads_set`); default `DEFAULT_THREADS` (1, measured by `bench/threads.py`:
-            see `workbench.config`); None leaves torch's setting alone.
+            (`threads_set`); default `"auto"`, the cores other jobs leave idle when the
+            process first asks (`workbench.config.resolve_threads`); None leaves torch's
+            setting alone.
         share_prefix: run the blocks that several masks run identically once
             (`workbench.sharing`, equal to restarting every mask to ~1e-5); False (the
             default) restarts every mask at its first ablated layer. Off by default for now:
@@ -98,11 +99,12 @@ class Compute:
     cache_bytes: int = DEFAULT_CACHE_BYTES
     offload: bool = False
     progress: bool = True
-    threads: int | None = DEFAULT_THREADS
+    threads: int | str | None = DEFAULT_THREADS
     share_prefix: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("max_rows", "masks_per_pass", "token_budget", "threads"):
+        resolve_threads(self.threads)  # checks it (and fixes "auto" early in the process)
+        for name in ("max_rows", "masks_per_pass", "token_budget"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
@@ -137,11 +139,12 @@ class Compute:
     @contextmanager
     def threads_set(self) -> Iterator[None]:
         """torch's intra-op threads set to `threads` for the duration (when given)."""
-        if self.threads is None:
+        threads = resolve_threads(self.threads)
+        if threads is None:
             yield
             return
         before = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(threads)
         try:
             yield
         finally:

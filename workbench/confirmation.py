@@ -69,6 +69,7 @@ from workbench.baseline import (
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
 from workbench.options import ClusterMode
+from workbench.racing import example_order
 from workbench.scoring import Scorer, masks_of
 from workbench.stats import (
     Stats,
@@ -87,6 +88,11 @@ from workbench.tradeoff import drop_inapplicable, metric_names
 # baseline's sets (seeded, uniform among them), not all of them (`run_cel` draws a quarter of
 # `n_random`, at most this many)
 TRADEOFF_SETS = 10
+# examples of the held-out split and of each side task on which `tradeoff_table` scores those
+# random sets (the confirmed sets: every example). On Gemma-3 x ioi with induction beside it,
+# the 58 sets on all 180 held-out and 300 induction examples took 715 s of a 1707 s run
+# (`docs/speed.md`); a cloud point's standard error on 64 examples is its spread / 8.
+TRADEOFF_EXAMPLES = 64
 
 
 def _effect_row(
@@ -294,6 +300,27 @@ def _summaries(diffs: torch.Tensor, stats: Stats, groups) -> dict[str, np.ndarra
     return {k: v.cpu().numpy() for k, v in out.items()}
 
 
+def _sampled_scores(scorer: Scorer, masks: torch.Tensor, full: torch.Tensor,
+                    max_examples: int | None, seed: int) -> dict[str, torch.Tensor]:
+    """`{metric: [n_masks, n_examples]}`: the masks where `full` on every example, the others
+    on the first `max_examples` examples of `example_order` (NaN on the rest)."""
+    clean = scorer.clean()
+    n = next(iter(clean.values())).shape[0]
+    if max_examples is None or max_examples >= n or bool(full.all()):
+        return scorer.score(masks)
+    out = {m: torch.full((len(masks), n), float("nan"), dtype=v.dtype, device=v.device)
+           for m, v in clean.items()}
+    rows = example_order(n, seed)[:max_examples].sort().values
+    for which, kw in ((full, {}), (~full, {"rows": rows})):
+        if not bool(which.any()):
+            continue
+        at = which.nonzero().flatten()
+        for m, v in scorer.score(masks[which], **kw).items():
+            cols = rows if kw else torch.arange(n)
+            out[m][at.to(v.device)[:, None], cols.to(v.device)[None]] = v
+    return out
+
+
 def tradeoff_table(
     heldout: Scorer,
     others: Mapping[str, Scorer],
@@ -306,6 +333,7 @@ def tradeoff_table(
     groups=None,
     other_groups: Mapping[str, list] | None = None,
     n_sets: int = TRADEOFF_SETS,
+    max_examples: int | None = TRADEOFF_EXAMPLES,
 ) -> pd.DataFrame:
     """The trade-off of removing heads: the gain on the main task against the change on
     every side task, for the confirmed sets and for random baseline sets.
@@ -313,14 +341,16 @@ def tradeoff_table(
     For each size: the confirmed set (`origin` "found"), `n_sets` of the sets the all-heads
     baseline of `confirm_sets` draws (the same seeded draw of `n_random`; "random") and
     `n_sets` of the pool baseline's ("pool"), each a uniform sample of its baseline's sets.
-    Every set is scored on the whole held-out split and on every example of every side task
-    (no racing), so each number has a paired interval over the same examples as the
-    confirmed set's.
+    A confirmed set is scored on the whole held-out split and on every example of every side
+    task (no racing); a random set on the first `max_examples` of each in racing's seeded
+    example order (`workbench.racing.example_order`), a uniform sample, so its numbers are
+    those examples' paired means and intervals (`gain_n`, `side_n` count them).
 
     Args:
         heldout, others, sets, objective, stats, n_random, pool, groups, other_groups: as
             for `confirm_sets` (the same scorers give the same numbers).
         n_sets: random sets per size and baseline (0: the confirmed sets only).
+        max_examples: examples per split for the random sets (None: every example).
 
     Returns:
         One row per set, side task and side metric that applies to the task (`TRADEOFF_COLUMNS`):
@@ -348,10 +378,12 @@ def tradeoff_table(
         unique = list(dict.fromkeys(_key(s) for _, s in chosen))
         index = {u: i for i, u in enumerate(unique)}
         masks = masks_of(model, [list(u) for u in unique])
-        gain = _summaries(heldout.score(masks)[objective] - clean[objective], stats, groups)
+        found = torch.tensor([u == _key(chosen[0][1]) for u in unique])
+        scores = _sampled_scores(heldout, masks, found, max_examples, stats.seed)
+        gain = _summaries(scores[objective] - clean[objective], stats, groups)
         names = [str(HeadSet.of(model, list(u))) for u in unique]
         for task, scorer in others.items():
-            scores = scorer.score(masks)
+            scores = _sampled_scores(scorer, masks, found, max_examples, stats.seed)
             og = (other_groups or {}).get(task)
             side = {m: _summaries(v - side_clean[task][m], stats, og) for m, v in scores.items()}
             for origin, s in chosen:

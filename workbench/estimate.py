@@ -14,7 +14,8 @@ count follows from the config alone:
   `default_budget`; `greedy` and `beam`: one set per candidate per size, times the beam);
 - confirm: the best set of each size and up to `2 n_random` random sets per size on the
   held-out split, the best sets on every side task, and the trade-off table's sample of
-  `TRADEOFF_SETS` sets per size and baseline on the held-out split and every side task.
+  `TRADEOFF_SETS` sets per size and baseline on `TRADEOFF_EXAMPLES` examples of the held-out
+  split and of every side task.
 
 Racing (`adaptive`, the default) stops candidates once they are decided, at the earliest on
 a first slice of the examples, so each count is a range: every raced candidate stopped on its
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.baseline import set_looks
-from workbench.confirmation import TRADEOFF_SETS
+from workbench.confirmation import TRADEOFF_EXAMPLES, TRADEOFF_SETS
 from workbench.racing import first_slice
 from workbench.search import default_budget, max_finalists
 
@@ -125,7 +126,8 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     # each baseline's sets on the held-out split and every side task
     sets = _restart(config.max_size)
     clean_best = (1 + config.max_size) * (n_held + sum(side)) / n_sel
-    tradeoff = config.max_size * 2 * TRADEOFF_SETS * (n_held + sum(side)) / n_sel
+    sampled = min(n_held, TRADEOFF_EXAMPLES) + sum(min(n, TRADEOFF_EXAMPLES) for n in side)
+    tradeoff = config.max_size * 2 * TRADEOFF_SETS * sampled / n_sel
     randoms = 2 * config.n_random * config.max_size * n_held / n_sel
     # drawn in looks, a baseline may stop at its first look's sets (`workbench.baseline`)
     looked = set_looks(config.n_random, config.adaptive and config.random_looks)[0]

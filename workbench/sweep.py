@@ -411,7 +411,7 @@ def run_sweep(
             them, `"auto"` splits cells when there are at least as many unfinished cells as
             ranks, else masks.
         **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...);
-            `threads` (default 1, `workbench.compute.Compute`) also while a model loads.
+            `threads` (`workbench.compute.Compute`) also while a model loads.
 
     Returns:
         The table of `sweep.csv` (see the module docstring), one row per cell in grid order.
