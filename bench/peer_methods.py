@@ -192,6 +192,32 @@ def chg_available() -> str | None:
     return None
 
 
+def chg_adapter(hf_model):
+    """CHG's adapter for `hf_model`. 0.1.0 registers no `Gemma3ForCausalLM`, and its adapters
+    take a head's width as `hidden_size // num_attention_heads` (640 / 4 = 160 on
+    Gemma-3-270m, whose heads are 256 wide, so its gated forward cannot reshape `o_proj`'s
+    1024-wide input). Where the config states `head_dim` and it differs, CHG's own
+    `ModelAdapter` is subclassed (as its error message invites) with `model.layers[i]
+    .self_attn.o_proj`, the layout of its Llama and Gemma adapters, and the stated width."""
+    from causal_head_gating.models.adapters import ModelAdapter, get_adapter
+
+    cfg = hf_model.config
+    width = getattr(cfg, "head_dim", None)
+    if width is None or width == cfg.hidden_size // cfg.num_attention_heads:
+        return get_adapter(hf_model)
+
+    class StatedWidth(ModelAdapter):
+        head_dim = width
+
+        def get_layers(self):
+            return self.model.model.layers
+
+        def get_attention_output_proj(self, layer):
+            return layer.self_attn.o_proj
+
+    return StatedWidth(hf_model)
+
+
 def chg_dataset(batch: TaskBatch):
     """CHG's `MaskedSequenceDataset` of an encoded task. Its trainer hands a loss only
     `input_ids` and `loss_masks`, so `loss_masks` carries, at each prompt's answer position,
@@ -230,7 +256,7 @@ def chg_gated_scores(hf_model, batch: TaskBatch, objective: str,
     `[layer, head]` (1 = keep), in float32."""
     from causal_head_gating import CHG
 
-    chg = CHG(hf_model)
+    chg = CHG(hf_model, adapter=chg_adapter(hf_model))
     with torch.no_grad():
         return task_objective(chg, batch, get_metric(objective), {}, gates.float(),
                               batch.tokens, chg_dataset(batch)["loss_masks"])
@@ -258,7 +284,7 @@ def chg_trainer(hf_model, select: TaskBatch, objective: str, budget: CHGBudget,
         p.requires_grad_(False)
     trainer = CHGTrainer(hf_model, chg_dataset(select), num_masks=budget.num_masks,
                          batch_size=budget.batch_size, l1_weight=budget.l1_weight,
-                         lr=budget.lr, lr_reg=budget.lr)
+                         lr=budget.lr, lr_reg=budget.lr, adapter=chg_adapter(hf_model))
     gated, metric = trainer.masked_model, get_metric(objective)
     gated.get_logp = lambda *a, **kw: task_objective(gated, select, metric, counter, *a, **kw)
     return trainer

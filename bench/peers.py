@@ -1,23 +1,25 @@
 """Benchmark: the workbench's CEL beside its peers, on one task, judged by one confirmation.
 
     python bench/peers.py --model smollm2-135m --task ioi --out peers_ioi
+    python bench/peers.py --model gemma-3-270m --task ioi --out peers_gemma_ioi
     python bench/peers.py --model tiny            # seconds: a tiny Llama with a planted head
 
 Every method chooses heads on the task's **selection split** only, from the same examples:
 
 - `cel`: the workbench's default run (`run_cel`: exact screening raced on the pool rule, the
   interaction search), its best set of each size; per-head score: screening's `d_<objective>`;
-- `chg`: Causal Head Gating (Nam et al., NeurIPS 2025; PyPI `nam-causal-head-gating` 0.1.0,
-  the optional `peers` extra, driven here and never copied): its `CHGTrainer` fits sigmoid
-  gates in its three stages on the Hugging Face form of the model through its own gated
-  forward (`CHG`, hooks before each `o_proj`). Two things are ours: the objective is the
-  task's `<objective>` at the answer position (its trainer's log-prob is swapped for it on
-  the trainer's `CHG` instance) and the pass runs in float32 (0.1.0 wraps it in bfloat16
-  autocast on CPU). 0.1.0's stage `"positive"` pushes gates toward 1 (keep) and `"negative"`
-  toward 0, the opposite of its docstrings and `head_taxonomy()`, so heads are labelled here
-  by the paper's meaning: **interfering** = gate < 0.5 in the stage that pushes toward keep
-  (removal helps), facilitating = gate >= 0.5 in the stage that pushes toward removal,
-  irrelevant otherwise. Per-head score: minus the keep stage's gate logit;
+- `chg`: Causal Head Gating (Nam et al., NeurIPS 2025; PyPI `nam-causal-head-gating` 0.1.0, the
+  optional `peers` extra, driven here and never copied): its `CHGTrainer` fits sigmoid gates in
+  its three stages on the Hugging Face form of the model through its own gated forward (`CHG`,
+  hooks before each `o_proj`). Two things are ours: the objective is the task's `<objective>`
+  at the answer position (its trainer's log-prob is swapped for it on the trainer's `CHG`
+  instance) and the pass runs in float32 (0.1.0 wraps it in bfloat16 autocast on CPU). On
+  Gemma-3 it gets an adapter with the heads' stated width (`chg_adapter`: 0.1.0 assumes
+  `hidden_size / num_heads`). 0.1.0's stage `"positive"` pushes gates toward 1 (keep) and
+  `"negative"` toward 0, the opposite of its docstrings and `head_taxonomy()`, so heads are
+  labelled here by the paper's meaning: **interfering** = gate < 0.5 in the stage that pushes
+  toward keep (removal helps), facilitating = gate >= 0.5 in the stage that pushes toward
+  removal, irrelevant otherwise. Per-head score: minus the keep stage's gate logit;
 - `cs_peer`: compressed sensing at llm-components' settings (`CS_PEER`: 100 random masks, each
   head knocked out with probability 0.02, a Lasso with alpha 0.01 of each mask's
   `<objective>` gain); per-head score: the Lasso coefficient;
@@ -65,6 +67,7 @@ from peer_methods import (  # noqa: E402
     attribution,
     cel_default,
     chg,
+    chg_adapter,
     chg_available,
     chg_gated_scores,
     chg_labels,
@@ -92,8 +95,8 @@ from workbench.tasks import Task, load_task  # noqa: E402
 
 # the names tests and readers reach through this script
 __all__ = ["CS_PEER", "CHGBudget", "CSSettings", "MethodResult", "attribution", "cel_default",
-           "chg", "chg_available", "chg_gated_scores", "chg_labels", "chg_trainer", "cs_peer",
-           "cs_workbench", "top_sets", "Meter", "metered"]
+           "chg", "chg_adapter", "chg_available", "chg_gated_scores", "chg_labels", "chg_trainer",
+           "cs_peer", "cs_workbench", "top_sets", "Meter", "metered"]
 
 def kendall_tau_b(a, b) -> float:
     """Kendall's tau-b (ties in either ranking corrected), ignoring pairs with a NaN."""
@@ -257,7 +260,7 @@ def default_objective(task: Task) -> str:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="tiny", help="smollm2-135m, or tiny (seconds)")
+    p.add_argument("--model", default="tiny", help="smollm2-135m, gemma-3-270m, or tiny (seconds)")
     p.add_argument("--task", default=None, help="default: ioi (tiny: its planted task)")
     p.add_argument("--methods", nargs="*",
                    default=["cel", "chg", "cs_peer", "cs_workbench", "attribution"])

@@ -175,3 +175,28 @@ def test_paired_differences_are_the_gain_of_one_set_minus_the_other(tiny):
     scores = scorer.score(masks_of(model, [[(0, 0)], [peers.PLANT]]))["logit_diff"]
     assert_close(table["difference"].iloc[0], float((scores[0] - scores[1]).mean()), atol=1e-6)
     assert table["hi"].iloc[0] < 0 and table["p_two_sided"].iloc[0] < 0.01
+
+
+@needs_chg
+def test_chg_gates_gemma3_heads_at_their_stated_width():
+    """Gemma-3's heads are wider than `hidden_size / num_attention_heads` (256 against 160 on
+    the 270m model), which 0.1.0's adapters assume; `chg_adapter` reads the stated width.
+    A gate at 0 must equal zeroing that head's `o_proj` input columns in transformers."""
+    from causal_head_gating import CHG
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                           head_dim=16, max_position_embeddings=64, sliding_window=4,
+                           layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    hf = Gemma3ForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (3, 7))
+    gates = torch.ones(2, 4)
+    gates[1, 2] = 0.0
+    with torch.no_grad():
+        gated = CHG(hf, adapter=peers.chg_adapter(hf))(ids, gates)
+        hf.model.layers[1].self_attn.o_proj.weight[:, 2 * 16:3 * 16] = 0.0
+        zeroed = hf(ids).logits
+    assert gated.shape[-1] == 64
+    assert_close(gated.reshape(zeroed.shape), zeroed, atol=1e-5)
