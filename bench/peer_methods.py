@@ -69,12 +69,17 @@ class MethodResult:
     forward_eq: float = 0.0
     notes: dict = field(default_factory=dict)
 
-def top_sets(scores: np.ndarray, max_size: int) -> dict[int, list]:
-    """The `k` heads of largest score for k = 1..`max_size` (NaN last, ties by head order)."""
+def top_sets(scores: np.ndarray, max_size: int, positive: bool = False) -> dict[int, list]:
+    """The `k` heads of largest score for k = 1..`max_size` (NaN last, ties by head order).
+    With `positive`, only heads of score > 0 (a Lasso's selected heads whose removal helps):
+    sizes beyond their count are absent, and no head gives no sets."""
     L, H = scores.shape
     flat = np.nan_to_num(scores.reshape(-1).astype(float), nan=-np.inf)
     order = np.argsort(-flat, kind="stable")
-    return {k: sorted((int(f) // H, int(f) % H) for f in order[:k]) for k in range(1, max_size + 1)}
+    top = int((flat > 0).sum()) if positive else len(flat)
+    return {k: sorted((int(f) // H, int(f) % H) for f in order[:k])
+            for k in range(1, min(max_size, top) + 1)}
+
 
 @contextmanager
 def timed(result: MethodResult, meter: Meter | None = None):
@@ -149,9 +154,35 @@ def cs_peer(model, select: TaskBatch, objective: str, max_size: int, seed: int, 
         scorer.release()
         coef = lasso(x.astype(float), y, settings.alpha)
     res.scores = coef.reshape(L, H)
-    res.sets = top_sets(res.scores, max_size)
+    res.sets = top_sets(res.scores, max_size, positive=True)
     res.notes = {"settings": asdict(settings), "nonzero": int((coef != 0).sum()),
-                 "heads_per_mask": float(x.sum(1).mean())}
+                 "positive": int((coef > 0).sum()), "alpha_max": alpha_max(x, y),
+                 "heads_per_mask": float(x.sum(1).mean()), "masks": x, "gains": y}
+    return res
+
+
+def alpha_max(x: np.ndarray, y: np.ndarray) -> float:
+    """The smallest penalty at which the Lasso of `y` on `x` (with intercept) zeroes every
+    coefficient: `max_j |x_j' (y - mean y)| / n` over the centred columns."""
+    finite = np.isfinite(y)
+    x, y = x[finite].astype(float), y[finite]
+    return float(np.abs((x - x.mean(0)).T @ (y - y.mean())).max() / len(y))
+
+
+def cs_peer_std(base: MethodResult, max_size: int,
+                settings: CSSettings = CS_PEER) -> MethodResult:
+    """`cs_peer` refitted on the same masks and gains, standardised (`y / sd(y)`), at the same
+    alpha: llm-components' fixed alpha assumes the gains' scale (a head enters only when its
+    effect is about `alpha / knockout_p` = 0.5 in the objective's units), so on a probability
+    difference it can select nothing. No forward of its own (the masks are `base`'s)."""
+    x, y = base.notes["masks"], base.notes["gains"]
+    sd = float(np.nanstd(y))
+    coef = lasso(x.astype(float), y / sd, settings.alpha)
+    L, H = base.scores.shape
+    res = MethodResult("cs_peer_std", coef.reshape(L, H), {})
+    res.sets = top_sets(res.scores, max_size, positive=True)
+    res.notes = {"settings": asdict(settings), "gain_sd": sd, "nonzero": int((coef != 0).sum()),
+                 "positive": int((coef > 0).sum()), "reuses": base.name}
     return res
 
 

@@ -22,7 +22,11 @@ Every method chooses heads on the task's **selection split** only, from the same
   removal, irrelevant otherwise. Per-head score: minus the keep stage's gate logit;
 - `cs_peer`: compressed sensing at llm-components' settings (`CS_PEER`: 100 random masks, each
   head knocked out with probability 0.02, a Lasso with alpha 0.01 of each mask's
-  `<objective>` gain); per-head score: the Lasso coefficient;
+  `<objective>` gain); per-head score: the Lasso coefficient, its set of size k the k largest
+  positive coefficients (fewer selected heads, fewer sets: at alpha 0.01 a head enters only
+  when its effect is about 0.5 in the objective's units);
+- `cs_peer_std`: the same masks and gains refitted standardised (`gain / sd`) at the same alpha,
+  scale-free (ours, beside theirs; no forward of its own);
 - `cs_workbench`: the workbench's `compressed_sensing` strategy at its defaults (more masks, a
   cross-validated penalty, then every set among the top 8 coefficients scored exactly);
 - `attribution`: attribution screening (gradient x (ablated - clean) at `hook_z`, one forward
@@ -64,6 +68,7 @@ from peer_methods import (  # noqa: E402
     CHGBudget,
     CSSettings,
     MethodResult,
+    alpha_max,
     attribution,
     cel_default,
     chg,
@@ -73,6 +78,7 @@ from peer_methods import (  # noqa: E402
     chg_labels,
     chg_trainer,
     cs_peer,
+    cs_peer_std,
     cs_workbench,
     top_sets,
 )
@@ -94,9 +100,9 @@ from workbench.tables import head_name  # noqa: E402
 from workbench.tasks import Task, load_task  # noqa: E402
 
 # the names tests and readers reach through this script
-__all__ = ["CS_PEER", "CHGBudget", "CSSettings", "MethodResult", "attribution", "cel_default",
-           "chg", "chg_adapter", "chg_available", "chg_gated_scores", "chg_labels", "chg_trainer",
-           "cs_peer", "cs_workbench", "top_sets", "Meter", "metered"]
+__all__ = ["CS_PEER", "CHGBudget", "CSSettings", "MethodResult", "alpha_max", "attribution",
+           "cel_default", "chg", "chg_adapter", "chg_available", "chg_gated_scores", "chg_labels",
+           "chg_trainer", "cs_peer", "cs_peer_std", "cs_workbench", "top_sets", "Meter", "metered"]
 
 def kendall_tau_b(a, b) -> float:
     """Kendall's tau-b (ties in either ranking corrected), ignoring pairs with a NaN."""
@@ -183,11 +189,13 @@ def confirm_methods(heldout: SharedScorer, methods: list[MethodResult], objectiv
     once), one table with a `method` column."""
     tables = []
     for m in methods:
+        if not m.sets:  # a Lasso that selected no head has nothing to confirm
+            continue
         sets = {k: HeadSet.of(heldout.model, s) for k, s in m.sets.items()}
         table, _ = confirm_sets(heldout, sets, objective, secondary, n_random=n_random,
                                 stats=stats, pool=pool, groups=groups, adaptive=False)
         tables.append(table.assign(method=m.name))
-    return pd.concat(tables, ignore_index=True)
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +315,8 @@ def main(argv=None) -> None:
             "cs_workbench": lambda: cs_workbench(model, select, objective, secondary,
                                                  args.max_size, args.seed, meter),
             "attribution": lambda: attribution(model, select, objective, args.max_size),
+            "cs_peer_std": lambda: cs_peer_std(next(m for m in methods if m.name == "cs_peer"),
+                                               args.max_size),
         }
         shared = SharedScorer(MaskScorer(model, heldout))
         stats, groups = Stats(seed=args.seed), cluster_labels(heldout, "auto")
@@ -404,6 +414,9 @@ def report(model, task, objective, methods, table, skipped, args) -> None:
             names = [head_name(l, h) for l, h in zip(*np.nonzero(m.notes["labels"] ==
                                                                  "interfering"), strict=True)]
             print("chg interfering heads:", names[:30])
+        if m.name.startswith("cs_peer"):
+            print(f"{m.name}:", {k: v for k, v in m.notes.items() if k in
+                                 ("nonzero", "positive", "alpha_max", "gain_sd")})
     if skipped:
         print("skipped:", skipped)
     if args.out:

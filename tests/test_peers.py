@@ -99,6 +99,38 @@ def test_top_sets_take_the_highest_scores_and_leave_nans_last():
                                          3: [(0, 0), (1, 0), (1, 1)]}
 
 
+def test_top_sets_of_positive_scores_only_have_as_many_sizes_as_positive_heads():
+    scores = np.array([[0.0, 0.2], [-0.1, 0.0]])
+    assert peers.top_sets(scores, 3, positive=True) == {1: [(0, 1)]}
+    assert peers.top_sets(np.zeros((2, 2)), 3, positive=True) == {}
+
+
+def test_alpha_max_is_where_the_lasso_selects_its_first_head():
+    rng = np.random.default_rng(0)
+    x = rng.random((100, 30)) < 0.1
+    y = 0.05 * x[:, 3] - 0.02 * x[:, 7] + 0.001 * rng.standard_normal(100)
+    top = peers.alpha_max(x, y)
+    assert not lasso(x.astype(float), y, top * 1.01).any()
+    coef = lasso(x.astype(float), y, top * 0.9)
+    assert np.flatnonzero(coef).tolist() == [3]
+
+
+def test_cs_peer_std_is_the_peer_fit_on_standardised_gains_and_scale_free():
+    rng = np.random.default_rng(1)
+    x = rng.random((100, 8)) < 0.2
+    y = 0.03 * x[:, 5] + 0.01 * x[:, 2] + 0.002 * rng.standard_normal(100)
+    fits = []
+    for scale in (1.0, 40.0):
+        base = peers.MethodResult("cs_peer", np.zeros((2, 4)), {},
+                                  notes={"masks": x, "gains": scale * y})
+        fits.append(peers.cs_peer_std(base, 3))
+    assert_close(fits[0].scores, fits[1].scores, atol=1e-6)
+    assert_close(fits[0].scores.ravel(),
+                 lasso(x.astype(float), y / y.std(), peers.CS_PEER.alpha), atol=1e-9)
+    assert fits[0].sets[1] == [(1, 1)]  # head 5 of 8 = L1H1, the larger effect
+    assert not lasso(x.astype(float), y, peers.CS_PEER.alpha).any()  # the raw fit selects none
+
+
 def test_the_cs_peer_runs_at_llm_components_settings(tiny):
     """100 masks, each head out with probability 0.02, Lasso alpha 0.01 (scikit-learn's
     objective: on an orthogonal design the coefficients are the least-squares ones shrunk by
