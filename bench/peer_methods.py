@@ -24,7 +24,7 @@ from workbench.metrics import METRICS, get_metric
 from workbench.pipeline import run_cel
 from workbench.scoring import MaskScorer
 from workbench.screening import screen_heads
-from workbench.search import SearchSpace, compressed_sensing, lasso
+from workbench.search import SearchSpace, compressed_sensing, lasso, lasso_alpha_max
 from workbench.tables import head_name
 from workbench.tasks import Task
 
@@ -156,17 +156,10 @@ def cs_peer(model, select: TaskBatch, objective: str, max_size: int, seed: int, 
     res.scores = coef.reshape(L, H)
     res.sets = top_sets(res.scores, max_size, positive=True)
     res.notes = {"settings": asdict(settings), "nonzero": int((coef != 0).sum()),
-                 "positive": int((coef > 0).sum()), "alpha_max": alpha_max(x, y),
+                 "positive": int((coef > 0).sum()),
+                 "alpha_max": lasso_alpha_max(x.astype(float), y),
                  "heads_per_mask": float(x.sum(1).mean()), "masks": x, "gains": y}
     return res
-
-
-def alpha_max(x: np.ndarray, y: np.ndarray) -> float:
-    """The smallest penalty at which the Lasso of `y` on `x` (with intercept) zeroes every
-    coefficient: `max_j |x_j' (y - mean y)| / n` over the centred columns."""
-    finite = np.isfinite(y)
-    x, y = x[finite].astype(float), y[finite]
-    return float(np.abs((x - x.mean(0)).T @ (y - y.mean())).max() / len(y))
 
 
 def cs_peer_std(base: MethodResult, max_size: int,

@@ -68,7 +68,6 @@ from peer_methods import (  # noqa: E402
     CHGBudget,
     CSSettings,
     MethodResult,
-    alpha_max,
     attribution,
     cel_default,
     chg,
@@ -100,7 +99,7 @@ from workbench.tables import head_name  # noqa: E402
 from workbench.tasks import Task, load_task  # noqa: E402
 
 # the names tests and readers reach through this script
-__all__ = ["CS_PEER", "CHGBudget", "CSSettings", "MethodResult", "alpha_max", "attribution",
+__all__ = ["CS_PEER", "CHGBudget", "CSSettings", "MethodResult", "attribution",
            "cel_default", "chg", "chg_adapter", "chg_available", "chg_gated_scores", "chg_labels",
            "chg_trainer", "cs_peer", "cs_peer_std", "cs_workbench", "top_sets", "Meter", "metered"]
 

@@ -105,16 +105,6 @@ def test_top_sets_of_positive_scores_only_have_as_many_sizes_as_positive_heads()
     assert peers.top_sets(np.zeros((2, 2)), 3, positive=True) == {}
 
 
-def test_alpha_max_is_where_the_lasso_selects_its_first_head():
-    rng = np.random.default_rng(0)
-    x = rng.random((100, 30)) < 0.1
-    y = 0.05 * x[:, 3] - 0.02 * x[:, 7] + 0.001 * rng.standard_normal(100)
-    top = peers.alpha_max(x, y)
-    assert not lasso(x.astype(float), y, top * 1.01).any()
-    coef = lasso(x.astype(float), y, top * 0.9)
-    assert np.flatnonzero(coef).tolist() == [3]
-
-
 def test_cs_peer_std_is_the_peer_fit_on_standardised_gains_and_scale_free():
     rng = np.random.default_rng(1)
     x = rng.random((100, 8)) < 0.2

@@ -19,7 +19,14 @@ from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
 from workbench.scoring import MaskScorer, masks_of
 from workbench.screening import screen_heads
-from workbench.search import STRATEGIES, SearchSpace, get_strategy, lasso_cv
+from workbench.search import (
+    STRATEGIES,
+    SearchSpace,
+    get_strategy,
+    lasso,
+    lasso_alpha_max,
+    lasso_cv,
+)
 from workbench.stats import Stats
 from workbench.tasks import load_task
 
@@ -187,3 +194,13 @@ def test_unknown_strategy_is_a_clear_error(micro):
     with pytest.raises(WorkbenchError, match="objective"):
         run_cel(model, task, objective="bleu", progress=False)
     assert HeadSet.of(model, BEST[3]).names == ["L0H1", "L0H3", "L1H1"]
+
+
+def test_alpha_max_is_where_the_lasso_selects_its_first_head():
+    rng = np.random.default_rng(0)
+    x = rng.random((100, 30)) < 0.1
+    y = 0.05 * x[:, 3] - 0.02 * x[:, 7] + 0.001 * rng.standard_normal(100)
+    top = lasso_alpha_max(x.astype(float), y)
+    assert not lasso(x.astype(float), y, top * 1.01).any()
+    coef = lasso(x.astype(float), y, top * 0.9)
+    assert np.flatnonzero(coef).tolist() == [3]

@@ -469,7 +469,7 @@ def lasso_cv(
     if n < n_folds * 2:
         raise WorkbenchError(f"compressed sensing needs at least {n_folds * 2} masks; got {n}")
     xc, yc = x - x.mean(0), y - y.mean()
-    alpha_max = np.abs(xc.T @ yc).max() / n
+    alpha_max = lasso_alpha_max(x, y)
     if alpha_max == 0.0:
         return np.zeros(x.shape[1])
     alphas = alpha_max * np.logspace(0, -3, n_alphas)
@@ -482,6 +482,14 @@ def lasso_cv(
             b = _lasso(x[tr] - mx, y[tr] - my, alpha)
             errors[i] += ((y[te] - my - (x[te] - mx) @ b) ** 2).sum()
     return _lasso(xc, yc, alphas[int(np.argmin(errors))])
+
+
+def lasso_alpha_max(x: np.ndarray, y: np.ndarray) -> float:
+    """The smallest penalty at which the Lasso of `y` on `x` (with intercept) zeroes every
+    coefficient: `max_j |x_j' (y - mean y)| / n` over the centred columns."""
+    finite = np.isfinite(y)
+    x, y = x[finite], y[finite]
+    return float(np.abs((x - x.mean(0)).T @ (y - y.mean())).max() / len(y))
 
 
 def lasso(x: np.ndarray, y: np.ndarray, alpha: float, n_iter: int = 5000) -> np.ndarray:
