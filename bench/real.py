@@ -187,9 +187,11 @@ def print_profile(label: str, meter: Meter, timings: dict) -> None:
 
 
 # The defaults before issue 32's speed cuts (`--before-after` runs both in one process): the
-# `CELConfig` field whose old value gives the old computation, and the `Compute` field that
-# restarts every mask at its first ablated layer, as before.
-BEFORE = {"random_looks": False, "share_prefix": False}
+# `CELConfig` fields whose old values give the old computation (every random set drawn, the
+# knockouts on the first racing slice, 10 random sets per size and baseline in the trade-off
+# table), and the `Compute` field that restarts every mask at its first ablated layer.
+BEFORE = {"random_looks": False, "knockout_examples": None, "tradeoff_sets": 10,
+          "share_prefix": False}
 
 
 def run_labelled(label: str, model, main_task, others: dict, out: str | None,
@@ -207,12 +209,15 @@ def run_labelled(label: str, model, main_task, others: dict, out: str | None,
     return result, meter, wall, cpu, (load, os.getloadavg()[0])
 
 
-def before_after(model, main_task, others: dict, out: str) -> None:
+def before_after(model, main_task, others: dict, out: str, threads: int) -> None:
     """The current defaults ("after") and the defaults before the speed cuts (`BEFORE`), one
     after the other in this process, per stage: wall and CPU seconds, forward-equivalents,
     the 1-minute load average before and after each stage."""
-    runs = {"after": run_labelled("after", model, main_task, others, f"{out}/after", {})}
-    runs["before"] = run_labelled("before", model, main_task, others, f"{out}/before", BEFORE)
+    # `threads` given: the default ("auto") would take fewer when the load is up at the start
+    runs = {"after": run_labelled("after", model, main_task, others, f"{out}/after",
+                                  {"threads": threads})}
+    runs["before"] = run_labelled("before", model, main_task, others, f"{out}/before",
+                                  {**BEFORE, "threads": threads})
     print(f"before = the defaults with {BEFORE}; torch threads {torch.get_num_threads()}; "
           "fwd-eq: every row entering a block, over L x the selection split's rows")
     print("| run | stage | wall s | CPU s | fwd-eq | load before -> after |")
@@ -309,7 +314,7 @@ def main() -> None:
     n_heldout = len(encode_task(model, main_task, "heldout"))
     print(f"model {args.model} loaded in {load_s:.0f} s; load {os.getloadavg()}")
     if args.before_after:
-        before_after(model, main_task, others, args.before_after)
+        before_after(model, main_task, others, args.before_after, args.threads)
         return
     runs = {}
     for label, adaptive in (("new", True), ("old", False)):

@@ -89,6 +89,8 @@ VARIANTS = {
     "interaction, all heads (no pool)": ("interaction", {"pool": None}),
     "interaction, no screening finalists": ("interaction", {"screen_share": 0.0}),
     "interaction, half screening finalists": ("interaction", {"screen_share": 0.5}),
+    "interaction, knockouts on 8 examples": ("interaction", {"knockout_examples": 8}),
+    "interaction, knockouts on 4 examples": ("interaction", {"knockout_examples": 4}),
 }
 
 

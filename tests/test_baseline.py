@@ -147,3 +147,16 @@ def test_looks_give_the_exact_numbers_of_the_sets_drawn(micro):
     assert_close(drawn["percentile"][same], full["percentile"][same])
     assert drawn["random_forward_eq"][1] < full["random_forward_eq"][1]
     assert drawn["pool_forward_eq"][1] <= full["pool_forward_eq"][1]
+
+
+def test_gains_within_float_error_of_the_found_set_are_ties():
+    """The found set drawn again as a random set, scored in another pass (shared or
+    restarted prefix), differs by batching's float error: a tie, not a rank."""
+    from workbench.stats import TIE_ATOL, percentile_of, share_at_least
+
+    found = 0.3
+    noisy = [0.1, found + TIE_ATOL / 3, found - TIE_ATOL / 3, 0.5]
+    assert percentile_of(found, noisy) == percentile_of(found, [0.1, found, found, 0.5]) == 50.0
+    assert share_at_least(found, noisy) == share_at_least(found, [0.1, found, found, 0.5]) == 0.75
+    assert percentile_of(found, [found - 3 * TIE_ATOL]) == 100.0  # beyond it: a rank
+    assert share_at_least(found, [found - 3 * TIE_ATOL]) == 0.0

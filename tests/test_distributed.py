@@ -122,8 +122,9 @@ def _scorer_worker(rank: int, store: str, folder: str) -> None:
     assert cli.main([*argv, "--out", str(folder / "two")]) == 0  # also leaves the group
     if rank == 0:
         os.environ["WORLD_SIZE"] = "1"
-        assert cli.main([*argv, "--out", str(folder / "one")]) == 0
-        run_sweep(*sweep_args, out=folder / "sweep_one", **sweep_kw)
+        # two ranks do not share prefixes (`Compute.share_prefix` auto): one process alike
+        assert cli.main([*argv, "--share-prefix", "off", "--out", str(folder / "one")]) == 0
+        run_sweep(*sweep_args, out=folder / "sweep_one", share_prefix=False, **sweep_kw)
         pd.testing.assert_frame_equal(
             pd.read_csv(folder / "sweep_two" / "sweep.csv"),
             pd.read_csv(folder / "sweep_one" / "sweep.csv"),
@@ -235,6 +236,7 @@ def test_killed_sweep_resumes_on_two_ranks_and_matches_one_process(tmp_path):
             out=tmp_path / "one",
             progress=False,
             plot=False,
+            share_prefix=False,  # as the two ranks (`Compute.share_prefix` auto)
             **SWEEP_OPTIONS,
         )
     finally:
@@ -316,7 +318,7 @@ def test_torchrun_launch_writes_one_process_tables(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert cli.main([*argv, "--out", str(tmp_path / "one")]) == 0
+        assert cli.main([*argv, "--share-prefix", "off", "--out", str(tmp_path / "one")]) == 0
     finally:
         torch.set_num_threads(threads)
     _assert_same_tables(tmp_path / "two", tmp_path / "one")

@@ -17,7 +17,7 @@ from tests.helpers import assert_close, loop_head_effects, randomize_biases, tin
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import _mask_hook, _replace_heads_hook, mask_hooks
 from workbench.attribution import attribution_effects
-from workbench.batching import length_buckets
+from workbench.batching import MAX_PAD_SHARE, length_buckets
 from workbench.compute import Compute
 from workbench.encoding import encode_task
 from workbench.fingerprint import model_fingerprint
@@ -190,13 +190,21 @@ def test_per_position_means_reach_screen_heads(gpt2_like_model, tmp_path):
 
 def test_length_buckets_respect_the_budget():
     lengths = torch.tensor([3, 9, 4, 4, 12, 2, 7, 7, 7, 30])
-    groups = length_buckets(lengths, token_budget=24, max_rows=3)
+    groups = length_buckets(lengths, token_budget=24, max_rows=3, max_pad=1.0)
     assert sorted(i for rows, _ in groups for i in rows) == list(range(10))
     for rows, width in groups:
         assert width == max(int(lengths[i]) for i in rows)
         assert len(rows) <= 3
         assert len(rows) * width <= 24 or len(rows) == 1  # a 30-token prompt gets its own row
     assert [len(r) for r, _ in groups] == [3, 3, 2, 1, 1]
+    # by default at most MAX_PAD_SHARE of a group's tokens are padding: 2 | 3 4 4 | 7 7 7 |
+    # 9 12 | 30 (2, 3, 4, 4 would be 6 pads of 16)
+    groups = length_buckets(lengths, token_budget=24, max_rows=3)
+    assert [sorted(int(lengths[i]) for i in r) for r, _ in groups] == [
+        [2], [3, 4, 4], [7, 7, 7], [9, 12], [30]]
+    for rows, width in groups:
+        pads = sum(width - int(lengths[i]) for i in rows)
+        assert pads <= MAX_PAD_SHARE * len(rows) * width
 
 
 SETS = [["L0H1"], ["L1H0", "L1H3"], ["L0H0", "L0H2", "L1H1"], [], ["L1H2"], ["L0H3"]]

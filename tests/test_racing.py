@@ -20,6 +20,7 @@ from workbench.racing import (
     MIN_SLICE,
     clearly_hurts,
     example_order,
+    first_slice,
     look_z,
     race,
     separated_from,
@@ -27,7 +28,7 @@ from workbench.racing import (
 )
 from workbench.scoring import MaskScorer, masks_of
 from workbench.screening import ScreenRace, screen_heads, screen_scorer
-from workbench.search import SearchSpace, get_strategy
+from workbench.search import SearchSpace, _names, get_strategy
 from workbench.stats import Stats, percentile_of, share_at_least
 from workbench.tables import table_to_matrix
 
@@ -443,3 +444,42 @@ def test_cpu_tiles_small_slices_up_to_its_token_target(gpt2_like_model, tiny_tas
     one = MaskScorer(model, batch, compute=Compute(masks_per_pass=1)).score(masks, rows=rows)
     for m in METRICS:
         assert_close(tiled[m], one[m], msg=m)
+
+
+@pytest.mark.parametrize("knockout_examples", [4, 16, None])
+def test_knockouts_are_scored_on_their_first_examples_in_racing_order(micro, knockout_examples):
+    """Raced knockouts see the first `knockout_examples` examples of racing's order (None: the
+    first racing slice, as before issue 32); their recorded gains are those examples' means."""
+    heads = select_candidates(
+        screen_scorer(micro.scorer("select"), stats=Stats(n_boot=200)), FIRST, SECOND, 8
+    )
+    inner = micro.scorer("select")
+    calls = []
+
+    class Recording:
+        model, data, compute = inner.model, inner.data, inner.compute
+
+        def clean(self):
+            return inner.clean()
+
+        def score(self, masks, progress=False, desc="masks", rows=None):
+            calls.append((masks.clone(), None if rows is None else rows.clone()))
+            return inner.score(masks, progress, desc, rows=rows)
+
+    space = SearchSpace(Recording(), [], FIRST, SECOND, max_size=3, seed=3,
+                        pool=search_pool(heads, FIRST), adaptive=True,
+                        knockout_examples=knockout_examples)
+    get_strategy("interaction")(space)
+    n = int(inner.clean()[FIRST].shape[0])
+    want = example_order(n, 3)[: first_slice(n) if knockout_examples is None
+                               else min(n, knockout_examples)]
+    masks, rows = calls[0]  # the knockouts come first
+    assert torch.equal(rows, want)
+    assert space.notes["interaction"]["knockout_examples"] == len(want)
+    full = inner.score(masks)[FIRST] - inner.clean()[FIRST][None]
+    # the knockouts' records come first, one per mask drawn (a repeated draw is scored once)
+    knock = {r["heads"]: r for r in space.records[: space.notes["interaction"]["n_masks"]]}
+    recorded = [knock[_names(map(tuple, m.nonzero().tolist()))] for m in masks]
+    np.testing.assert_allclose([r[f"d_{FIRST}"] for r in recorded],
+                               full[:, want].mean(-1).numpy(), rtol=1e-6, atol=1e-6)
+    assert all(r["n"] == len(want) for r in recorded)

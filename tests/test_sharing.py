@@ -15,7 +15,7 @@ from workbench.compute import Compute
 from workbench.encoding import encode_task
 from workbench.racing import example_order
 from workbench.scoring import MaskScorer, masks_of
-from workbench.sharing import next_layers
+from workbench.sharing import next_layers, shared_cost, sharing_pays
 from workbench.tasks import load_task
 
 METRICS = ("accuracy", "logprob", "logit_diff")
@@ -109,3 +109,40 @@ def test_next_layers():
     masks[0, 1, 0] = masks[0, 3, 1] = masks[1, 0, 1] = 1
     assert next_layers(masks, 0).tolist() == [1, 0, 4]
     assert next_layers(masks, 2).tolist() == [3, 4, 4]
+
+
+def test_auto_shares_the_finalist_sets_and_restarts_random_knockouts(deep, cf_task):
+    """`share_prefix=None` (auto) in one process: the finalists' sets share (fewer rows enter
+    the blocks, counted by a hook), random knockouts of 30 % of the heads restart (exactly one
+    restart per mask); the scores equal one restart per mask either way."""
+    batch = encode_task(deep, cf_task, "select")
+    L = deep.cfg.n_layers
+    finalists = masks_of(deep, _sets()[:-3])
+    g = torch.Generator().manual_seed(0)
+    knockouts = (torch.rand(40, L, deep.cfg.n_heads, generator=g) < 0.3).float()
+    counted = {"rows": 0}
+
+    def count(resid, hook):
+        counted["rows"] += resid.shape[0]
+
+    hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(L)]
+    for masks, pays in ((finalists, True), (knockouts, False)):
+        first = next_layers(masks, 0)
+        layers = sorted(set(first.tolist()) - {L})
+        decided = [sharing_pays(masks, (first == l).nonzero().flatten(), l) for l in layers]
+        assert any(decided) if pays else not any(decided)
+        restarted = sum(shared_cost(masks, (first == l).nonzero().flatten(), l)[1]
+                        for l in layers)
+        assert restarted == sum(L - f for f in first.tolist() if f < L)
+        auto = MaskScorer(deep, batch, compute=Compute(share_prefix=None, masks_per_pass=1))
+        auto.clean()
+        counted["rows"] = 0
+        with deep.hooks(fwd_hooks=hooks):
+            scores = auto.score(masks)
+        if not pays:
+            assert counted["rows"] == restarted * len(batch)
+        else:
+            assert counted["rows"] < 0.8 * restarted * len(batch)
+        reference = MaskScorer(deep, batch, compute=Compute(share_prefix=False)).score(masks)
+        for m in METRICS:
+            assert_close(scores[m], reference[m], msg=m)

@@ -281,6 +281,11 @@ def _add_run_options(p, several_kinds: bool) -> None:
     )
     p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     _add_load_options(p)
+    p.add_argument("--share-prefix", choices=("auto", "on", "off"), default="auto",
+                   help="run the blocks that several masks run identically once (equal to one "
+                   "restart per mask to ~1e-5); auto: in one process where it saves blocks "
+                   "(the search's finalist sets), never under torchrun, whose ranks then write "
+                   "what one process writes with off, bit for bit (default %(default)s)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars, those of loading a model included (the GGUF "
                    "conversion's and transformers')")

@@ -77,8 +77,8 @@ def bars_off(quiet: bool) -> Iterator[None]:
 
 def run_options(args) -> dict:
     """The `run_cel` settings given by `_add_run_options` flags: every `CELConfig` field with
-    a flag (stored under its name), and the `Compute` fields `token_budget` and `threads`
-    when given."""
+    a flag (stored under its name), and the `Compute` fields `token_budget`, `threads` and
+    `share_prefix` when given."""
     options = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(CELConfig)
@@ -87,6 +87,9 @@ def run_options(args) -> dict:
     for name in ("token_budget", "threads"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
+    share = getattr(args, "share_prefix", "auto")
+    if share != "auto":
+        options["share_prefix"] = share == "on"
     return options
 
 

@@ -86,11 +86,14 @@ class Compute:
             process first asks (`workbench.config.resolve_threads`); None leaves torch's
             setting alone.
         share_prefix: run the blocks that several masks run identically once
-            (`workbench.sharing`, equal to restarting every mask to ~1e-5); False (the
-            default) restarts every mask at its first ablated layer. Off by default for now:
-            scores then depend on which masks share a pass, so masks sharded across
-            torch.distributed ranks would no longer equal one process bit for bit
-            (`tests/test_distributed.py`); opt in with `Compute(share_prefix=True)`.
+            (`workbench.sharing`, equal to restarting every mask to ~1e-5). None (the
+            default, "auto"): in one process, for the masks of a layer whose sharing saves
+            enough blocks (`workbench.sharing.sharing_pays`: the interaction search's
+            finalist sets, not random knockouts), and never in a torch.distributed group,
+            where a mask's score would depend on which masks its rank's shard holds; there
+            two ranks write what one process writes with `share_prefix=False`, bit for bit
+            (`tests/test_distributed.py`). True shares every layer's masks; False restarts
+            every mask at its first ablated layer.
     """
 
     max_rows: int | None = None
@@ -100,7 +103,7 @@ class Compute:
     offload: bool = False
     progress: bool = True
     threads: int | str | None = DEFAULT_THREADS
-    share_prefix: bool = False
+    share_prefix: bool | None = None
 
     def __post_init__(self) -> None:
         resolve_threads(self.threads)  # checks it (and fixes "auto" early in the process)
@@ -113,7 +116,8 @@ class Compute:
                 or self.cache_bytes < 0:
             raise WorkbenchError(f"cache_bytes must be an integer >= 0; got {self.cache_bytes!r}")
         for name in ("offload", "progress", "share_prefix"):
-            if not isinstance(getattr(self, name), bool):
+            if not isinstance(getattr(self, name), bool) and not (
+                    name == "share_prefix" and self.share_prefix is None):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
 
     def replace(self, **changes) -> Compute:

@@ -62,6 +62,19 @@ def resolve_threads(threads: int | str | None) -> int | None:
         raise WorkbenchError(f"threads must be an integer >= 1 or 'auto'; got {threads!r}")
     return threads
 
+# Examples each knockout mask of the interaction search is scored on in a raced run
+# (`CELConfig.knockout_examples`): the racing minimum (`workbench.racing.MIN_SLICE`). The
+# knockouts only rank heads for the finalists, whose sets are then scored exactly and raced.
+# Before issue 32 they used the first racing slice (an eighth of the split: 20 of SmolLM2
+# ioi's 154, 75 of the embedded model's 600); on the planted models 16, 8 and 4 examples all
+# kept 10/10 singles, pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`).
+KNOCKOUT_EXAMPLES = 16
+# Random sets per size and baseline in the trade-off table's cloud (`CELConfig.tradeoff_sets`;
+# `workbench.confirmation.tradeoff_table`): each costs a pass over a sample of the held-out
+# split and of every side task. 10 before issue 32: on SmolLM2 x ioi with induction beside
+# it the cloud was 168 s of a 1285 s run (`docs/speed.md`).
+TRADEOFF_SETS = 5
+
 # A quick look (`workbench cel --quick`, `run_cel(model, task, **QUICK)`): the settings of the
 # SmolLM2 sweep of docs/real-model-cel.md. 40 examples per split drawn with the seed (16 per
 # side task), attribution screening without its exact check, no per-head side columns, then
@@ -110,7 +123,12 @@ class CELConfig:
         search_budget: masks the interaction search may score on the selection split
             (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads,
             half that when `max_size` <= 2 (`workbench.search.default_budget`).
+        knockout_examples: with `adaptive`, the examples each knockout mask is scored on (the
+            first in racing's order; `KNOCKOUT_EXAMPLES`); None: the first racing slice, as
+            before issue 32. Without `adaptive`: every example.
         n_random: random head sets per size in the held-out baseline.
+        tradeoff_sets: random sets per size from each baseline in the trade-off table (at most
+            a quarter of `n_random`; `TRADEOFF_SETS`).
         max_examples: use only `max_examples` examples of each split of the main task and of
             each side task, drawn with `seed` before fitting to the tokenizer
             (`Task.sample_per_split`), for quick looks; None: all.
@@ -156,7 +174,9 @@ class CELConfig:
     n_masks: int | None = None
     knockout_p: float | None = None
     search_budget: int | None = None
+    knockout_examples: int | None = KNOCKOUT_EXAMPLES
     n_random: int = 200
+    tradeoff_sets: int = TRADEOFF_SETS
     max_examples: int | None = None
     side_examples: int | None = None
     side_screening: bool = True
@@ -194,6 +214,7 @@ class CELConfig:
             ("top_m", self.top_m, 1),
             ("beam_width", self.beam_width, 1),
             ("n_random", self.n_random, 0),
+            ("tradeoff_sets", self.tradeoff_sets, 0),
             ("n_boot", self.n_boot, 1),
             ("seed", self.seed, 0),
             # optional: None picks the strategy's default
@@ -202,6 +223,7 @@ class CELConfig:
                 for name, value, low in (
                     ("n_masks", self.n_masks, 2),
                     ("search_budget", self.search_budget, 1),
+                    ("knockout_examples", self.knockout_examples, 1),
                     ("max_examples", self.max_examples, 1),
                     ("side_examples", self.side_examples, 1),
                 )

@@ -66,6 +66,7 @@ from workbench.baseline import (
     random_baselines,
     random_head_sets,
 )
+from workbench.config import TRADEOFF_SETS
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
 from workbench.options import ClusterMode
@@ -83,11 +84,6 @@ from workbench.stats import (
 )
 from workbench.tradeoff import drop_inapplicable, metric_names
 
-# random sets per size and baseline whose side effects `tradeoff_table` measures: each costs
-# a pass over the held-out split and every side task, so the cloud is a sample of the
-# baseline's sets (seeded, uniform among them), not all of them (`run_cel` draws a quarter of
-# `n_random`, at most this many)
-TRADEOFF_SETS = 10
 # examples of the held-out split and of each side task on which `tradeoff_table` scores those
 # random sets (the confirmed sets: every example). On Gemma-3 x ioi with induction beside it,
 # the 58 sets on all 180 held-out and 300 induction examples took 715 s of a 1707 s run

@@ -14,7 +14,7 @@ count follows from the config alone:
   `default_budget`; `greedy` and `beam`: one set per candidate per size, times the beam);
 - confirm: the best set of each size and up to `2 n_random` random sets per size on the
   held-out split, the best sets on every side task, and the trade-off table's sample of
-  `TRADEOFF_SETS` sets per size and baseline on `TRADEOFF_EXAMPLES` examples of the held-out
+  `tradeoff_sets` sets per size and baseline on `TRADEOFF_EXAMPLES` examples of the held-out
   split and of every side task.
 
 Racing (`adaptive`, the default) stops candidates once they are decided, at the earliest on
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.baseline import set_looks
-from workbench.confirmation import TRADEOFF_EXAMPLES, TRADEOFF_SETS
+from workbench.confirmation import TRADEOFF_EXAMPLES
 from workbench.racing import first_slice
 from workbench.search import default_budget, max_finalists
 
@@ -60,7 +60,8 @@ def _restart(k: int) -> float:
     return k / (k + 1)
 
 
-def _search_eq(config, n_heads: int, first: float) -> tuple[Span, Span] | None:
+def _search_eq(config, n_heads: int, first: float,
+               knockout: float) -> tuple[Span, Span] | None:
     """The search's forward-equivalents `(low, high)` (every raced set stopped on its first
     slice, none stopped) and their cost in plain forwards; None when a strategy has no
     rule."""
@@ -73,7 +74,7 @@ def _search_eq(config, n_heads: int, first: float) -> tuple[Span, Span] | None:
         elif name == "interaction":
             budget = config.search_budget or default_budget(n_heads, config.max_size)
             masks = config.n_masks or max(64, min(4 * n_heads, budget // 2))
-            fixed = masks * first  # ~30 % of the pool: they restart near the bottom
+            fixed = masks * knockout  # ~30 % of the pool: they restart near the bottom
             raced = _sets(max_finalists(max(0, budget - masks), config.max_size, n_heads),
                           config.max_size)
         elif name == "greedy":
@@ -127,7 +128,8 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     sets = _restart(config.max_size)
     clean_best = (1 + config.max_size) * (n_held + sum(side)) / n_sel
     sampled = min(n_held, TRADEOFF_EXAMPLES) + sum(min(n, TRADEOFF_EXAMPLES) for n in side)
-    tradeoff = config.max_size * 2 * TRADEOFF_SETS * sampled / n_sel
+    tradeoff = (config.max_size * 2 * min(config.tradeoff_sets, config.n_random // 4) * sampled
+                / n_sel)
     randoms = 2 * config.n_random * config.max_size * n_held / n_sel
     # drawn in looks, a baseline may stop at its first look's sets (`workbench.baseline`)
     looked = set_looks(config.n_random, config.adaptive and config.random_looks)[0]
@@ -135,7 +137,10 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     sure = clean_best + tradeoff
     confirm = ((sure + fewest, sure + randoms),
                (clean_best + (tradeoff + fewest) * sets, clean_best + (tradeoff + randoms) * sets))
-    return {"screen": screen, "search": _search_eq(config, n_heads, first), "confirm": confirm}
+    knockout = (first if config.knockout_examples is None or not config.adaptive
+                else min(n_sel, config.knockout_examples) / n_sel)
+    return {"screen": screen, "search": _search_eq(config, n_heads, first, knockout),
+            "confirm": confirm}
 
 
 def measure_forward(run) -> float:

@@ -41,7 +41,6 @@ from workbench.candidates import (
 from workbench.compute import Compute
 from workbench.config import CELConfig
 from workbench.confirmation import (
-    TRADEOFF_SETS,
     cluster_labels,
     confirm_sets,
     tradeoff_table,
@@ -332,6 +331,7 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
                         max_size=config.max_size, top_m=config.top_m,
                         beam_width=config.beam_width, n_masks=config.n_masks,
                         knockout_p=config.knockout_p, budget=config.search_budget,
+                        knockout_examples=config.knockout_examples,
                         seed=config.seed, adaptive=config.adaptive, ci=config.ci,
                         progress=run.compute.progress,
                         pool=search_pool(result.heads, run.order[0], second=run.order[1]))
@@ -374,11 +374,11 @@ def confirm_stage(run: CELRun,
         other_groups=other_groups,
         adaptive=BaselineRace(config.adaptive, config.adaptive and config.random_looks))
     # the random sets drawn into the trade-off: a quarter of the baseline, at most
-    # TRADEOFF_SETS, so that a quick run (few random sets) stays quick
+    # `tradeoff_sets`, so that a quick run (few random sets) stays quick
     tradeoff = tradeoff_table(heldout, others, head_sets, config.objective, run.stats,
                               n_random=config.n_random, pool=pool, groups=groups["heldout"],
                               other_groups=other_groups,
-                              n_sets=min(TRADEOFF_SETS, config.n_random // 4))
+                              n_sets=min(config.tradeoff_sets, config.n_random // 4))
     for scorer in (heldout, *others.values()):
         scorer.release()
     alpha = 1.0 - config.ci

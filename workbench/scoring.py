@@ -49,7 +49,7 @@ from workbench.metrics import (
     score_logits,
     unembed_at,
 )
-from workbench.sharing import ChunkRun, score_shared
+from workbench.sharing import ChunkRun, score_shared, sharing_pays
 
 CustomMetric = Callable[[object, object], "Tensor | Mapping[str, Tensor]"]
 
@@ -458,6 +458,11 @@ class MaskScorer:
         if not self._cache_built:
             self._fill_cache()
         chunks = self._selected(column)
+        share = {layer: self.compute.share_prefix for layer in layers}
+        if self.compute.share_prefix is None:  # auto (`Compute.share_prefix`)
+            share = {layer: not distributed.is_distributed()
+                     and sharing_pays(masks, (first == layer).nonzero().flatten(), layer)
+                     for layer in layers}
         for j, (c, chunk, keep, cols) in enumerate(chunks):
             if c in self._cache:
                 prefix = self._prefix(c, layers)
@@ -470,7 +475,7 @@ class MaskScorer:
                            self._resample(chunk), bar if j == len(chunks) - 1 else None)
             for layer in layers:
                 idx = (first == layer).nonzero().flatten()
-                if self.compute.share_prefix:
+                if share[layer]:
                     score_shared(masks, idx, layer, prefix[layer], run.advance, run.tail)
                 else:
                     run.tail(idx, layer, prefix[layer])

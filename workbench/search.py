@@ -70,6 +70,7 @@ import numpy as np
 import torch
 
 from workbench.candidates import rank_order, sort_key
+from workbench.config import KNOCKOUT_EXAMPLES
 from workbench.errors import WorkbenchError
 from workbench.gates import gate_search
 from workbench.heads import Head
@@ -111,6 +112,7 @@ class SearchSpace:
     pool: list[Head] | None = None
     budget: int | None = None
     screen_share: float = SCREEN_SHARE
+    knockout_examples: int | None = KNOCKOUT_EXAMPLES
     adaptive: bool = False
     ci: float = 0.95
     records: list[dict] = field(default_factory=list)
@@ -135,6 +137,15 @@ class SearchSpace:
         """The examples of the first racing look (`workbench.racing`), in racing order."""
         n = self.n_examples
         return example_order(n, self.seed)[: first_slice(n)]
+
+    def knockout_rows(self) -> torch.Tensor:
+        """The examples the interaction search's knockouts are scored on when `adaptive`: the
+        first `knockout_examples` in racing order (all of a smaller split; None: the first
+        racing slice, `first_rows`)."""
+        if self.knockout_examples is None:
+            return self.first_rows()
+        n = self.n_examples
+        return example_order(n, self.seed)[: min(n, self.knockout_examples)]
 
     def evaluate(
         self, sets: Sequence[Iterable[Head]], strategy: str, rows: torch.Tensor | None = None
@@ -382,7 +393,7 @@ def interaction(space: SearchSpace) -> None:
     x[~x.any(1), 0] = True  # no empty mask: the clean run is no measurement
     sets = [[pool[j] for j in np.flatnonzero(row)] for row in x]
     # adaptive: the knockouts only rank heads for the finalists, so one slice of examples each
-    space.evaluate(sets, "interaction", rows=space.first_rows() if space.adaptive else None)
+    space.evaluate(sets, "interaction", rows=space.knockout_rows() if space.adaptive else None)
     knockout_eq = space.forward_eq
     target = (
         space.secondary if space.objective == "accuracy" and space.secondary else space.objective
@@ -409,7 +420,7 @@ def interaction(space: SearchSpace) -> None:
         "target": target,
         "finalists": [head_name(*h) for h in finalists],
         "effects": {head_name(*pool[j]): float(coef[j]) for j in order[: max(k, 20)]},
-        "knockout_examples": len(space.first_rows()) if space.adaptive else space.n_examples,
+        "knockout_examples": len(space.knockout_rows()) if space.adaptive else space.n_examples,
     }
     sets = [c for s in range(1, space.max_size + 1) for c in combinations(finalists, s)]
     if sets:

@@ -96,6 +96,46 @@ def score_shared(masks: Float[Tensor, "n_masks layer head_index"], ids: Tensor, 
         tail(torch.tensor(lone), layer, current if layer == at else resid)
 
 
+# `sharing_pays`: a block run on one copy of a chunk's rows costs about this many masked blocks
+# tiled up to the CPU's token target (SmolLM2, 20 prompts: 1.12 s a mask one per pass, 0.73
+# eight per pass, `workbench.compute.default_masks_per_pass`), and sharing must save at least
+# `1 - SHARE_BELOW` of the blocks to be used: lone masks are tiled per trie node, in smaller
+# passes than unshared. Measured on SmolLM2 x ioi (2 threads, `docs/speed.md`): the 575
+# finalist sets on 20 prompts took 68.9 s shared against 134.5 s restarted; 63 knockout masks
+# (17 % of the heads each) on 16 prompts 33.0 s shared against 27.3 s restarted.
+ONE_COPY_COST = 1.5
+SHARE_BELOW = 0.75
+
+
+def shared_cost(masks: Float[Tensor, "n_masks layer head_index"], ids: Tensor,
+                start: int) -> tuple[float, float]:
+    """`(shared, restarted)`: the blocks `score_shared` would run for `masks[ids]` from layer
+    `start` (a block on one copy of the rows counted `ONE_COPY_COST`), and the blocks of one
+    restarted run per mask. Walks `score_shared` itself with counting callbacks."""
+    n_layers = masks.shape[1]
+    count = {"advance": 0, "tail": 0}
+
+    def advance(resid, a, b, mask):
+        count["advance"] += b - a
+        return resid
+
+    def tail(ids, a, resid):
+        count["tail"] += len(ids) * (n_layers - a)
+
+    score_shared(masks, ids, start, None, advance, tail)
+    return (ONE_COPY_COST * count["advance"] + count["tail"],
+            float(len(ids) * (n_layers - start)))
+
+
+def sharing_pays(masks: Float[Tensor, "n_masks layer head_index"], ids: Tensor,
+                 start: int) -> bool:
+    """Whether sharing prefixes saves enough blocks for `masks[ids]` from layer `start`
+    (`shared_cost`, `SHARE_BELOW`): it does for the finalist sets of the interaction search,
+    which share their lowest heads, not for random knockouts of 30 % of the pool."""
+    shared, restarted = shared_cost(masks, ids, start)
+    return shared < SHARE_BELOW * restarted
+
+
 @dataclass
 class ChunkRun:
     """The forwards of one chunk's masked runs, `score_shared`'s callbacks: `advance` runs

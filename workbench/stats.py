@@ -122,20 +122,30 @@ def _non_nan(samples) -> np.ndarray:
     return s[~np.isnan(s)]
 
 
+# Gains within this of each other are ties for `percentile_of` and `share_at_least`: the same
+# head set scored in two passes (a random set that is the found set, scored restarted in the
+# baseline and with a shared prefix in confirmation) differs by the float error of batching,
+# ~1e-5 on SmolLM2 (`docs/speed.md`), which must not move a percentile.
+TIE_ATOL = 1e-5
+
+
 def percentile_of(value: float, samples) -> float:
-    """Percentile rank of `value` among `samples` in [0, 100]; ties count half."""
+    """Percentile rank of `value` among `samples` in [0, 100]; ties (within `TIE_ATOL`)
+    count half."""
     s = _non_nan(samples)
     if len(s) == 0 or np.isnan(value):
         return float("nan")
-    return float(100.0 * ((s < value).sum() + 0.5 * (s == value).sum()) / len(s))
+    tie = np.abs(s - value) <= TIE_ATOL
+    return float(100.0 * ((s < value) & ~tie).sum() + 50.0 * tie.sum()) / len(s)
 
 
 def share_at_least(value: float, samples) -> float:
-    """Share of `samples` at least `value`, in [0, 1]; NaNs dropped, as in `percentile_of`."""
+    """Share of `samples` at least `value` (within `TIE_ATOL`), in [0, 1]; NaNs dropped, as in
+    `percentile_of`."""
     s = _non_nan(samples)
     if len(s) == 0 or np.isnan(value):
         return float("nan")
-    return float((s >= value).mean())
+    return float((s >= value - TIE_ATOL).mean())
 
 
 def rank_correlation(a, b) -> float:
