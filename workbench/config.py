@@ -67,7 +67,8 @@ def resolve_threads(threads: int | str | None) -> int | None:
 # knockouts only rank heads for the finalists, whose sets are then scored exactly and raced.
 # Before issue 32 they used the first racing slice (an eighth of the split: 20 of SmolLM2
 # ioi's 154, 75 of the embedded model's 600); on the planted models 16, 8 and 4 examples all
-# kept 10/10 singles, pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`).
+# kept 10/10 singles, pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`), but on
+# SmolLM2 x ioi 8 lost a finalist and the held-out gains of sizes 2 and 3 (`docs/speed.md`).
 KNOCKOUT_EXAMPLES = 16
 # Random sets per size and baseline in the trade-off table's cloud (`CELConfig.tradeoff_sets`;
 # `workbench.confirmation.tradeoff_table`): each costs a pass over a sample of the held-out
