@@ -188,10 +188,11 @@ def print_profile(label: str, meter: Meter, timings: dict) -> None:
 
 # The defaults before issue 32's speed cuts (`--before-after` runs both in one process): the
 # `CELConfig` fields whose old values give the old computation (every random set drawn, the
-# knockouts on the first racing slice, 10 random sets per size and baseline in the trade-off
-# table), and the `Compute` field that restarts every mask at its first ablated layer.
-BEFORE = {"random_looks": False, "knockout_examples": None, "tradeoff_sets": 10,
-          "share_prefix": False}
+# knockouts and the random sets' first look on the first racing slice, 10 random sets per size
+# and baseline in the trade-off table), and the `Compute` field that restarts every mask at its
+# first ablated layer, each layer's masks in their own passes.
+BEFORE = {"random_looks": False, "knockout_examples": None, "baseline_examples": None,
+          "tradeoff_sets": 10, "share_prefix": False}
 
 
 def run_labelled(label: str, model, main_task, others: dict, out: str | None,

@@ -160,3 +160,38 @@ def test_gains_within_float_error_of_the_found_set_are_ties():
     assert share_at_least(found, noisy) == share_at_least(found, [0.1, found, found, 0.5]) == 0.75
     assert percentile_of(found, [found - 3 * TIE_ATOL]) == 100.0  # beyond it: a rank
     assert share_at_least(found, [found - 3 * TIE_ATOL]) == 0.0
+
+
+def test_first_look_on_baseline_examples(micro, monkeypatch):
+    """`BaselineRace.first` (`CELConfig.baseline_examples`): each random and pool set's race
+    over the held-out split starts with a look on `first` examples instead of racing's first
+    slice. On the planted micro model, whose random sets lie far from the found sets, the
+    percentiles and shares are unchanged at a smaller share of the forwards (at least
+    `first / first_slice` of them: the sets that race on see more)."""
+    import workbench.baseline as baseline
+    from workbench.racing import first_slice
+
+    scorer = micro.scorer("heldout")
+    n_held = len(next(iter(scorer.clean().values())))
+    sets = {s: HeadSet.of(micro.model, micro.best[s]) for s in (1, 2, 3)}
+    pool = [(l, h) for l in range(MICRO.n_layers) for h in range(MICRO.n_heads)][2:]
+    first = 8
+    assert first < first_slice(n_held)
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["first"])
+        return race(*args, **kwargs)
+
+    race = baseline.race
+    monkeypatch.setattr(baseline, "race", recording)
+    runs = {k: confirm_sets(scorer, sets, FIRST, SECOND, n_random=40, pool=pool,
+                            adaptive=BaselineRace(True, False, k), stats=Stats(n_boot=100))[0]
+            for k in (None, first)}
+    assert set(seen) == {None, first} and seen.count(first) == seen.count(None) >= 3
+    for column in ("percentile", "random_pct_ge", f"percentile_{SECOND}", "n_random",
+                   "pool_percentile", "pool_pct_ge"):
+        assert_close(runs[first][column], runs[None][column], msg=column)
+    for column in ("random_forward_eq", "pool_forward_eq"):
+        ratio = (runs[first][column] / runs[None][column]).dropna()  # NaN: every set reused
+        assert len(ratio) >= 2 and (ratio < 1).all() and (ratio >= first / first_slice(n_held) - 1e-9).all(), column

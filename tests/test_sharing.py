@@ -146,3 +146,95 @@ def test_auto_shares_the_finalist_sets_and_restarts_random_knockouts(deep, cf_ta
         reference = MaskScorer(deep, batch, compute=Compute(share_prefix=False)).score(masks)
         for m in METRICS:
             assert_close(scores[m], reference[m], msg=m)
+
+
+@pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
+@pytest.mark.parametrize("masks_per_pass", [None, 3])
+def test_joined_passes_equal_one_restart_per_layer_in_fewer_forwards(deep, cf_task, kind,
+                                                                     masks_per_pass):
+    """Auto (`share_prefix=None`) joins the masks of layers that do not share into common
+    passes (`ChunkRun.joined`): every single head (what screening scores) and scattered
+    pairs, the empty set. The scores equal per-layer restarts and the naive forward, every
+    mask runs exactly its own blocks (rows entering blocks, counted by a hook), and the
+    forwards reaching the last block are `ceil(M / per_pass)` instead of one per layer."""
+    batch = encode_task(deep, cf_task, "select")
+    means = compute_head_means(deep, batch.tokens, batch.lengths) if kind == "mean" else None
+    L, H = deep.cfg.n_layers, deep.cfg.n_heads
+    sets = [[(l, h)] for l in range(L) for h in range(H)]
+    sets += [[(0, 1), (3, 2)], [(2, 0), (4, 3)], [], [(1, 1), (1, 3)]]
+    masks = masks_of(deep, sets)
+    first = next_layers(masks, 0)
+    layers = sorted(set(first.tolist()) - {L})
+    assert not any(sharing_pays(masks, (first == l).nonzero().flatten(), l) for l in layers)
+    calls = {"rows": 0, "passes": 0}
+
+    def count(resid, hook):
+        calls["rows"] += resid.shape[0]
+
+    def last(resid, hook):
+        calls["passes"] += 1
+
+    hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(L)]
+    hooks.append((f"blocks.{L - 1}.hook_resid_pre", last))
+    scored, passes = {}, {}
+    for share in (None, False):
+        scorer = MaskScorer(deep, batch, kind=kind, means=means,
+                            compute=Compute(share_prefix=share, masks_per_pass=masks_per_pass))
+        scorer.clean()
+        calls.update(rows=0, passes=0)
+        with deep.hooks(fwd_hooks=hooks):
+            scored[share] = scorer.score(masks)
+        chunks = scorer.chunks()
+        per_pass = [scorer.masks_per_pass(c) for c in chunks]
+        restarts = sum(L - f for f in first.tolist() if f < L)
+        assert calls["rows"] == restarts * len(batch)
+        n_layer = [int((first == l).sum()) for l in layers]
+        expected = (sum(-(-sum(n_layer) // p) for p in per_pass) if share is None
+                    else sum(-(-n // p) for p in per_pass for n in n_layer))
+        assert calls["passes"] == expected
+        passes[share] = expected
+    assert passes[None] < passes[False]
+    naive = MaskScorer(deep, batch, kind=kind, means=means, reuse_prefix=False).score(masks)
+    rows = example_order(len(batch), 0)[:9]
+    sliced = MaskScorer(deep, batch, kind=kind, means=means,
+                        compute=Compute(masks_per_pass=masks_per_pass)).score(masks, rows=rows)
+    for m in METRICS:
+        assert_close(scored[None][m], scored[False][m], msg=m)
+        assert_close(scored[None][m], naive[m], msg=m)
+        assert_close(sliced[m], scored[None][m][:, rows], msg=m)
+
+
+def test_shared_walks_join_their_lone_masks(deep, cf_task):
+    """Auto with the finalists' sets (which share): the shared walk's lone masks are queued
+    (`ChunkRun.defer`) and joined into common passes. The same blocks run as with
+    `share_prefix=True` (one tail per trie node), in fewer forwards reaching the last block,
+    and the scores equal one restart per mask."""
+    batch = encode_task(deep, cf_task, "select")
+    L = deep.cfg.n_layers
+    masks = masks_of(deep, _sets()[:-3])
+    first = next_layers(masks, 0)
+    assert all(sharing_pays(masks, (first == l).nonzero().flatten(), l)  # the last: a tail
+               for l in sorted(set(first.tolist()) - {L, L - 1}))
+    calls = {"rows": 0, "passes": 0}
+
+    def count(resid, hook):
+        calls["rows"] += resid.shape[0]
+
+    def last(resid, hook):
+        calls["passes"] += 1
+
+    hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(L)]
+    hooks.append((f"blocks.{L - 1}.hook_resid_pre", last))
+    seen, scores = {}, {}
+    for share in (None, True, False):
+        scorer = MaskScorer(deep, batch, compute=Compute(share_prefix=share, masks_per_pass=4))
+        scorer.clean()
+        calls.update(rows=0, passes=0)
+        with deep.hooks(fwd_hooks=hooks):
+            scores[share] = scorer.score(masks)
+        seen[share] = dict(calls)
+    assert seen[None]["rows"] == seen[True]["rows"] < seen[False]["rows"]
+    assert seen[None]["passes"] < seen[True]["passes"]
+    for m in METRICS:
+        assert_close(scores[None][m], scores[False][m], msg=m)
+        assert_close(scores[True][m], scores[False][m], msg=m)

@@ -118,11 +118,13 @@ def share_decided(count: int, m: int, alpha: float, n_looks: int) -> tuple[bool,
 @dataclass(frozen=True)
 class BaselineRace:
     """How a random baseline spends its forwards: `examples` races each set over the
-    held-out examples (`workbench.racing.separated_from`), `looks` draws the sets in looks
+    held-out examples (`workbench.racing.separated_from`), its first look on `first`
+    examples (None: racing's `first_slice`); `looks` draws the sets in looks
     (`draw_in_looks`). False for both scores every set of the list on every example."""
 
     examples: bool = False
     looks: bool = False
+    first: int | None = None
 
     @classmethod
     def of(cls, value: "bool | BaselineRace") -> "BaselineRace":
@@ -274,7 +276,7 @@ def random_baselines(heldout: Scorer, size: int, row: dict, objective: str,
 
     def score_random(a: int, b: int):
         r = race(heldout, masks_of(model, random_sets[a:b]),
-                 separated_from(ranked) if adaptive else None, seed, ci,
+                 separated_from(ranked) if adaptive else None, seed, ci, first=plan.first,
                  progress=progress, desc=f"random sets, size {size}")
         gains = {m: v.cpu().numpy() for m, v in r.means().items() if m in ranked}
         done = r.complete.numpy()
@@ -318,7 +320,7 @@ def random_baselines(heldout: Scorer, size: int, row: dict, objective: str,
         if fresh:
             pr = race(heldout, masks_of(model, [chunk[j] for j in fresh]),
                       separated_from({objective: found}) if adaptive else None, seed, ci,
-                      progress=progress, desc=f"pool sets, size {size}")
+                      first=plan.first, progress=progress, desc=f"pool sets, size {size}")
             g[fresh] = pr.means()[objective].cpu().numpy()
             done[fresh] = pr.complete.numpy()
             eq = pr.forward_eq

@@ -89,11 +89,15 @@ class Compute:
             (`workbench.sharing`, equal to restarting every mask to ~1e-5). None (the
             default, "auto"): in one process, for the masks of a layer whose sharing saves
             enough blocks (`workbench.sharing.sharing_pays`: the interaction search's
-            finalist sets, not random knockouts), and never in a torch.distributed group,
+            finalist sets, not random knockouts), with the masks that restart at different
+            layers and the shared walks' lone masks joined into common passes
+            (`workbench.sharing.ChunkRun.joined`); never in a torch.distributed group,
             where a mask's score would depend on which masks its rank's shard holds; there
             two ranks write what one process writes with `share_prefix=False`, bit for bit
-            (`tests/test_distributed.py`). True shares every layer's masks; False restarts
-            every mask at its first ablated layer.
+            (`tests/test_distributed.py`). True shares every layer's masks, each trie
+            node's lone masks in passes of their own; False restarts every mask at its first
+            ablated layer, each layer's masks in passes of their own (the references of the
+            tests).
     """
 
     max_rows: int | None = None

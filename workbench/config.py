@@ -70,6 +70,13 @@ def resolve_threads(threads: int | str | None) -> int | None:
 # kept 10/10 singles, pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`), but on
 # SmolLM2 x ioi 8 lost a finalist and the held-out gains of sizes 2 and 3 (`docs/speed.md`).
 KNOCKOUT_EXAMPLES = 16
+# Examples in the first look of each random baseline set's race over the held-out split
+# (`CELConfig.baseline_examples`): the racing minimum. A random set far below the found one
+# (nearly all of them: on SmolLM2 x ioi 613 of 613 stopped at the first look) is then decided
+# on 16 examples instead of racing's first slice (an eighth of the split: 20 of SmolLM2
+# ioi's 155, 75 of the embedded model's 600); a set near the found gain races on, to every
+# example if need be, with `look_z` corrected over the one more look.
+BASELINE_EXAMPLES = 16
 # Random sets per size and baseline in the trade-off table's cloud (`CELConfig.tradeoff_sets`;
 # `workbench.confirmation.tradeoff_table`): each costs a pass over a sample of the held-out
 # split and of every side task. 10 before issue 32: on SmolLM2 x ioi with induction beside
@@ -128,6 +135,9 @@ class CELConfig:
             first in racing's order; `KNOCKOUT_EXAMPLES`); None: the first racing slice, as
             before issue 32. Without `adaptive`: every example.
         n_random: random head sets per size in the held-out baseline.
+        baseline_examples: with `adaptive`, the examples of the first look of each random
+            baseline set's race over the held-out split (`BASELINE_EXAMPLES`); None: racing's
+            first slice, as before issue 32.
         tradeoff_sets: random sets per size from each baseline in the trade-off table (at most
             a quarter of `n_random`; `TRADEOFF_SETS`).
         max_examples: use only `max_examples` examples of each split of the main task and of
@@ -177,6 +187,7 @@ class CELConfig:
     search_budget: int | None = None
     knockout_examples: int | None = KNOCKOUT_EXAMPLES
     n_random: int = 200
+    baseline_examples: int | None = BASELINE_EXAMPLES
     tradeoff_sets: int = TRADEOFF_SETS
     max_examples: int | None = None
     side_examples: int | None = None
@@ -225,6 +236,7 @@ class CELConfig:
                     ("n_masks", self.n_masks, 2),
                     ("search_budget", self.search_budget, 1),
                     ("knockout_examples", self.knockout_examples, 1),
+                    ("baseline_examples", self.baseline_examples, 1),
                     ("max_examples", self.max_examples, 1),
                     ("side_examples", self.side_examples, 1),
                 )

@@ -372,7 +372,8 @@ def confirm_stage(run: CELRun,
         heldout, head_sets, config.objective, config.secondary, others, best_size, select_gains,
         config.n_random, run.stats, pool=pool, groups=groups["heldout"],
         other_groups=other_groups,
-        adaptive=BaselineRace(config.adaptive, config.adaptive and config.random_looks))
+        adaptive=BaselineRace(config.adaptive, config.adaptive and config.random_looks,
+                              config.baseline_examples))
     # the random sets drawn into the trade-off: a quarter of the baseline, at most
     # `tradeoff_sets`, so that a quick run (few random sets) stays quick
     tradeoff = tradeoff_table(heldout, others, head_sets, config.objective, run.stats,

@@ -458,11 +458,12 @@ class MaskScorer:
         if not self._cache_built:
             self._fill_cache()
         chunks = self._selected(column)
-        share = {layer: self.compute.share_prefix for layer in layers}
-        if self.compute.share_prefix is None:  # auto (`Compute.share_prefix`)
-            share = {layer: not distributed.is_distributed()
-                     and sharing_pays(masks, (first == layer).nonzero().flatten(), layer)
-                     for layer in layers}
+        ids = {layer: (first == layer).nonzero().flatten() for layer in layers}
+        # auto (`Compute.share_prefix` None): in one process, share where it pays and join
+        # the other layers' masks in common passes; False restarts each layer's masks apart
+        auto = self.compute.share_prefix is None and not distributed.is_distributed()
+        share = {layer: sharing_pays(masks, ids[layer], layer) if auto
+                 else bool(self.compute.share_prefix) for layer in layers}
         for j, (c, chunk, keep, cols) in enumerate(chunks):
             if c in self._cache:
                 prefix = self._prefix(c, layers)
@@ -473,10 +474,11 @@ class MaskScorer:
             run = ChunkRun(self.model, self.data, masks, chunk, cols, out,
                            self.masks_per_pass(chunk), self.kind, self.means, self.per_position,
                            self._resample(chunk), bar if j == len(chunks) - 1 else None)
+            tail = run.defer if auto else run.tail
             for layer in layers:
-                idx = (first == layer).nonzero().flatten()
                 if share[layer]:
-                    score_shared(masks, idx, layer, prefix[layer], run.advance, run.tail)
+                    score_shared(masks, ids[layer], layer, prefix[layer], run.advance, tail)
                 else:
-                    run.tail(idx, layer, prefix[layer])
+                    tail(ids[layer], layer, prefix[layer])
+            run.flush()
             del prefix

@@ -15,12 +15,20 @@ restarted run per mask, up to the float error of batching (`tests/test_sharing.p
 
 Memory is one residual per level of the trie (at most the largest set size plus one), since
 the walk is depth first.
+
+Joined passes (`ChunkRun.joined`): a pass need not start with all its masks. Masks whose
+first ablated layers differ (random baseline sets, the single heads screening still races, the
+lone masks of the trie's nodes) are taken in order of that layer and cut into passes of the
+tiling size; a pass starts with its lowest layer's copies of the rows and appends each later
+group's copies at that group's layer, from the residual it restarts from. Every mask runs
+exactly its own blocks, as it would restarted alone, but in a few full passes instead of one
+small pass per layer or node (`tests/test_sharing.py` counts both).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Float
@@ -99,12 +107,17 @@ def score_shared(masks: Float[Tensor, "n_masks layer head_index"], ids: Tensor, 
 # `sharing_pays`: a block run on one copy of a chunk's rows costs about this many masked blocks
 # tiled up to the CPU's token target (SmolLM2, 20 prompts: 1.12 s a mask one per pass, 0.73
 # eight per pass, `workbench.compute.default_masks_per_pass`), and sharing must save at least
-# `1 - SHARE_BELOW` of the blocks to be used: lone masks are tiled per trie node, in smaller
-# passes than unshared. Measured on SmolLM2 x ioi (2 threads, `docs/speed.md`): the 575
-# finalist sets on 20 prompts took 68.9 s shared against 134.5 s restarted; 63 knockout masks
-# (17 % of the heads each) on 16 prompts 33.0 s shared against 27.3 s restarted.
+# `1 - SHARE_BELOW` of the blocks to be used. Measured on SmolLM2 x ioi (2 threads,
+# `docs/speed.md`), before lone masks were joined: the 575 finalist sets on 20 prompts took
+# 68.9 s shared against 134.5 s restarted; 63 knockout masks (17 % of the heads each) on 16
+# prompts 33.0 s shared against 27.3 s restarted. With joined passes: 300 finalist sets 26.5 s
+# where sharing pays, 26.3 s sharing every layer, 52.5 s restarted; 63 knockouts 24.1 s
+# either way (their shared walk saves 1 % of the blocks).
 ONE_COPY_COST = 1.5
 SHARE_BELOW = 0.75
+# `ChunkRun.defer` joins queued masks into common passes once this many passes' worth are
+# queued: enough that a pass's masks start at nearby layers, few enough residuals held
+JOIN_QUEUE = 8
 
 
 def shared_cost(masks: Float[Tensor, "n_masks layer head_index"], ids: Tensor,
@@ -156,6 +169,7 @@ class ChunkRun:
     per_position: bool = False
     resample: Tensor | None = None
     bar: object = None
+    _queue: list = field(default_factory=list)  # `defer`'s (layer, ids, resid), unscored
 
     def _hooks(self, masks: Tensor, layers) -> list:
         return mask_hooks(self.model, masks, self.kind, self.means, self.per_position,
@@ -169,21 +183,71 @@ class ChunkRun:
                          **shortformer_kwargs(model, tokens))
 
     def tail(self, ids: Tensor, start: int, resid: Tensor) -> None:
+        """Score `masks[ids]` from `resid` entering block `start`, `per_pass` at a time."""
+        ids = ids.sort().values  # in mask order, as the unshared runs were tiled
+        for i in range(0, len(ids), self.per_pass):
+            self._pass([(start, ids[i : i + self.per_pass], resid)])
+
+    def defer(self, ids: Tensor, start: int, resid: Tensor) -> None:
+        """A `Tail` that queues the masks for `flush`, which joins them with the other
+        queued masks into common passes (`joined`); flushes once `JOIN_QUEUE` passes'
+        worth are queued, so the queued residuals stay few."""
+        self._queue.append((start, ids.cpu(), resid))
+        if sum(len(ids) for _, ids, _ in self._queue) >= JOIN_QUEUE * self.per_pass:
+            self.flush()
+
+    def flush(self) -> None:
+        """Score every queued mask (`defer`)."""
+        queue, self._queue = self._queue, []
+        self.joined(queue)
+
+    def joined(self, groups: list[tuple[int, Tensor, Tensor]]) -> None:
+        """Score each group `(layer, ids, resid)` of masks from `resid` entering block
+        `layer` (each mask's ablations below it already applied) in passes of up to
+        `per_pass` masks that the groups join at their layer: the masks in order of layer
+        are cut into passes, and a pass starts with its lowest layer's masks and appends
+        each later group's copies of the rows where that group starts. Every mask still runs
+        only its own blocks, as in one `tail` per group, but masks spread over many layers
+        (random baseline sets, the heads screening still races, the lone masks of a shared
+        walk's nodes) fill a few passes instead of a small one per layer."""
+        order = sorted(((layer, g, int(i)) for g, (layer, ids, _) in enumerate(groups)
+                        for i in ids.tolist()), key=lambda t: (t[0], t[1]))
+        for i in range(0, len(order), self.per_pass):
+            part = order[i : i + self.per_pass]
+            runs = {}
+            for layer, g, j in part:
+                runs.setdefault(g, (layer, []))[1].append(j)
+            self._pass([(layer, torch.tensor(ids), groups[g][2])
+                        for g, (layer, ids) in runs.items()])
+
+    def _pass(self, groups: list[tuple[int, Tensor, Tensor]]) -> None:
+        """One forward that scores the groups `(layer, ids, resid)` (by increasing layer),
+        each group's copies of the rows joining at its layer from its `resid`."""
         model, batch, chunk, masks = self.model, self.data, self.chunk, self.masks
         b, n_layers = len(chunk.rows), model.cfg.n_layers
         tokens = chunk.tokens(batch)
-        ids = ids.sort().values  # in mask order, as the unshared runs were tiled
-        for i in range(0, len(ids), self.per_pass):
-            part = ids[i : i + self.per_pass].to(masks.device)
-            k = len(part)
-            hooks = self._hooks(masks[part], range(start, n_layers))
-            answer_hooks, pos = answer_only_hooks(model, batch.answer_pos[chunk.rows].repeat(k))
-            extra = shortformer_kwargs(model, tokens.repeat(k, 1))
-            with torch.no_grad(), model.hooks(fwd_hooks=hooks + answer_hooks):
-                final = model(resid.repeat(k, 1, 1), start_at_layer=start,
-                              stop_at_layer=n_layers, **extra)  # (k * b, T or 1, d)
-                logits = unembed_at(model, final, pos)
-            for name, v in score_logits(logits, Targets.of(batch, k, chunk.rows)).items():
-                self.out[name][part[:, None], self.cols.to(v.device)[None]] = v.view(k, b)
-            if self.bar is not None:
-                self.bar.update(k)
+        groups = sorted(groups, key=lambda group: group[0])  # rows are joined in this order
+        ids = torch.cat([g for _, g, _ in groups]).to(masks.device)
+        starts = sorted({layer for layer, _, _ in groups})
+        resid, k = None, 0
+        with torch.no_grad():
+            for start, stop in zip(starts, starts[1:] + [n_layers]):
+                joining = [r.repeat(len(g), 1, 1) for layer, g, r in groups if layer == start]
+                resid = torch.cat(joining if resid is None else [resid, *joining])
+                k = resid.shape[0] // b
+                hooks = self._hooks(masks[ids[:k]], range(start, stop))
+                extra = shortformer_kwargs(model, tokens.repeat(k, 1))
+                if stop < n_layers:
+                    with model.hooks(fwd_hooks=hooks):
+                        resid = model(resid, start_at_layer=start, stop_at_layer=stop, **extra)
+                    continue
+                answer_hooks, pos = answer_only_hooks(model,
+                                                      batch.answer_pos[chunk.rows].repeat(k))
+                with model.hooks(fwd_hooks=hooks + answer_hooks):
+                    final = model(resid, start_at_layer=start, stop_at_layer=n_layers,
+                                  **extra)  # (k * b, T or 1, d)
+                    logits = unembed_at(model, final, pos)
+        for name, v in score_logits(logits, Targets.of(batch, k, chunk.rows)).items():
+            self.out[name][ids[:, None], self.cols.to(v.device)[None]] = v.view(k, b)
+        if self.bar is not None:
+            self.bar.update(k)
