@@ -38,7 +38,7 @@ import numpy as np
 from workbench.errors import WorkbenchError
 from workbench.racing import race, separated_from
 from workbench.scoring import Scorer, masks_of
-from workbench.stats import TIE_ATOL, percentile_of, share_at_least
+from workbench.stats import n_at_least, percentile_of, share_at_least
 
 MIN_LOOK = 50  # sets in the first look, at least: a share on fewer would be too coarse
 
@@ -185,8 +185,8 @@ def draw_in_looks(n_sets: int, score: ScoreFn, found: float, objective: str, alp
         values = values[~np.isnan(values)]
         if not sequential or math.isnan(found) or len(values) == 0:
             continue
-        at_least = int((values >= found - TIE_ATOL).sum())  # ties as `share_at_least`
-        decided, share_hi = share_decided(at_least, len(values), alpha, len(looks))
+        decided, share_hi = share_decided(n_at_least(found, values), len(values), alpha,
+                                          len(looks))
         if decided and end < looks[-1]:
             break
     return Drawn({m: np.concatenate(v) for m, v in gains.items()}, np.concatenate(complete),

@@ -119,10 +119,12 @@ class Compute:
         if isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int) \
                 or self.cache_bytes < 0:
             raise WorkbenchError(f"cache_bytes must be an integer >= 0; got {self.cache_bytes!r}")
-        for name in ("offload", "progress", "share_prefix"):
-            if not isinstance(getattr(self, name), bool) and not (
-                    name == "share_prefix" and self.share_prefix is None):
+        for name in ("offload", "progress"):
+            if not isinstance(getattr(self, name), bool):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
+        if self.share_prefix is not None and not isinstance(self.share_prefix, bool):
+            raise WorkbenchError("share_prefix must be true, false or None (auto); got "
+                                 f"{self.share_prefix!r}")
 
     def replace(self, **changes) -> Compute:
         """A copy with some fields changed (validated again)."""

@@ -231,7 +231,7 @@ class ChunkRun:
         starts = sorted({layer for layer, _, _ in groups})
         resid, k = None, 0
         with torch.no_grad():
-            for start, stop in zip(starts, starts[1:] + [n_layers]):
+            for start, stop in zip(starts, starts[1:] + [n_layers], strict=True):
                 joining = [r.repeat(len(g), 1, 1) for layer, g, r in groups if layer == start]
                 resid = torch.cat(joining if resid is None else [resid, *joining])
                 k = resid.shape[0] // b

@@ -139,13 +139,18 @@ def percentile_of(value: float, samples) -> float:
     return float(100.0 * ((s < value) & ~tie).sum() + 50.0 * tie.sum()) / len(s)
 
 
+def n_at_least(value: float, samples) -> int:
+    """How many of `samples` are at least `value` (within `TIE_ATOL`); NaNs dropped."""
+    return int((_non_nan(samples) >= value - TIE_ATOL).sum())
+
+
 def share_at_least(value: float, samples) -> float:
-    """Share of `samples` at least `value` (within `TIE_ATOL`), in [0, 1]; NaNs dropped, as in
-    `percentile_of`."""
+    """Share of `samples` at least `value` (within `TIE_ATOL`, `n_at_least`), in [0, 1]; NaNs
+    dropped, as in `percentile_of`."""
     s = _non_nan(samples)
     if len(s) == 0 or np.isnan(value):
         return float("nan")
-    return float((s >= value - TIE_ATOL).mean())
+    return n_at_least(value, s) / len(s)
 
 
 def rank_correlation(a, b) -> float:
