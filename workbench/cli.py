@@ -284,7 +284,8 @@ def _add_run_options(p, several_kinds: bool) -> None:
     p.add_argument("--share-prefix", choices=("auto", "on", "off"), default="auto",
                    help="run the blocks that several masks run identically once (equal to one "
                    "restart per mask to ~1e-5); auto: in one process where it saves blocks "
-                   "(the search's finalist sets), never under torchrun, whose ranks then write "
+                   "(the search's finalist sets), with masks that restart at different layers "
+                   "joined into common passes; never under torchrun, whose ranks then write "
                    "what one process writes with off, bit for bit (default %(default)s)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars, those of loading a model included (the GGUF "
