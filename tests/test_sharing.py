@@ -148,6 +148,21 @@ def test_auto_shares_the_finalist_sets_and_restarts_random_knockouts(deep, cf_ta
             assert_close(scores[m], reference[m], msg=m)
 
 
+def _counting_hooks(n_layers: int) -> tuple[dict, list]:
+    """`(calls, hooks)`: the hooks count in `calls["rows"]` the rows entering every block and
+    in `calls["passes"]` the forwards reaching the last block."""
+    calls = {"rows": 0, "passes": 0}
+
+    def count(resid, hook):
+        calls["rows"] += resid.shape[0]
+
+    def last(resid, hook):
+        calls["passes"] += 1
+
+    hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(n_layers)]
+    return calls, [*hooks, (f"blocks.{n_layers - 1}.hook_resid_pre", last)]
+
+
 @pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
 @pytest.mark.parametrize("masks_per_pass", [None, 3])
 def test_joined_passes_equal_one_restart_per_layer_in_fewer_forwards(deep, cf_task, kind,
@@ -166,16 +181,7 @@ def test_joined_passes_equal_one_restart_per_layer_in_fewer_forwards(deep, cf_ta
     first = next_layers(masks, 0)
     layers = sorted(set(first.tolist()) - {L})
     assert not any(sharing_pays(masks, (first == l).nonzero().flatten(), l) for l in layers)
-    calls = {"rows": 0, "passes": 0}
-
-    def count(resid, hook):
-        calls["rows"] += resid.shape[0]
-
-    def last(resid, hook):
-        calls["passes"] += 1
-
-    hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(L)]
-    hooks.append((f"blocks.{L - 1}.hook_resid_pre", last))
+    calls, hooks = _counting_hooks(L)
     scored, passes = {}, {}
     for share in (None, False):
         scorer = MaskScorer(deep, batch, kind=kind, means=means,
@@ -215,16 +221,7 @@ def test_shared_walks_join_their_lone_masks(deep, cf_task):
     first = next_layers(masks, 0)
     assert all(sharing_pays(masks, (first == l).nonzero().flatten(), l)  # the last: a tail
                for l in sorted(set(first.tolist()) - {L, L - 1}))
-    calls = {"rows": 0, "passes": 0}
-
-    def count(resid, hook):
-        calls["rows"] += resid.shape[0]
-
-    def last(resid, hook):
-        calls["passes"] += 1
-
-    hooks = [(f"blocks.{l}.hook_resid_pre", count) for l in range(L)]
-    hooks.append((f"blocks.{L - 1}.hook_resid_pre", last))
+    calls, hooks = _counting_hooks(L)
     seen, scores = {}, {}
     for share in (None, True, False):
         scorer = MaskScorer(deep, batch, compute=Compute(share_prefix=share, masks_per_pass=4))
