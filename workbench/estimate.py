@@ -109,9 +109,8 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     one_head = _restart(1) * (1 + 1 / cfg.n_layers)  # layer l restarts (L - l) / L of the way
     n_sel, n_held = max(1, len(run.select)), max(1, len(run.heldout))
     first = first_slice(n_sel) / n_sel if config.adaptive else 1.0
-    first_held = (1.0 if not config.adaptive else
-                  (first_slice(n_held) if config.baseline_examples is None
-                   else min(n_held, config.baseline_examples)) / n_held)
+    first_held = (first_slice(n_held, config.baseline_examples) / n_held if config.adaptive
+                  else 1.0)
     side = [len(task.examples) for task in run.others.values()]
     side_screen = sum(n_heads * (first_slice(n) if config.adaptive else n) / n_sel
                       for n in side) if config.side_screening else 0.0
@@ -139,8 +138,8 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     sure = clean_best + tradeoff
     confirm = ((sure + fewest, sure + randoms),
                (clean_best + (tradeoff + fewest) * sets, clean_best + (tradeoff + randoms) * sets))
-    knockout = (first if config.knockout_examples is None or not config.adaptive
-                else min(n_sel, config.knockout_examples) / n_sel)
+    knockout = (first_slice(n_sel, config.knockout_examples) / n_sel if config.adaptive
+                else 1.0)
     return {"screen": screen, "search": _search_eq(config, n_heads, first, knockout),
             "confirm": confirm}
 

@@ -50,15 +50,19 @@ def example_order(n: int, seed: int) -> Tensor:
     return torch.randperm(n, generator=g)
 
 
-def first_slice(n: int) -> int:
-    """Examples in the first look: an eighth of the split, at least `MIN_SLICE`."""
+def first_slice(n: int, first: int | None = None) -> int:
+    """Examples in the first look of a split of `n`: `first` when given (a stage's own
+    setting, e.g. `CELConfig.knockout_examples`), else an eighth of the split, at least
+    `MIN_SLICE`; never more than `n`."""
+    if first is not None:
+        return min(n, max(1, int(first)))
     return min(n, max(MIN_SLICE, math.ceil(n / 8)))
 
 
 def slice_ends(n: int, first: int | None = None) -> list[int]:
-    """Cumulative examples at each look: `first`, then doubling, the last always `n`."""
-    first = first_slice(n) if first is None else min(n, max(1, int(first)))
-    ends = [first]
+    """Cumulative examples at each look: `first_slice(n, first)`, then doubling, the last
+    always `n`."""
+    ends = [first_slice(n, first)]
     while ends[-1] < n:
         ends.append(min(n, 2 * ends[-1]))
     return ends

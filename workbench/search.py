@@ -142,10 +142,8 @@ class SearchSpace:
         """The examples the interaction search's knockouts are scored on when `adaptive`: the
         first `knockout_examples` in racing order (all of a smaller split; None: the first
         racing slice, `first_rows`)."""
-        if self.knockout_examples is None:
-            return self.first_rows()
         n = self.n_examples
-        return example_order(n, self.seed)[: min(n, self.knockout_examples)]
+        return example_order(n, self.seed)[: first_slice(n, self.knockout_examples)]
 
     def evaluate(
         self, sets: Sequence[Iterable[Head]], strategy: str, rows: torch.Tensor | None = None
