@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screen import gpt2_small_shape, random_batch  # noqa: E402
 
 from workbench import distributed  # noqa: E402
-from workbench.scoring import MaskScorer, masks_of  # noqa: E402
+from workbench.scoring.scorer import MaskScorer, masks_of  # noqa: E402
 
 
 def _masks(model, heads_per_layer: int):

@@ -53,11 +53,11 @@ from screen import gpt2_small_shape, random_batch  # noqa: E402
 
 from workbench.compute import Compute  # noqa: E402
 from workbench.pipeline import run_cel  # noqa: E402
-from workbench.scoring import MaskScorer, masks_of  # noqa: E402
-from workbench.screening import screen_heads  # noqa: E402
+from workbench.scoring.scorer import MaskScorer, masks_of  # noqa: E402
+from workbench.screening.screen import screen_heads  # noqa: E402
 from workbench.stats import Stats  # noqa: E402
-from workbench.tasks import Example, Task  # noqa: E402
-from workbench.tokenizer import WordTokenizer  # noqa: E402
+from workbench.tasks.task import Example, Task  # noqa: E402
+from workbench.tasks.tokenizer import WordTokenizer  # noqa: E402
 
 SETTINGS = {
     "bounded": {},

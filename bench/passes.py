@@ -1,4 +1,4 @@
-"""Benchmark: joined passes (`workbench.sharing.ChunkRun.joined`) against one pass group per
+"""Benchmark: joined passes (`workbench.scoring.sharing.ChunkRun.joined`) against one pass group per
 first ablated layer, on the mask families a CEL run scores.
 
 One `MaskScorer` per setting over one split of a task (`--split`, default the held-out
@@ -7,7 +7,7 @@ first look), times `score` for each family of masks under `share_prefix=False` (
 layer's masks in passes of their own, the computation before joined passes) and
 `share_prefix=None` (auto: joined passes, and shared prefixes where `sharing_pays`):
 
-- `random 1/2/3`: 50 seeded random sets of that size (`workbench.baseline.random_head_sets`),
+- `random 1/2/3`: 50 seeded random sets of that size (`workbench.confirmation.baseline.random_head_sets`),
   as the random baselines draw them;
 - `scattered singles`: every sixth head alone, as screening's later looks score the heads
   still undecided;
@@ -31,13 +31,13 @@ from itertools import combinations
 
 import torch
 
-from workbench.baseline import random_head_sets
 from workbench.compute import Compute
-from workbench.encoding import encode_task
+from workbench.confirmation.baseline import random_head_sets
 from workbench.loading import load_model
 from workbench.racing import example_order
-from workbench.scoring import MaskScorer, masks_of
-from workbench.screening import resolve_task
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.screen import resolve_task
+from workbench.tasks.encoding import encode_task
 
 SETTINGS = {"per-layer passes": False, "joined (auto)": None}
 

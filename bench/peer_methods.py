@@ -17,16 +17,17 @@ import pandas as pd
 import torch
 from real import Meter
 
-from workbench.candidates import search_pool
-from workbench.encoding import TaskBatch
 from workbench.heads import HeadSet
-from workbench.metrics import METRICS, get_metric
+from workbench.metrics.scores import METRICS, get_metric
 from workbench.pipeline import run_cel
-from workbench.scoring import MaskScorer
-from workbench.screening import screen_heads
-from workbench.search import SearchSpace, compressed_sensing, lasso, lasso_alpha_max
+from workbench.scoring.scorer import MaskScorer
+from workbench.screening.screen import screen_heads
+from workbench.search.candidates import search_pool
+from workbench.search.space import SearchSpace
+from workbench.search.strategies.compressed_sensing import compressed_sensing, lasso, lasso_alpha_max
 from workbench.tables import head_name
-from workbench.tasks import Task
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Task
 
 
 @dataclass(frozen=True)

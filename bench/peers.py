@@ -83,11 +83,10 @@ from peer_methods import (  # noqa: E402
 )
 from real import Meter, metered  # noqa: E402
 
-from workbench.confirmation import cluster_labels, confirm_sets  # noqa: E402
-from workbench.encoding import TaskBatch, encode_task  # noqa: E402
+from workbench.confirmation.confirm import cluster_labels, confirm_sets  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
-from workbench.scoring import MaskScorer, masks_of  # noqa: E402
+from workbench.scoring.scorer import MaskScorer, masks_of  # noqa: E402
 from workbench.stats import (  # noqa: E402
     Stats,
     clustered_bootstrap,
@@ -96,7 +95,8 @@ from workbench.stats import (  # noqa: E402
     sign_flip_pvalue,
 )
 from workbench.tables import head_name  # noqa: E402
-from workbench.tasks import Task, load_task  # noqa: E402
+from workbench.tasks.encoding import TaskBatch, encode_task  # noqa: E402
+from workbench.tasks.task import Task, load_task  # noqa: E402
 
 # the names tests and readers reach through this script
 __all__ = ["CS_PEER", "CHGBudget", "CSSettings", "MethodResult", "attribution",
@@ -207,7 +207,7 @@ PLANT = (1, 2)  # the tiny model's interfering head
 def planted_task(words, n: int = 96, seed: int = 0) -> Task:
     """A task over the embedded vocabulary whose answer is always the same word and whose wrong
     answer always another: `n` prompts of six random words, half select, half held out."""
-    from workbench.tasks import Example
+    from workbench.tasks.task import Example
 
     vocab = [w for w in words.vocab if w.isalpha() and w not in ("bos", "pad")]
     answer, wrong = vocab[0], vocab[1]
@@ -227,8 +227,8 @@ def tiny_models(seed: int = 0, plant=PLANT, scale: float = 4.0):
     removal then raises the logit difference on every prompt (tests measure it)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from workbench.checkpoint import attach_word_tokenizer
     from workbench.loading import load_model
+    from workbench.loading.checkpoint import attach_word_tokenizer
     from workbench.loading.hf_folder import convert_hf_model
 
     words = load_model("embedded", device="cpu").word_tokenizer

@@ -42,14 +42,14 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.compute import QUIET
-from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
-from workbench.metrics import score_logits
-from workbench.scoring import Targets
+from workbench.metrics.scores import score_logits
+from workbench.scoring.scorer import Targets
 from workbench.tables import head_name
-from workbench.tasks import Example, Task
-from workbench.tokenizer import WordTokenizer
+from workbench.tasks.encoding import TaskBatch, encode_task
+from workbench.tasks.task import Example, Task
+from workbench.tasks.tokenizer import WordTokenizer
 
 _K_GATE = 400.0  # the attention score per unit of `p` in a gate's key
 _K_BOS = 150.0  # the score of <bos>: between 0 (gate closed) and 0.75 * _K_GATE (open)

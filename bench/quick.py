@@ -5,7 +5,7 @@ singles, OR pairs and an OR triple whose members alone change nothing) at fracti
 full budget `2.5 n + 500`, for sets of up to `--max-size` heads, on selection splits of 64
 examples (the planted default, 16 fillers) and 16 (4 fillers). Screening and the search run
 as `run_cel` runs them (raced); a size is found when its best set is the planted one. This is
-what `workbench.search.default_budget` rests on: the budget for pairs is half the one for
+what `workbench.search.space.default_budget` rests on: the budget for pairs is half the one for
 triples, and it does not shrink with the examples.
 
 `--cost`: `workbench cel` with and without `--quick` on a model (default: the embedded main
@@ -38,15 +38,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout: bench.planted
 
 from bench.planted import PlantSpec, planted_model  # noqa: E402
-from workbench.candidates import (  # noqa: E402
+from workbench.pipeline import screen_race_rule  # noqa: E402
+from workbench.screening.screen import ScreenRace, screen_scorer  # noqa: E402
+from workbench.search.candidates import (  # noqa: E402
     best_sets,
     candidate_heads,
     search_pool,
     select_candidates,
 )
-from workbench.pipeline import screen_race_rule  # noqa: E402
-from workbench.screening import ScreenRace, screen_scorer  # noqa: E402
-from workbench.search import STRATEGIES, SearchSpace, default_budget  # noqa: E402
+from workbench.search.registry import strategies  # noqa: E402
+from workbench.search.space import SearchSpace  # noqa: E402
+from workbench.search.finalists import default_budget  # noqa: E402
 from workbench.stats import Stats  # noqa: E402
 
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}
@@ -70,7 +72,7 @@ def planted_recall(n_heads: int, seed: int, n_fillers: int, max_size: int,
         budget = max(100, int(default_budget(n_heads, 3) * fraction))
         space = SearchSpace(scorer, candidate_heads(heads), FIRST, SECOND, max_size=max_size,
                             seed=seed, pool=pool, adaptive=True, budget=budget)
-        STRATEGIES["interaction"](space)
+        strategies()["interaction"](space)
         sets, _ = best_sets(pd.DataFrame(space.records), FIRST, SECOND, max_size)
         rows.append({
             "heads": n_heads, "select_examples": len(scorer.data), "fraction": fraction,

@@ -53,15 +53,15 @@ import torch
 
 import workbench.pipeline as pipeline
 from workbench import cli
-from workbench.candidates import search_pool
-from workbench.confirmation import pool_random_head_sets, random_head_sets
-from workbench.encoding import encode_task
+from workbench.confirmation.confirm import pool_random_head_sets, random_head_sets
 from workbench.heads import HeadSet
 from workbench.loading import load_model
-from workbench.results import CELResult
-from workbench.scoring import MaskScorer, masks_of
-from workbench.screening import resolve_task
-from workbench.search import max_finalists
+from workbench.results.result import CELResult
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.screen import resolve_task
+from workbench.search.candidates import search_pool
+from workbench.search.finalists import max_finalists
+from workbench.tasks.encoding import encode_task
 
 STAGES = ("screen", "search", "confirm")
 

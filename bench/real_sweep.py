@@ -23,7 +23,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workbench.results import mark_best  # noqa: E402
+from workbench.results.result import mark_best  # noqa: E402
 from workbench.sweep import TABLE_FILE, finished_result  # noqa: E402
 
 

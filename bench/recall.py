@@ -45,17 +45,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout: bench.planted
 
 from bench.planted import PlantSpec, planted_model  # noqa: E402
-from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.compute import Compute  # noqa: E402
-from workbench.confirmation import confirm_sets, example_groups  # noqa: E402
-from workbench.encoding import encode_task  # noqa: E402
-from workbench.gates import GateSettings, gate_search, gated_scores, train_gates  # noqa: E402
+from workbench.confirmation.confirm import confirm_sets, example_groups  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.pipeline import screen_race_rule  # noqa: E402
-from workbench.scoring import MaskScorer  # noqa: E402
-from workbench.screening import ScreenRace, screen_scorer  # noqa: E402
-from workbench.search import STRATEGIES, SearchSpace, default_budget
+from workbench.scoring.scorer import MaskScorer  # noqa: E402
+from workbench.screening.screen import ScreenRace, screen_scorer  # noqa: E402
+from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.search.registry import strategies
+from workbench.search.space import SearchSpace
+from workbench.search.finalists import default_budget
+from workbench.search.gate_training import GateSettings, gate_search, gated_scores, train_gates  # noqa: E402
 from workbench.stats import Stats  # noqa: E402
+from workbench.tasks.encoding import encode_task  # noqa: E402
 
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}
 FIRST, SECOND = "logit_diff", "logprob"
@@ -159,7 +161,7 @@ def run_plant(
         )
         t0 = time.process_time()
         if settings is None:
-            STRATEGIES[name](space)
+            strategies()[name](space)
         else:
             gate_search(space, GateSettings(**settings))
         cpu = time.process_time() - t0
@@ -244,7 +246,7 @@ def null_check(strategy: str, n_plants: int = 20, cluster: bool = True) -> int:
         space = SearchSpace(
             select, candidate_heads(heads), FIRST, SECOND, seed=0, pool=pool, adaptive=True
         )
-        STRATEGIES[strategy](space)
+        strategies()[strategy](space)
         sets, best = best_sets(pd.DataFrame(space.records), FIRST, SECOND, 3)
         conf, _ = confirm_sets(
             heldout,

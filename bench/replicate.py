@@ -27,18 +27,18 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
-from workbench.candidates import search_pool  # noqa: E402
 from workbench.compute import Compute  # noqa: E402
-from workbench.confirmation import cluster_labels, confirm_sets  # noqa: E402
-from workbench.encoding import encode_task  # noqa: E402
+from workbench.confirmation.confirm import cluster_labels, confirm_sets  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
-from workbench.fingerprint import model_fingerprint, task_fingerprint  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
-from workbench.metrics import task_metric  # noqa: E402
-from workbench.scoring import MaskScorer  # noqa: E402
+from workbench.metrics.scores import task_metric  # noqa: E402
+from workbench.results.fingerprint import model_fingerprint, task_fingerprint  # noqa: E402
+from workbench.scoring.scorer import MaskScorer  # noqa: E402
+from workbench.search.candidates import search_pool  # noqa: E402
 from workbench.stats import Stats, holm  # noqa: E402
-from workbench.tasks import load_task  # noqa: E402
+from workbench.tasks.encoding import encode_task  # noqa: E402
+from workbench.tasks.task import load_task  # noqa: E402
 
 COLUMNS = ["cell", "size", "heads", "n", "clean", "gain", "lo", "hi", "p_value", "p_holm",
            "percentile", "pool_percentile", "secondary", "secondary_gain"]

@@ -29,11 +29,11 @@ import time
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from workbench.attribution import attribution_effects
 from workbench.compute import Compute
-from workbench.encoding import TaskBatch
-from workbench.scoring import MaskScorer, masks_of
-from workbench.tasks import Example, Task
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.attribution import attribution_effects
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Example, Task
 
 
 def gpt2_small_shape(small: bool, device: str) -> HookedTransformer:

@@ -27,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/replicate.py
 from replicate import cell_config  # noqa: E402
 
 from workbench.ablation import AblationKind, ablated  # noqa: E402
-from workbench.encoding import encode_task  # noqa: E402
 from workbench.explain.capture import as_batch  # noqa: E402
 from workbench.explain.removal import default_means  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
-from workbench.metrics import answer_logits  # noqa: E402
-from workbench.tasks import load_task  # noqa: E402
-from workbench.tokenizer import get_tokenizer  # noqa: E402
+from workbench.metrics.scores import answer_logits  # noqa: E402
+from workbench.tasks.encoding import encode_task  # noqa: E402
+from workbench.tasks.task import load_task  # noqa: E402
+from workbench.tasks.tokenizer import get_tokenizer  # noqa: E402
 
 
 @torch.no_grad()

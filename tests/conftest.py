@@ -44,7 +44,7 @@ def gpt2_like_model():
 
 @pytest.fixture(scope="session")
 def tiny_task(tmp_path_factory):
-    from workbench.tasks import load_task
+    from workbench.tasks.task import load_task
 
     path = write_task(tmp_path_factory.mktemp("tasks") / "tiny.jsonl")
     return load_task(path)

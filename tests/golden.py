@@ -102,7 +102,7 @@ def run_case(name: str, out: Path) -> Path:
 
     torch.manual_seed(0)
     if name == MAIN_JOB:
-        from workbench.cli import main
+        from workbench.cli.parser import main
 
         # the CPU's goldens, on one thread
         code = main(["cel", "--out", str(out), "--quiet", "--device", "cpu", "--threads", "1"])
@@ -110,7 +110,7 @@ def run_case(name: str, out: Path) -> Path:
             raise RuntimeError(f"workbench cel exited {code}")
         return out
     from workbench.pipeline import run_cel
-    from workbench.tasks import load_task
+    from workbench.tasks.task import load_task
 
     model, main_path, side_path = tiny_inputs(out.parent / f"{name}_tasks")
     run_cel(model, load_task(main_path), others=[load_task(side_path)], out_dir=out,

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from workbench.tokenizer import WordTokenizer
+from workbench.tasks.tokenizer import WordTokenizer
 
 # Float32 forward passes through a few layers agree to ~1e-6; 1e-5 leaves room for
 # reordered reductions (batched vs one-at-a-time) without hiding a real difference.
@@ -102,12 +102,12 @@ def write_task(
 
 
 def micro_cel(folder: Path):
-    """The hand-built CEL micro model (`workbench.demo`) and its two task files in `folder`.
+    """The hand-built CEL micro model (`workbench.cli.demo`) and its two task files in `folder`.
 
     Known answer: L0H3 hurts alone; L0H1 and L1H1 hurt only jointly (an OR gate).
     Returns `(model, main_task_path, side_task_path)`.
     """
-    from workbench.demo import micro_model, write_micro_tasks
+    from workbench.cli.demo import micro_model, write_micro_tasks
 
     main, side = write_micro_tasks(folder)
     return micro_model(), main, side
@@ -180,7 +180,7 @@ def loop_head_effects(model, batch, kind="zero", means=None, per_position=False,
     ablated; mean over examples of ablated - clean, `{metric: [n_layers, n_heads]}` float64.
     `heads`: only these `(layer, head)` pairs (the others stay NaN); default every head."""
     from workbench.ablation import ablated
-    from workbench.metrics import score_logits
+    from workbench.metrics.scores import score_logits
 
     def scores():
         with torch.no_grad():
@@ -239,7 +239,7 @@ def save_tiny_gpt2(folder: Path, n_words: int = 20, seed: int = 3) -> Path:
     between words (`write_spaced_task`). Returns `folder`."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from workbench.tokenizer import word_level_hf_tokenizer
+    from workbench.tasks.tokenizer import word_level_hf_tokenizer
 
     tok = WordTokenizer(["<bos>", "<pad>", "<unk>"] + [f"w{i}" for i in range(n_words)])
     torch.manual_seed(seed)
@@ -278,8 +278,8 @@ def hf_checks_batch(tokenizer, examples, name: str, prepend_bos: bool = False):
     """A `TaskBatch` of `(prompt, answer, wrong)` triples tokenized by a Hugging Face
     `tokenizer` exactly as it writes them (right-padded with 0), each answer and wrong answer
     one token alone: the real-model exactness tests' inputs, independent of `encode_task`."""
-    from workbench.encoding import TaskBatch
-    from workbench.tasks import Example, Task
+    from workbench.tasks.encoding import TaskBatch
+    from workbench.tasks.task import Example, Task
 
     ids = [tokenizer(p)["input_ids"] for p, _, _ in examples]
     width = max(map(len, ids))

@@ -30,11 +30,11 @@ import transformers as tf
 
 from tests.helpers import hf_head_removed, loop_head_effects
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
-from workbench.encoding import TaskBatch
-from workbench.screening import screen_heads
+from workbench.screening.screen import screen_heads
 from workbench.stats import Stats
 from workbench.tables import table_to_matrix
-from workbench.tasks import Example, Task
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Example, Task
 
 VOCAB, D_MODEL, N_HEADS, N_LAYERS = 64, 32, 4, 2
 # fp32 through 2 layers: measured max |TL - HF| log-softmax 3.8e-6 over the families below;

@@ -1,4 +1,4 @@
-"""Random baselines drawn in looks (`workbench.baseline`): the exact share interval, the
+"""Random baselines drawn in looks (`workbench.confirmation.baseline`): the exact share interval, the
 stopping rule's error rate, and the drawn sets' numbers against scoring every set."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close
 from workbench import WorkbenchError
-from workbench.baseline import (
+from workbench.confirmation.baseline import (
     MIN_LOOK,
     BaselineRace,
     draw_in_looks,
@@ -19,9 +19,9 @@ from workbench.baseline import (
     share_decided,
     share_interval,
 )
-from workbench.confirmation import confirm_sets, pool_random_head_sets, random_head_sets
+from workbench.confirmation.confirm import confirm_sets, pool_random_head_sets, random_head_sets
 from workbench.heads import HeadSet
-from workbench.scoring import masks_of
+from workbench.scoring.scorer import masks_of
 from workbench.stats import Stats, percentile_of, share_at_least
 
 FIRST, SECOND = "logit_diff", "logprob"
@@ -168,7 +168,7 @@ def test_first_look_on_baseline_examples(micro, monkeypatch):
     slice. On the planted micro model, whose random sets lie far from the found sets, the
     percentiles and shares are unchanged at a smaller share of the forwards (at least
     `first / first_slice` of them: the sets that race on see more)."""
-    import workbench.baseline as baseline
+    import workbench.confirmation.baseline as baseline
     from workbench.racing import first_slice
 
     scorer = micro.scorer("heldout")

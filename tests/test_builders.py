@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench import WorkbenchError, load_task
-from workbench.tasks import Task
+from workbench.tasks.task import Task
 
 RECORDS = [
     {

@@ -12,15 +12,16 @@ import pytest
 import torch
 
 import workbench.pipeline as pipeline_module
-import workbench.search as search_module
+import workbench.search.registry as registry_module
 from tests.helpers import assert_close, micro_cel, write_task
 from workbench import WorkbenchError, compute_head_means, evaluate, summarize
-from workbench.confirmation import random_head_sets
-from workbench.demo import HARMFUL_HEAD, REDUNDANT_PAIR
+from workbench.cli.demo import HARMFUL_HEAD, REDUNDANT_PAIR
+from workbench.confirmation.confirm import random_head_sets
 from workbench.heads import all_heads
 from workbench.pipeline import run_cel
-from workbench.results import CELResult
-from workbench.tasks import Example, Task, load_task
+from workbench.results.result import CELResult
+from workbench.search.registry import get_strategy
+from workbench.tasks.task import Example, Task, load_task
 
 FAST = dict(n_random=30, n_boot=200, progress=False)
 
@@ -169,10 +170,11 @@ def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
     model, task, _ = micro
     out = tmp_path / "run"
 
-    def interrupt(space):
+    def interrupt(space, settings):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(search_module.STRATEGIES, "interaction", interrupt)
+    interaction = get_strategy("interaction")
+    monkeypatch.setitem(registry_module._REGISTRY, "interaction", replace(interaction, run=interrupt))
     with pytest.raises(KeyboardInterrupt):
         run_cel(model, task, out_dir=out, **FAST)
     names = {p.name for p in out.iterdir()}

@@ -15,12 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import workbench.cli as cli
-import workbench.commands as commands
+import workbench.cli.commands as commands
+import workbench.cli.parser as cli
+from workbench.cli.demo import write_demo
 from workbench.config import CELConfig, auto_threads, resolve_threads
-from workbench.demo import write_demo
 from workbench.errors import WorkbenchError
-from workbench.results import CELResult
+from workbench.results.result import CELResult
 
 FAST = ["--n-random", "20", "--n-boot", "100", "--quiet"]
 
@@ -210,7 +210,7 @@ def test_help_and_typos_import_no_torch(argv):
     are imported (those imports are the seconds of start-up); in a fresh interpreter."""
     proc = _python(
         "import sys, json\n"
-        "from workbench.cli import main\n"
+        "from workbench.cli.parser import main\n"
         "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
         f"print(json.dumps([rc, [m for m in {_HEAVY!r} if m in sys.modules]]))",
         *argv,
@@ -230,26 +230,28 @@ def test_sweep_help_describes_every_option(capsys):
 
 
 def test_parser_choices_are_the_option_types():
-    """The parser's choices are the values of the option types of `workbench.options` (the
-    CEL methods less the naive reference), and `workbench.names` agrees with the modules it
-    stands in for."""
+    """The parser's choices are the values of the option types of `workbench.options` and the
+    registries' names (the CEL methods less the naive reference), and the light modules that
+    stand in for heavy ones agree with them."""
     from transformer_lens.loading_from_pretrained import make_model_alias_map
 
-    from workbench import names
-    from workbench.checkpoint import CONFIG_FILE
-    from workbench.options import STRATEGY_NAMES, AblationKind, ClusterMode, SweepSplit
-    from workbench.tasks import TASKS_DIR
+    from workbench.loading import names, sources
+    from workbench.loading.checkpoint import CONFIG_FILE
+    from workbench.options import AblationKind, ClusterMode, SweepSplit
+    from workbench.search.registry import strategy_list
+    from workbench.tasks.names import TASKS_DIR
 
     for command, several in (("cel", False), ("sweep", True)):
         actions = _actions(command)
         assert actions["--ablation"].choices == ["zero", "mean", "resample"]
         assert actions["--ablation"].choices == AblationKind.values()
-        assert actions["--method"].choices == ["exact", "attribution"]
+        assert actions["--method"].choices == ("attribution", "exact")
         assert actions["--cluster"].choices == ClusterMode.values()
-        assert tuple(actions["--strategy"].choices) == STRATEGY_NAMES
+        assert tuple(actions["--strategy"].choices) == strategy_list()
         assert (actions["--ablation"].nargs == "+") is several
     assert _actions("sweep")["--split"].choices == SweepSplit.values()
-    assert names.CHECKPOINT_CONFIG == CONFIG_FILE and names.TASKS_DIR == TASKS_DIR
+    assert sources.CHECKPOINT_CONFIG == CONFIG_FILE
+    assert TASKS_DIR == Path(__file__).resolve().parent.parent / "tasks"
     # the TransformerLens names read from its source without importing it, vs its own map
     assert set(names.official_names()) == set(make_model_alias_map())
 
@@ -386,7 +388,7 @@ def calls(monkeypatch):
     stops the command (exit 2)."""
     import torch
 
-    import workbench.loading
+    import workbench.loading.model
     import workbench.sweep
 
     seen = []
@@ -396,7 +398,7 @@ def calls(monkeypatch):
         raise _Stop("stopped before loading")
 
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(("threads", n)))
-    monkeypatch.setattr(workbench.loading, "load_model", stop)
+    monkeypatch.setattr(workbench.loading.model, "load_model", stop)
     monkeypatch.setattr(workbench.sweep, "run_sweep", stop)
     return seen
 
@@ -422,7 +424,7 @@ def test_quiet_silences_every_bar_while_the_model_loads(quiet, demo_files, tmp_p
     made after the command are not."""
     from tqdm.auto import tqdm
 
-    import workbench.loading
+    import workbench.loading.model
 
     seen = []
 
@@ -431,7 +433,7 @@ def test_quiet_silences_every_bar_while_the_model_loads(quiet, demo_files, tmp_p
             seen.append(bar.disable)
         raise _Stop("stopped after the bar")
 
-    monkeypatch.setattr(workbench.loading, "load_model", loader)
+    monkeypatch.setattr(workbench.loading.model, "load_model", loader)
     model_dir, main, _ = demo_files
     argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(tmp_path / "o")]
     assert cli.main([*argv, "--quiet"] if quiet else argv) == 2
@@ -461,7 +463,7 @@ def slow_search(run, result):  # the real run, stopped in its second stage
     time.sleep(300)
 
 pipeline.search_stage = slow_search
-from workbench.cli import main
+from workbench.cli.parser import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -528,7 +530,7 @@ def test_best_is_only_a_significant_set(p_holm, best, line):
     """`best` is the top candidate when significant, else the significant set with the
     largest selection gain, else none, and the CLI and the report say which."""
     from workbench.config import CELConfig
-    from workbench.results import mark_best
+    from workbench.results.result import mark_best
 
     result = CELResult(config=CELConfig(model="m", task="t", objective="accuracy"),
                        confirmation=_confirmation(p_holm))
@@ -589,11 +591,11 @@ def test_explain_command_redoes_the_explanation(demo_files, tmp_path, capsys, mo
     # --threads reaches torch before the model loads
     import torch
 
-    import workbench.loading
+    import workbench.loading.model
 
-    seen, load = [], workbench.loading.load_model
+    seen, load = [], workbench.loading.model.load_model
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(("threads", n)))
-    monkeypatch.setattr(workbench.loading, "load_model",
+    monkeypatch.setattr(workbench.loading.model, "load_model",
                         lambda *a, **k: (seen.append("load"), load(*a, **k))[1])
     assert cli.main(["explain", str(out), "--device", "cpu", "--threads", "2"]) == 0
     assert seen == [("threads", 2), "load"]

@@ -19,10 +19,10 @@ import torch
 
 from tests.helpers import assert_close, loop_head_effects, tiny_model, w_o_zeroed
 from workbench import ablated, compute_head_means
-from workbench.encoding import encode_task
-from workbench.screening import screen_heads
+from workbench.screening.screen import screen_heads
 from workbench.stats import Stats
 from workbench.tables import table_to_matrix
+from workbench.tasks.encoding import encode_task
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

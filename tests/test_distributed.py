@@ -22,9 +22,9 @@ from tests.helpers import randomize_biases, tiny_model, write_task
 from workbench import distributed
 from workbench.compute import Compute
 from workbench.distributed import balanced_bounds, shard_plan
-from workbench.encoding import encode_task
-from workbench.scoring import MaskScorer, masks_of
-from workbench.tasks import load_task
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.tasks.encoding import encode_task
+from workbench.tasks.task import load_task
 
 WORLD = 2
 SWEEP_OPTIONS = dict(n_random=20, n_boot=100, max_size=2, top_m=4)
@@ -74,9 +74,9 @@ def _logprob_metric(model, data):
 def _scorer_worker(rank: int, store: str, folder: str) -> None:
     from pathlib import Path
 
-    import workbench.cli as cli
+    import workbench.cli.parser as cli
     from workbench.ablation import compute_head_means
-    from workbench.demo import write_demo
+    from workbench.cli.demo import write_demo
     from workbench.sweep import run_sweep
 
     _join(rank, store)
@@ -206,7 +206,7 @@ def _finish_times(out, cells) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_killed_sweep_resumes_on_two_ranks_and_matches_one_process(tmp_path):
-    from workbench.demo import write_demo
+    from workbench.cli.demo import write_demo
     from workbench.sweep import TABLE_FILE, run_sweep, sweep_cells
 
     write_demo(tmp_path)
@@ -270,7 +270,7 @@ def test_torchrun_launch_writes_one_process_tables(tmp_path):
     loopback: nothing outside this machine's 127.0.0.1 can reach it or be reached."""
     import subprocess
 
-    from workbench.demo import write_demo
+    from workbench.cli.demo import write_demo
 
     prefix = _isolated_network()
     if prefix is None:
@@ -313,7 +313,7 @@ def test_torchrun_launch_writes_one_process_tables(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     # rank 0 alone prints the run's summary (the other rank is quiet)
     assert done.stdout.count("best set: L0H1,L1H1") == 1, done.stdout[-4000:]
-    import workbench.cli as cli
+    import workbench.cli.parser as cli
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -348,8 +348,8 @@ def test_sweep_cells_and_bad_input(tmp_path):
 
 
 def test_sweep_without_models_runs_the_embedded_family_on_the_default_task():
-    import workbench.cli as cli
-    import workbench.commands as commands
+    import workbench.cli.commands as commands
+    import workbench.cli.parser as cli
     import workbench.zoo as zoo
 
     args = cli.build_parser().parse_args(["sweep"])
@@ -366,7 +366,7 @@ def test_sweep_command_resumes_and_refuses_other_options(tmp_path, capsys):
     cell; a rerun with another option is refused instead of mixing configs."""
     import subprocess
 
-    from workbench.demo import write_demo
+    from workbench.cli.demo import write_demo
 
     model_dir, main, side = write_demo(tmp_path)
     argv = ["sweep", "--models", str(model_dir), "--tasks", str(main), "--others", str(side)]
@@ -380,7 +380,7 @@ def test_sweep_command_resumes_and_refuses_other_options(tmp_path, capsys):
     assert "micro_model" in done.stdout and "L0H1,L1H1" in done.stdout
     report = tmp_path / "sw" / "micro_model__micro_map__zero" / "report.md"
     before = report.stat().st_mtime_ns
-    import workbench.cli as cli
+    import workbench.cli.parser as cli
 
     assert cli.main(argv) == 0
     assert report.stat().st_mtime_ns == before

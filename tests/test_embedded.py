@@ -174,7 +174,7 @@ def test_shipped_best_sets_against_every_set_of_their_size(embedded):
     its size, and it clears the 99th percentile of the recorded random baseline."""
     from workbench import encode_task, load_task
     from workbench.heads import all_heads, parse_head
-    from workbench.scoring import MaskScorer, masks_of
+    from workbench.scoring.scorer import MaskScorer, masks_of
 
     cel = embedded.workbench_meta["cel"]
     scorer = MaskScorer(embedded, encode_task(embedded, load_task(DEFAULT_TASK), "heldout"))

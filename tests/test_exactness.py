@@ -16,17 +16,17 @@ import torch
 from tests.helpers import assert_close, loop_head_effects, randomize_biases, tiny_model, write_task
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import _mask_hook, _replace_heads_hook, mask_hooks
-from workbench.attribution import attribution_effects
-from workbench.batching import MAX_PAD_SHARE, length_buckets
 from workbench.compute import Compute
-from workbench.encoding import encode_task
-from workbench.fingerprint import model_fingerprint
-from workbench.metrics import unembed_at
-from workbench.scoring import MaskScorer, masks_of
-from workbench.screening import screen_heads
+from workbench.metrics.scores import unembed_at
+from workbench.results.fingerprint import model_fingerprint
+from workbench.scoring.batching import MAX_PAD_SHARE, length_buckets
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.attribution import attribution_effects
+from workbench.screening.screen import screen_heads
 from workbench.stats import Stats
 from workbench.tables import table_to_matrix
-from workbench.tasks import load_task
+from workbench.tasks.encoding import encode_task
+from workbench.tasks.task import load_task
 
 METRICS = ("accuracy", "logprob", "logit_diff")
 
@@ -284,8 +284,8 @@ def test_low_precision_exact_screening_equals_the_loop_in_the_same_dtype(task, d
 
 def test_load_model_dtype_options(tmp_path):
     from workbench import load_model
-    from workbench.checkpoint import save_checkpoint
     from workbench.loading import auto_dtype
+    from workbench.loading.checkpoint import save_checkpoint
 
     model = tiny_model(attn_only=False, seed=4)
     save_checkpoint(model, model.word_tokenizer, tmp_path / "ck")
@@ -298,8 +298,8 @@ def test_load_model_dtype_options(tmp_path):
 
 
 def test_cli_passes_dtype_to_load_model(monkeypatch, tmp_path):
-    import workbench.loading
-    from workbench.cli import main
+    import workbench.loading.model
+    from workbench.cli.parser import main
 
     seen = {}
 
@@ -310,7 +310,7 @@ def test_cli_passes_dtype_to_load_model(monkeypatch, tmp_path):
         seen.update(name=name, dtype=dtype)
         raise _Stop
 
-    monkeypatch.setattr(workbench.loading, "load_model", fake_load_model)
+    monkeypatch.setattr(workbench.loading.model, "load_model", fake_load_model)
     task = write_task(tmp_path / "t.jsonl")
     folder = tmp_path / "some" / "folder"  # the CLI checks a model path exists first
     folder.mkdir(parents=True)

@@ -20,7 +20,6 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tests.helpers import assert_close, tiny_model, write_task
-from workbench.encoding import encode_task
 from workbench.errors import WorkbenchError
 from workbench.explain import (
     OUTCOMES,
@@ -42,12 +41,13 @@ from workbench.explain import (
     removal_vs_dla,
     summarize_attention,
 )
-from workbench.explain.attribution import attribute
 from workbench.explain.capture import capture
-from workbench.metrics import answer_logits
+from workbench.explain.dla import attribute
+from workbench.metrics.scores import answer_logits
 from workbench.tables import check_head_table
-from workbench.tasks import load_task
-from workbench.tokenizer import WordTokenizer, get_tokenizer
+from workbench.tasks.encoding import encode_task
+from workbench.tasks.task import load_task
+from workbench.tasks.tokenizer import WordTokenizer, get_tokenizer
 
 MICRO_VOCAB = ["<bos>", "<pad>", "mk", "f0", "f1", "f2", "f3", "yes", "no"]
 N_POS = 8
@@ -359,8 +359,8 @@ FAST_CEL = dict(n_random=10, n_boot=50, progress=False)
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """The demo micro model (built in memory), its task and a finished CEL run in a folder."""
-    from workbench.demo import micro_model as demo_model
-    from workbench.demo import write_demo
+    from workbench.cli.demo import micro_model as demo_model
+    from workbench.cli.demo import write_demo
     from workbench.pipeline import run_cel
 
     folder = tmp_path_factory.mktemp("demo")
@@ -485,8 +485,8 @@ def test_pick_examples_takes_each_outcome_in_turn():
 
 @pytest.fixture(scope="module")
 def embedded_model():
-    from workbench.checkpoint import is_checkpoint
     from workbench.loading import load_model
+    from workbench.loading.checkpoint import is_checkpoint
     from workbench.zoo import EMBEDDED_PATH
 
     if not is_checkpoint(EMBEDDED_PATH):

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from tests.golden import CASES, GOLDEN_DIR, MAIN_JOB
-from workbench.export import TIDY_COLUMNS, single_heads, tidy, tidy_table
-from workbench.plots import heads_heatmap, heatmap_panels
-from workbench.results import CELConfig, CELResult
-from workbench.store import CONFIG_FILE, TABLES, read_run_file, stage_inputs, write_table
+from workbench.results.export import TIDY_COLUMNS, single_heads, tidy, tidy_table
+from workbench.results.plots import heads_heatmap, heatmap_panels
+from workbench.results.result import CELConfig, CELResult
+from workbench.results.store import CONFIG_FILE, TABLES, read_run_file, stage_inputs, write_table
 from workbench.tables import head_name
 
 FOLDERS = [GOLDEN_DIR / name for name in (MAIN_JOB, *CASES)]

@@ -61,7 +61,7 @@ def test_family_names_match_the_training_registry():
 
 def test_registry_leaves_the_shipped_embedded_recipe_unchanged():
     """The config the registry builds for "embedded" is exactly the shipped model's."""
-    from workbench.checkpoint import CONFIG_FILE, _cfg_to_json
+    from workbench.loading.checkpoint import CONFIG_FILE, _cfg_to_json
 
     shipped = json.loads((embedded_path("embedded") / CONFIG_FILE).read_text())["cfg"]
     assert _cfg_to_json(zoo_train.TrainConfig(arch="embedded").model_config()) == shipped
@@ -165,7 +165,7 @@ def test_missing_member_says_how_to_train_it(monkeypatch, tmp_path):
 
 
 def test_cli_gives_family_members_the_embedded_tasks():
-    from workbench.commands import resolve_inputs
+    from workbench.cli.commands import resolve_inputs
 
     args = argparse.Namespace(model="embedded_llama", task=None, others=None)
     assert resolve_inputs(args) == ("embedded_llama", DEFAULT_TASK, list(SIDE_TASKS), None)

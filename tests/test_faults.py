@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-import workbench.cli as cli
-import workbench.loading
-from workbench.demo import write_demo
+import workbench.cli.parser as cli
+import workbench.loading.model
+from workbench.cli.demo import write_demo
 from workbench.errors import WorkbenchError
-from workbench.results import CELResult
-from workbench.store import CONFIG_FILE, LOCK_FILE, TABLES, ResultStore, read_run_file
+from workbench.results.result import CELResult
+from workbench.results.store import CONFIG_FILE, LOCK_FILE, TABLES, ResultStore, read_run_file
 
 FAST = ["--n-random", "10", "--n-boot", "50", "--quiet", "--device", "cpu", "--no-explain"]
 
@@ -137,7 +137,7 @@ def test_a_held_folder_is_refused_before_loading_and_before_resuming(
     out = tmp_path / "held"
     shutil.copytree(done, out)
     loads = []
-    monkeypatch.setattr(workbench.loading, "load_model", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(workbench.loading.model, "load_model", lambda *a, **k: loads.append(a))
     before = _hashes(out)
     capsys.readouterr()
     with ResultStore(out):  # the other run
@@ -195,7 +195,7 @@ def test_a_hub_that_answers_lets_loading_go_on(monkeypatch):
     import huggingface_hub
     from huggingface_hub import constants
 
-    from workbench.names import check_hub
+    from workbench.loading.names import check_hub
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", lambda *a, **k: object())
@@ -214,7 +214,8 @@ def test_hub_repo_agrees_with_transformer_lens():
     own `get_official_model_name` does."""
     from transformer_lens.loading_from_pretrained import make_model_alias_map
 
-    from workbench.names import SHIPPED_REAL, hub_repo
+    from workbench.loading.names import hub_repo
+    from workbench.loading.shipped import REAL_MODELS as SHIPPED_REAL
 
     aliases = make_model_alias_map()
     assert len(aliases) > 100

@@ -1,4 +1,4 @@
-"""Learned head gates (`workbench.gates`): the gated forward against finite differences and
+"""Learned head gates (`workbench.search.strategies.gates`): the gated forward against finite differences and
 against `MaskScorer`, the hard-concrete samples, and the `gates` search strategy."""
 
 from __future__ import annotations
@@ -11,24 +11,18 @@ from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close, tiny_model
 from workbench import WorkbenchError
 from workbench.ablation import compute_head_means
-from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.compute import Compute
-from workbench.encoding import encode_task
-from workbench.gates import (
-    FWD_BWD_COST,
-    GateSettings,
-    gate_hooks,
-    gate_search,
-    gated_scores,
-    hard_concrete,
-    open_probability,
-    train_gates,
-)
-from workbench.metrics import METRICS, answer_logits
-from workbench.scoring import MaskScorer
-from workbench.screening import screen_heads
-from workbench.search import STRATEGIES, SearchSpace, default_budget
+from workbench.metrics.scores import METRICS, answer_logits
+from workbench.scoring.scorer import MaskScorer
+from workbench.screening.screen import screen_heads
+from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.search.registry import strategies
+from workbench.search.space import SearchSpace
+from workbench.search.finalists import default_budget
+from workbench.search.strategies.gates import FWD_BWD_COST
+from workbench.search.gate_training import GateSettings, gate_hooks, gate_search, gated_scores, hard_concrete, open_probability, train_gates
 from workbench.stats import Stats
+from workbench.tasks.encoding import encode_task
 
 FIRST, SECOND = "logit_diff", "logprob"
 
@@ -243,7 +237,7 @@ def test_bad_gate_settings_are_clear_errors(single_plant, attn_model, tiny_task)
 
 
 def test_gates_is_a_registered_strategy():
-    assert STRATEGIES["gates"] is gate_search
+    assert strategies()["gates"].function() is gate_search
 
 
 def test_gates_default_budget_is_the_interaction_searchs(single_plant):

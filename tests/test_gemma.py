@@ -24,7 +24,7 @@ import torch
 from tests.helpers import hf_checks_batch, hf_head_removed, loop_head_effects
 from tests.test_real_model import _real, _rows
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
-from workbench.screening import screen_heads
+from workbench.screening.screen import screen_heads
 from workbench.stats import Stats, helpful_agreement
 from workbench.tables import table_to_matrix
 
@@ -312,9 +312,9 @@ def test_gemma3_dla_components_sum_to_the_logit_difference(gemma3, batch):
     from dataclasses import replace
 
     from workbench.explain import dla_components
-    from workbench.explain.attribution import attribute
     from workbench.explain.capture import capture
-    from workbench.metrics import answer_logits
+    from workbench.explain.dla import attribute
+    from workbench.metrics.scores import answer_logits
 
     comps = dla_components(gemma3, batch, split=None)
     with torch.no_grad():

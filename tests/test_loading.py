@@ -8,8 +8,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from tests.helpers import assert_close, tiny_model, word_tokenizer
 from workbench import WorkbenchError, ablated, load_model
-from workbench.checkpoint import load_checkpoint, save_checkpoint
 from workbench.loading import resolve_device
+from workbench.loading.checkpoint import load_checkpoint, save_checkpoint
 
 
 def _hf_gpt2():
@@ -190,12 +190,15 @@ def test_local_folders_prepend_bos_exactly_where_their_tokenizer_does(tmp_path):
             assert model.to_tokens(s)[0].tolist() == ids, (folder, s)
 
 
-def test_names_lists_the_shipped_real_models():
-    """The CLI checks model names without importing torch, from its own copy of the list."""
+def test_the_name_check_knows_every_shipped_model():
+    """The CLI checks model names without torch from the same sources `load_model` uses: every
+    shipped model is claimed by the `shipped` source and passes the check."""
     from workbench.loading.shipped import REAL_MODELS
-    from workbench.names import SHIPPED_REAL
+    from workbench.loading.sources import check_model_name, find_source
 
-    assert set(SHIPPED_REAL) == set(REAL_MODELS)
+    for name in REAL_MODELS:
+        assert find_source(name).name == "shipped"
+        check_model_name(name)
 
 
 def _hf_gemma3(**overrides):

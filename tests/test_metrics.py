@@ -10,13 +10,15 @@ import torch
 
 from tests.helpers import assert_close
 from workbench import ablated, encode_task, evaluate
-from workbench.encoding import TaskBatch
-from workbench.metrics import METRICS, NORMALIZED_METRICS, get_metric
-from workbench.tasks import METRIC_NAMES, NEEDS_WRONG, Example, Task
+from workbench.metrics.scores import METRICS, get_metric
+from workbench.metrics.records import METRIC_RECORDS, scored_names
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import METRIC_NAMES, NEEDS_WRONG, Example, Task
 
 
 def test_task_metric_names_are_the_registered_metrics():
-    assert set(METRIC_NAMES) == set(METRICS) | set(NORMALIZED_METRICS)
+    assert set(METRIC_NAMES) == set(METRICS) | {m.name for m in METRIC_RECORDS if m.base}
+    assert set(METRICS) == set(scored_names())
     assert {"logit_diff", "prob_diff"} <= set(NEEDS_WRONG)
     assert get_metric("normalized_logit_diff") is METRICS["logit_diff"]
 

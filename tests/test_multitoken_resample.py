@@ -13,8 +13,8 @@ import torch
 from tests.helpers import assert_close
 from workbench import WorkbenchError, encode_task, evaluate
 from workbench.ablation import ablation_hooks, compute_resample_z, mask_hooks
-from workbench.metrics import answer_logits, sequence_scores
-from workbench.tasks import Example, Task
+from workbench.metrics.scores import answer_logits, sequence_scores
+from workbench.tasks.task import Example, Task
 
 
 def _greedy(model, ids: list[int], n: int) -> list[int]:
@@ -191,8 +191,8 @@ def test_resample_errors_are_clear(gpt2_like_model, tiny_task, cf_task):
 
 def test_exact_screening_over_all_answer_positions(attn_model, multi_task):
     """MaskScorer with `multi_token_metric` equals `evaluate` with each mask's heads removed."""
-    from workbench.metrics import multi_token_metric
-    from workbench.scoring import MaskScorer, masks_of
+    from workbench.metrics.scores import multi_token_metric
+    from workbench.scoring.scorer import MaskScorer, masks_of
 
     batch = encode_task(attn_model, multi_task)
     sets = [["L0H1"], ["L0H0", "L1H2"], ["L1H3"]]
@@ -210,8 +210,8 @@ def test_exact_screening_over_all_answer_positions(attn_model, multi_task):
 def test_multi_token_scores_of_a_slice_equal_the_full_scores_columns(attn_model, multi_task):
     """Racing scores slices of rows: with `multi_token_metric` the slice runs alone (its cost is
     its share of a pass) and gives the full pass's numbers for those rows."""
-    from workbench.metrics import multi_token_metric
-    from workbench.scoring import MaskScorer, masks_of
+    from workbench.metrics.scores import multi_token_metric
+    from workbench.scoring.scorer import MaskScorer, masks_of
 
     batch = encode_task(attn_model, multi_task)
     masks = masks_of(attn_model, [["L0H1"], ["L0H0", "L1H2"], []])
@@ -239,8 +239,8 @@ def test_attribution_on_a_multi_token_task_is_the_derivative_of_the_exact_scores
     """Attribution with `multi_token_metric` counts every forward an example makes (its answers'
     rows): each head's estimate equals the finite difference of the exact scores when that head's
     z moves a small step towards its ablated value (zero ablation: z -> (1 - eps) z)."""
-    from workbench.attribution import attribution_effects
-    from workbench.metrics import multi_token_metric
+    from workbench.metrics.scores import multi_token_metric
+    from workbench.screening.attribution import attribution_effects
 
     batch = encode_task(attn_model, multi_task)
     clean, est = attribution_effects(attn_model, batch, metric=multi_token_metric)
@@ -269,7 +269,7 @@ def test_attribution_on_a_multi_token_task_is_the_derivative_of_the_exact_scores
 
 
 def test_attribution_refuses_custom_data_whose_metric_runs_several_forwards(attn_model):
-    from workbench.attribution import attribution_effects
+    from workbench.screening.attribution import attribution_effects
 
     tokens = torch.tensor([[1, 2, 3], [4, 5, 6]])
 
@@ -283,8 +283,8 @@ def test_attribution_refuses_custom_data_whose_metric_runs_several_forwards(attn
 def test_attribution_on_a_multi_token_accuracy_task_has_a_pool_baseline(attn_model):
     """Attribution has no estimate of exact match, so the log-prob decides the search pool
     (`search_pool(..., second=)`), and the held-out headline gets its pool baseline."""
-    from workbench.candidates import search_pool
     from workbench.pipeline import run_cel
+    from workbench.search.candidates import search_pool
 
     examples = [
         Example(id=f"e{i}", prompt=f"w{i % 20} w{(3 * i) % 20} w{(7 * i + 1) % 20}",
@@ -308,8 +308,8 @@ def test_a_one_forward_custom_metric_gets_length_buckets_and_the_same_estimates(
     """A custom metric declared `one_forward` runs once per length bucket under attribution,
     not once per example, and its estimates equal the one-example-at-a-time ones."""
     from workbench import one_forward
-    from workbench.attribution import attribution_effects
-    from workbench.metrics import answer_logits, score_logits
+    from workbench.metrics.scores import answer_logits, score_logits
+    from workbench.screening.attribution import attribution_effects
 
     calls = []
 
@@ -330,8 +330,8 @@ def test_a_one_forward_custom_metric_gets_length_buckets_and_the_same_estimates(
 
 def test_a_declared_one_forward_metric_that_runs_several_is_refused(attn_model, multi_task):
     from workbench import one_forward
-    from workbench.attribution import attribution_effects
-    from workbench.metrics import multi_token_metric
+    from workbench.metrics.scores import multi_token_metric
+    from workbench.screening.attribution import attribution_effects
 
     batch = encode_task(attn_model, multi_task)
     with pytest.raises(WorkbenchError, match="declared `one_forward`, but on"):

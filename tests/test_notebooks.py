@@ -35,8 +35,8 @@ BUDGETS_S = {"07_two_families": 900}
 
 def _missing_embedded_model(path: Path) -> str | None:
     """Why a notebook that loads the embedded model cannot run here, or None if it can."""
-    from workbench.checkpoint import is_checkpoint
-    from workbench.tasks import TASKS_DIR
+    from workbench.loading.checkpoint import is_checkpoint
+    from workbench.tasks.task import TASKS_DIR
     from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH
 
     nb = nbformat.read(path, as_version=4)

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from tests.helpers import assert_close
-from workbench.confirmation import confirm_sets
-from workbench.encoding import encode_task
+from workbench.confirmation.confirm import confirm_sets
 from workbench.heads import HeadSet
-from workbench.scoring import MaskScorer, masks_of
-from workbench.search import lasso
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.search.strategies.compressed_sensing import lasso
 from workbench.stats import Stats
+from workbench.tasks.encoding import encode_task
 
 
 def _bench():

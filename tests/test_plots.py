@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.plots import heads_heatmap
-from workbench.results import CELConfig, CELResult
+from workbench.results.plots import heads_heatmap
+from workbench.results.result import CELConfig, CELResult
 from workbench.tables import head_name
 
 
@@ -93,7 +93,7 @@ def test_heatmap_marks_the_best_set_or_the_top_candidate():
 
 
 def test_gain_vs_size_legend_is_clear_of_the_random_band():
-    from workbench.plots import gain_vs_size
+    from workbench.results.plots import gain_vs_size
 
     fig = gain_vs_size(_confirmed([0.01, 0.01, 0.01]))
     fig.savefig(io.BytesIO(), format="png")  # lay out

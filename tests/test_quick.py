@@ -9,11 +9,11 @@ import json
 import pandas as pd
 import pytest
 
-import workbench.cli as cli
-import workbench.commands as commands
+import workbench.cli.commands as commands
+import workbench.cli.parser as cli
+from workbench.cli.demo import micro_model, write_demo
 from workbench.config import QUICK, CELConfig
-from workbench.demo import micro_model, write_demo
-from workbench.search import default_budget
+from workbench.search.finalists import default_budget
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +74,15 @@ def test_the_interaction_search_spends_the_pair_budget_on_pairs():
     """On a 144-head planted model, sets of up to 2 heads: half the masks of a search for
     triples, and every mask within `default_budget(144, 2)`; the planted pair is found."""
     from bench.planted import PlantSpec, planted_model
-    from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
-    from workbench.screening import screen_scorer
-    from workbench.search import STRATEGIES, SearchSpace
+    from workbench.screening.screen import screen_scorer
+    from workbench.search.candidates import (
+        best_sets,
+        candidate_heads,
+        search_pool,
+        select_candidates,
+    )
+    from workbench.search.registry import strategies
+    from workbench.search.space import SearchSpace
 
     pm = planted_model(PlantSpec(n_layers=12, n_heads=12, seed=0))
     heads = select_candidates(screen_scorer(pm.scorer("select")), "logit_diff", "logprob", 8)
@@ -85,7 +91,7 @@ def test_the_interaction_search_spends_the_pair_budget_on_pairs():
         space = SearchSpace(pm.scorer("select"), candidate_heads(heads), "logit_diff",
                             "logprob", max_size=max_size, seed=0,
                             pool=search_pool(heads, "logit_diff"))
-        STRATEGIES["interaction"](space)
+        strategies()["interaction"](space)
         scored = sum(r["strategy"] == "interaction" for r in space.records)  # masks and sets
         used[max_size] = (space.notes["interaction"]["n_masks"], scored)
         assert used[max_size][0] < scored <= default_budget(144, max_size)
@@ -99,7 +105,7 @@ def test_the_estimate_bounds_what_the_run_scores(demo_files):
     line names every stage and the measured forward."""
     from workbench.estimate import estimate_run, stage_forwards
     from workbench.pipeline import prepare_run, run_prepared
-    from workbench.tasks import load_task
+    from workbench.tasks.task import load_task
 
     model_dir, main, side = demo_files
     model = micro_model()

@@ -11,10 +11,8 @@ import torch
 from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close, loop_head_effects
 from workbench import WorkbenchError
-from workbench.candidates import best_sets, search_pool, select_candidates
 from workbench.compute import Compute
-from workbench.confirmation import confirm_sets, random_head_sets
-from workbench.encoding import encode_task
+from workbench.confirmation.confirm import confirm_sets, random_head_sets
 from workbench.heads import HeadSet
 from workbench.racing import (
     MIN_SLICE,
@@ -26,11 +24,14 @@ from workbench.racing import (
     separated_from,
     slice_ends,
 )
-from workbench.scoring import MaskScorer, masks_of
-from workbench.screening import ScreenRace, screen_heads, screen_scorer
-from workbench.search import SearchSpace, _names, get_strategy
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.screen import ScreenRace, screen_heads, screen_scorer
+from workbench.search.candidates import best_sets, search_pool, select_candidates
+from workbench.search.space import SearchSpace, _names
+from workbench.search.registry import get_strategy
 from workbench.stats import Stats, percentile_of, share_at_least
 from workbench.tables import table_to_matrix
+from workbench.tasks.encoding import encode_task
 
 FIRST, SECOND = "logit_diff", "logprob"
 METRICS = ("accuracy", "logprob", "logit_diff")
@@ -351,7 +352,7 @@ def test_pool_random_sets_reuse_the_random_sets_and_stay_uniform():
     """Pool sets drawn with `reuse`: the random sets inside the pool first, topped up with the
     plain pool draws; distinct, inside the pool, seeded. Over 3000 seeds every one of the 28
     pool pairs appears in 10/28 of the samples (binomial sd 0.009; bound 0.04)."""
-    from workbench.confirmation import pool_random_head_sets
+    from workbench.confirmation.confirm import pool_random_head_sets
 
     pool = [(0, 1), (0, 3), (1, 0), (1, 2), (2, 2), (2, 3), (3, 0), (3, 1)]
     random_sets = random_head_sets(4, 4, 2, 10, seed=5)
@@ -383,7 +384,7 @@ def test_pool_random_sets_reuse_the_random_sets_and_stay_uniform():
 def test_pool_baseline_reuses_scores_and_equals_scoring_the_pool_sets(micro, adaptive):
     """The pool baseline's percentile equals that of the pool sets' own held-out gains (the
     shared ones taken from the random baseline), and the shared sets cost nothing more."""
-    from workbench.confirmation import pool_random_head_sets
+    from workbench.confirmation.confirm import pool_random_head_sets
 
     scorer = micro.scorer("heldout")
     L, H = MICRO.n_layers, MICRO.n_heads

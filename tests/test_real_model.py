@@ -21,7 +21,7 @@ import torch
 
 from tests.helpers import hf_checks_batch, hf_head_removed, loop_head_effects
 from workbench import ablated, compute_head_means
-from workbench.screening import screen_heads
+from workbench.screening.screen import screen_heads
 from workbench.stats import Stats, helpful_agreement
 from workbench.tables import table_to_matrix
 

@@ -12,15 +12,16 @@ import torch
 from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close
 from workbench import WorkbenchError
-from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.compute import Compute
-from workbench.confirmation import confirm_sets, example_groups, pool_random_head_sets
-from workbench.encoding import encode_task
+from workbench.confirmation.confirm import confirm_sets, example_groups, pool_random_head_sets
 from workbench.heads import HeadSet
 from workbench.pipeline import screen_race_rule
-from workbench.scoring import MaskScorer, masks_of
-from workbench.screening import ScreenRace, screen_heads, screen_scorer
-from workbench.search import STRATEGIES, SearchSpace, default_budget, get_strategy
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.screen import ScreenRace, screen_heads, screen_scorer
+from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.search.registry import get_strategy, strategies
+from workbench.search.space import SearchSpace
+from workbench.search.finalists import default_budget
 from workbench.stats import (
     Stats,
     bootstrap_weights,
@@ -32,6 +33,7 @@ from workbench.stats import (
     paired_bootstrap,
     sign_flip_pvalue,
 )
+from workbench.tasks.encoding import encode_task
 
 FIRST, SECOND = "logit_diff", "logprob"
 # A planted micro model: 6 layers x 4 heads, one harmful single, one OR pair, one OR triple.
@@ -178,7 +180,7 @@ def _search(pm, heads, strategy, **kw):
 # exhaustive, greedy and beam find the single but not the pair or the triple; compressed
 # sensing (p = 5/24, 96 masks: a pair is knocked out together about 4 times) gives the pair
 # members no positive coefficient; the interaction search finds all three, and so do the
-# learned gates (`workbench.gates`: their push sees the members, the gradient at g = 1 not).
+# learned gates (`workbench.search.strategies.gates`: their push sees the members, the gradient at g = 1 not).
 EXPECTED = {
     "exhaustive": {1},
     "greedy": {1},
@@ -189,7 +191,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("strategy", sorted(strategies()))
 def test_each_strategy_on_the_planted_micro_model(micro, micro_screen, strategy):
     heads = select_candidates(micro_screen, FIRST, SECOND, 3)
     space, (sets, best_size) = _search(micro, heads, strategy, top_m=3)
@@ -203,7 +205,7 @@ def test_each_strategy_on_the_planted_micro_model(micro, micro_screen, strategy)
 
 
 def test_pick_finalists_takes_a_share_from_screening_then_the_knockouts():
-    from workbench.search import pick_finalists
+    from workbench.search.finalists import pick_finalists
 
     a, b, c, d, e, f = [(0, i) for i in range(6)]
     # k = 5, share 0.25: ceil(1.25) = 2 screening heads, then the knockouts' order without
@@ -219,7 +221,7 @@ def test_interaction_finalists_include_the_top_screening_candidates(micro, micro
     """The finalists are `pick_finalists` of the screening candidates in the pool and the
     knockouts' order (the SmolLM2 greater_than miss: the best single head was screening's
     first candidate but not among the knockouts' top heads)."""
-    from workbench.search import pick_finalists
+    from workbench.search.finalists import pick_finalists
 
     heads = select_candidates(micro_screen, FIRST, SECOND, 3)
     budget = 100 + 24  # 100 masks, 24 sets left: 4 finalists (4 + 6 + 4 sets of size 1-3)
@@ -237,7 +239,7 @@ def test_interaction_finalists_include_the_top_screening_candidates(micro, micro
 
 
 def test_main_effects_equal_least_squares():
-    from workbench.search import _main_effects
+    from workbench.search.strategies.interaction import _main_effects
 
     rng = np.random.default_rng(5)
     x = rng.random((300, 12)) < 0.3

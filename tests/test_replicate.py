@@ -14,12 +14,12 @@ import torch
 from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import ablated
-from workbench.encoding import encode_task
 from workbench.heads import HeadSet
-from workbench.metrics import score_logits
+from workbench.metrics.scores import score_logits
 from workbench.pipeline import run_cel
-from workbench.tasks import load_task
-from workbench.tokenizer import get_tokenizer
+from workbench.tasks.encoding import encode_task
+from workbench.tasks.task import load_task
+from workbench.tasks.tokenizer import get_tokenizer
 
 FAST = dict(n_random=10, n_boot=200, progress=False)
 

@@ -8,12 +8,11 @@ import torch
 
 from tests.helpers import assert_close, linear_model, tiny_encoder
 from workbench import WorkbenchError, ablated, compute_head_means, evaluate, summarize
-from workbench.attribution import attribution_effects
 from workbench.compute import Compute
-from workbench.encoding import encode_task
 from workbench.heads import all_heads
-from workbench.scoring import MaskScorer, masks_of
-from workbench.screening import naive_effects, screen_heads, single_head_diffs
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.attribution import attribution_effects
+from workbench.screening.screen import naive_effects, screen_heads, single_head_diffs
 from workbench.stats import (
     Stats,
     bootstrap_weights,
@@ -24,6 +23,7 @@ from workbench.stats import (
     share_at_least,
 )
 from workbench.tables import check_head_table, table_to_matrix
+from workbench.tasks.encoding import encode_task
 
 METRICS = ("accuracy", "logprob", "logit_diff")
 
@@ -83,7 +83,7 @@ def test_tiled_and_chunked_scoring_equals_one_mask_at_a_time(
         assert_close(got[m], ref[m], msg=m)
     # and against the context manager on the full model
     with ablated(model, sets[2], "mean", means), torch.no_grad():
-        from workbench.metrics import answer_logits, score_logits
+        from workbench.metrics.scores import answer_logits, score_logits
 
         direct = score_logits(answer_logits(model, batch), batch)
     assert_close(got["logprob"][2], direct["logprob"])
@@ -239,9 +239,9 @@ def test_attribution_on_a_first_look_scores_the_racing_orders_first_examples(
     """A side task's per-head columns rest on its first look (`max_examples`): attribution then
     estimates on those examples of the racing order alone, as exact screening scores them, and
     leaves the others NaN."""
-    from workbench.attribution import attribution_effects
     from workbench.racing import RacePlan, example_order
-    from workbench.screening import single_head_diffs
+    from workbench.screening.attribution import attribution_effects
+    from workbench.screening.screen import single_head_diffs
 
     batch = encode_task(gpt2_like_model, tiny_task)
     k = 5

@@ -11,24 +11,19 @@ import torch
 
 from tests.helpers import assert_close, micro_cel
 from workbench import WorkbenchError, ablated, evaluate, summarize
-from workbench.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.cli.demo import HARMFUL_HEAD, HELPFUL_HEADS, REDUNDANT_PAIR
 from workbench.compute import Compute
-from workbench.demo import HARMFUL_HEAD, HELPFUL_HEADS, REDUNDANT_PAIR
-from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
-from workbench.scoring import MaskScorer, masks_of
-from workbench.screening import screen_heads
-from workbench.search import (
-    STRATEGIES,
-    SearchSpace,
-    get_strategy,
-    lasso,
-    lasso_alpha_max,
-    lasso_cv,
-)
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.screening.screen import screen_heads
+from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.search.registry import get_strategy, strategies
+from workbench.search.space import SearchSpace
+from workbench.search.strategies.compressed_sensing import lasso, lasso_alpha_max, lasso_cv
 from workbench.stats import Stats
-from workbench.tasks import load_task
+from workbench.tasks.encoding import encode_task
+from workbench.tasks.task import load_task
 
 BEST = {1: HARMFUL_HEAD, 2: ",".join(REDUNDANT_PAIR), 3: "L0H1,L0H3,L1H1"}
 
@@ -69,7 +64,7 @@ def _space(model, task, **kw):
     return SearchSpace(scorer, candidate_heads(heads), "accuracy", "logprob", **kw)
 
 
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("strategy", sorted(strategies()))
 def test_every_strategy_finds_the_known_sets(micro, strategy):
     model, task, _ = micro
     space = _space(model, task, max_size=3, seed=0)
@@ -175,7 +170,7 @@ def test_batched_set_scores_equal_one_ablated_run(micro):
     clean = MaskScorer(model, batch).clean()
     for i, s in enumerate(sets):
         with ablated(model, s), torch.no_grad():
-            from workbench.metrics import answer_logits, score_logits
+            from workbench.metrics.scores import answer_logits, score_logits
 
             ref = score_logits(answer_logits(model, batch), batch)
         for m in ref:

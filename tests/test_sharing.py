@@ -1,4 +1,4 @@
-"""Shared prefixes among masks (`workbench.sharing`) against one restarted run per mask and
+"""Shared prefixes among masks (`workbench.scoring.sharing`) against one restarted run per mask and
 the naive full forward: the same scores, fewer blocks run."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import torch
 from tests.helpers import assert_close, randomize_biases, tiny_model, write_task
 from workbench.ablation import compute_head_means
 from workbench.compute import Compute
-from workbench.encoding import encode_task
 from workbench.racing import example_order
-from workbench.scoring import MaskScorer, masks_of
-from workbench.sharing import next_layers, shared_cost, sharing_pays
-from workbench.tasks import load_task
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.scoring.sharing import next_layers, shared_cost, sharing_pays
+from workbench.tasks.encoding import encode_task
+from workbench.tasks.task import load_task
 
 METRICS = ("accuracy", "logprob", "logit_diff")
 # finalist-like heads: several per layer, spread over the 5 layers

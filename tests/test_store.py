@@ -15,16 +15,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import workbench.cli as cli
+import workbench.cli.parser as cli
 from workbench import WorkbenchError
-from workbench.checkpoint import CONFIG_FILE as CKPT_CONFIG
-from workbench.checkpoint import WEIGHTS_FILE, load_checkpoint
-from workbench.demo import micro_model, write_demo
-from workbench.fingerprint import task_fingerprint
+from workbench.cli.demo import micro_model, write_demo
+from workbench.loading.checkpoint import CONFIG_FILE as CKPT_CONFIG
+from workbench.loading.checkpoint import WEIGHTS_FILE, load_checkpoint
 from workbench.pipeline import run_cel
-from workbench.results import CELResult
-from workbench.store import LOCK_FILE, ResultStore
-from workbench.tasks import load_task
+from workbench.results.fingerprint import task_fingerprint
+from workbench.results.result import CELResult
+from workbench.results.store import LOCK_FILE, ResultStore
+from workbench.tasks.task import load_task
 
 FAST = ["--n-random", "10", "--n-boot", "50", "--quiet", "--device", "cpu"]
 
@@ -174,7 +174,7 @@ def test_a_locked_folder_is_refused(demo, tmp_path, capsys):
 
 _HOLD_LOCK = """
 import sys, time
-from workbench.store import ResultStore
+from workbench.results.store import ResultStore
 store = ResultStore(sys.argv[1]).__enter__()
 print("locked", flush=True)
 time.sleep(300)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workbench.names import hub_task_names
 from workbench.sweep import run_sweep, sweep_cells
+from workbench.tasks.names import hub_task_names
 from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
 
 FAST = dict(n_random=10, n_boot=50, max_size=2, top_m=4, progress=False, plot=False)
@@ -29,8 +29,8 @@ def test_without_tasks_each_model_runs_its_own_tasks_with_its_own_side_tasks():
 
 
 def test_the_cli_passes_no_tasks_when_none_are_named():
-    import workbench.cli as cli
-    import workbench.commands as commands
+    import workbench.cli.commands as commands
+    import workbench.cli.parser as cli
 
     args = cli.build_parser().parse_args(["sweep", "--models", "smollm2-135m", "embedded"])
     assert commands.sweep_inputs(args) == (["smollm2-135m", "embedded"], None, None)
@@ -41,7 +41,7 @@ def test_a_task_that_does_not_fit_the_model_is_skipped_and_left_out_of_side_effe
     """The demo model's word vocabulary cannot encode IOI's English: its cell is skipped with the
     tokenizer's reason, IOI is left out of the other cells' side effects, and those cells equal a
     sweep that never named IOI."""
-    from workbench.demo import write_demo
+    from workbench.cli.demo import write_demo
 
     model_dir, main, side = write_demo(tmp_path)
     models = [str(model_dir)]
@@ -65,15 +65,15 @@ def test_a_finished_cell_must_match_every_config_option_the_sweep_gives():
     options given as types or strings alike; the command line's defaults match a default run."""
     from types import SimpleNamespace
 
-    import workbench.cli as cli
-    import workbench.commands as commands
+    import workbench.cli.commands as commands
+    import workbench.cli.parser as cli
     from workbench.config import CELConfig
-    from workbench.options import ClusterMode, ScreenMethod
+    from workbench.options import ClusterMode
     from workbench.sweep import SweepCell, _mismatch
 
     done = SimpleNamespace(config=CELConfig(model="m", task="t", kind="mean", cluster="group"))
     cell = SweepCell("m", "t", "mean")
-    same = dict(cluster=ClusterMode.GROUP, method=ScreenMethod.EXACT, strategy="interaction")
+    same = dict(cluster=ClusterMode.GROUP, method="exact", strategy="interaction")
     assert _mismatch(done, cell, same) == []
     other = dict(cluster="auto", method="exact", strategies=["beam"])
     assert sorted(_mismatch(done, cell, other)) == ["cluster", "strategies"]
@@ -109,8 +109,8 @@ def test_run_sweep_loads_its_models_on_the_given_threads(tmp_path, monkeypatch):
     run_cel's Compute, and torch's setting is restored after."""
     import torch
 
-    import workbench.loading
-    from workbench.demo import write_demo
+    import workbench.loading.model
+    from workbench.cli.demo import write_demo
     from workbench.errors import WorkbenchError
 
     model_dir, main, _ = write_demo(tmp_path / "demo")
@@ -120,7 +120,7 @@ def test_run_sweep_loads_its_models_on_the_given_threads(tmp_path, monkeypatch):
         seen.append(torch.get_num_threads())
         raise RuntimeError("stopped after loading")
 
-    monkeypatch.setattr(workbench.loading, "load_model", load)
+    monkeypatch.setattr(workbench.loading.model, "load_model", load)
     before = torch.get_num_threads()
     for threads in (before + 1, None):
         with pytest.raises(WorkbenchError, match="stopped after loading"):

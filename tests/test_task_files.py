@@ -81,8 +81,8 @@ def _match_any(templates, prompt: str) -> re.Match:
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_header(name):
-    from workbench.task_format import HEADER_KEYS
-    from workbench.tasks import METRIC_NAMES
+    from workbench.tasks.format import HEADER_KEYS
+    from workbench.tasks.task import METRIC_NAMES
 
     header, _ = _load(name)
     assert set(header) == {"task"}

@@ -12,9 +12,9 @@ import pytest
 from tests.test_task_files import TASK_NAMES
 from tests.tokenizer_rules import gpt2_tokenizer, stub_model
 from workbench import WorkbenchError, encode_task, load_task
-from workbench.fingerprint import task_fingerprint
 from workbench.options import AnswerScope, AnswerTokens, SplitBy
-from workbench.tasks import TASKS_DIR, Example, Task
+from workbench.results.fingerprint import task_fingerprint
+from workbench.tasks.task import TASKS_DIR, Example, Task
 
 COUNT = "Counting: eight, nine, ten,"
 TRAILING = (

@@ -1,4 +1,4 @@
-"""Hub tasks fitted to a tokenizer (`per_tokenizer`, `workbench.task_fit`): left exactly as
+"""Hub tasks fitted to a tokenizer (`per_tokenizer`, `workbench.tasks.fit`): left exactly as
 they are where the tokenizer fits them (GPT-2), rewritten so that they still measure what they
 claim where it does not (SentencePiece, Llama-3, Qwen / SmolLM2 rules)."""
 
@@ -18,8 +18,8 @@ from tests.tokenizer_rules import (
     stub_model,
 )
 from workbench import WorkbenchError, encode_task, load_task
-from workbench.task_fit import FITS, MIN_FIT_EXAMPLES
-from workbench.tasks import PER_TOKENIZER, Example, Task
+from workbench.tasks.fit import FITS, MIN_FIT_EXAMPLES
+from workbench.tasks.task import PER_TOKENIZER, Example, Task
 
 STYLES = {
     "sentencepiece": lambda corpus: sentencepiece_like(corpus),
@@ -170,7 +170,7 @@ def test_run_cel_scores_a_task_that_fitting_made_multi_token_on_every_token(toke
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     from tests.helpers import assert_close
-    from workbench.metrics import answer_logits, multi_token_metric, score_logits
+    from workbench.metrics.scores import answer_logits, multi_token_metric, score_logits
     from workbench.pipeline import run_cel
 
     hf = tokenizers[("qwen", "addition")]

@@ -10,8 +10,8 @@ import torch
 from tests.helpers import assert_close
 from tests.tokenizer_rules import QWEN2_PATTERN, byte_level_like, sentencepiece_like, stub_model
 from workbench import WorkbenchError, encode_task, load_model, load_task
-from workbench.tasks import Example, Task
-from workbench.tokenizer import HFTokenizer
+from workbench.tasks.task import Example, Task
+from workbench.tasks.tokenizer import HFTokenizer
 
 PAIRS = [("The opposite of hot is", " cold"), ("The opposite of fast is", " slow")]
 EMBEDDED_TASKS = ("embedded_copy", "embedded_map", "embedded_add", "embedded_sort")

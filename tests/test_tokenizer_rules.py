@@ -13,7 +13,7 @@ from tests.tokenizer_rules import (
     stub_model,
 )
 from workbench import WorkbenchError, encode_task
-from workbench.tasks import Example, Task
+from workbench.tasks.task import Example, Task
 
 ANTONYMS = [("The opposite of hot is", " cold"), ("The opposite of fast is", " slow")]
 GT_PROMPT = "The war lasted from the year 1732 to the year 17"

@@ -18,9 +18,9 @@ import pytest
 
 from tests.helpers import assert_close, micro_cel
 from workbench import compute_head_means, evaluate
-from workbench.commands import best_line
+from workbench.cli.commands import best_line
 from workbench.config import CELConfig
-from workbench.confirmation import (
+from workbench.confirmation.confirm import (
     TRADEOFF_COLUMNS,
     TRADEOFF_SETS,
     confirm_sets,
@@ -28,17 +28,17 @@ from workbench.confirmation import (
     random_head_sets,
     tradeoff_table,
 )
-from workbench.encoding import encode_task
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
-from workbench.plots import tradeoff_plot
-from workbench.report import clean_lines, console_lines, render_report
-from workbench.results import CELResult, mark_best
-from workbench.scoring import MaskScorer
+from workbench.results.plots import tradeoff_plot
+from workbench.results.report import clean_lines, console_lines, render_report
+from workbench.results.result import CELResult, mark_best
+from workbench.results.tradeoff import SIDE_COLUMNS, gaming_note, side_summary, side_table
+from workbench.scoring.scorer import MaskScorer
 from workbench.stats import Stats, holm, sign_flip_pvalue, sign_flip_pvalues
 from workbench.sweep import SHOWN_COLUMNS
-from workbench.tasks import load_task
-from workbench.tradeoff import SIDE_COLUMNS, gaming_note, side_summary, side_table
+from workbench.tasks.encoding import encode_task
+from workbench.tasks.task import load_task
 
 STATS = Stats(n_boot=200, ci=0.95, seed=0, n_flips=2000)
 # evaluate's column of each metric
@@ -228,7 +228,7 @@ def test_when_every_significant_set_is_gamed_there_is_no_best():
 
 
 def _embedded():
-    from workbench.checkpoint import is_checkpoint
+    from workbench.loading.checkpoint import is_checkpoint
     from workbench.zoo import EMBEDDED_PATH
 
     if not is_checkpoint(EMBEDDED_PATH):

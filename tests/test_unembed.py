@@ -19,7 +19,7 @@ from tests.helpers import assert_close, tiny_model, write_task
 from workbench import compute_head_means, encode_task, evaluate, load_task, screen_heads
 from workbench.ablation import compute_resample_z
 from workbench.explain.capture import capture
-from workbench.tasks import Example, Task
+from workbench.tasks.task import Example, Task
 
 
 @contextmanager

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from workbench import cli
-from workbench.view import VIEW_FILE, fmt_cell, interval_columns, write_view
+from workbench.results.view import VIEW_FILE, fmt_cell, interval_columns, write_view
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "embedded_main_job"
 TABLES = ("heads", "confirmation", "side_effects", "combos")
@@ -144,7 +144,7 @@ def test_view_holds_every_csv_number_and_no_url(folder):
 
 
 def test_view_shows_the_best_combos_when_there_are_many(folder, monkeypatch):
-    import workbench.view as view
+    import workbench.results.view as view
 
     monkeypatch.setattr(view, "MAX_COMBOS", 20)
     page = _parse(write_view(folder).read_text())
@@ -173,10 +173,10 @@ def test_cli_view_rebuilds_the_page_and_refuses_other_folders(folder, tmp_path, 
 
 def test_run_cel_writes_the_view_and_explain_adds_its_figures(tmp_path):
     """The page is written at the end of every run, and again with the explanation."""
-    from workbench.demo import micro_model, write_demo
+    from workbench.cli.demo import micro_model, write_demo
     from workbench.explain.report import explain_folder
     from workbench.pipeline import run_cel
-    from workbench.tasks import load_task
+    from workbench.tasks.task import load_task
 
     _, main, _ = write_demo(tmp_path)
     model, task = micro_model(), load_task(main)

@@ -15,24 +15,24 @@ from workbench.errors import WorkbenchError
 # public name -> the module that defines it
 _EXPORTS = {
     "AblationKind": "workbench.ablation",
-    "CELResult": "workbench.results",
+    "CELResult": "workbench.results.result",
     "HeadExplanation": "workbench.explain",
     "HeadMeans": "workbench.ablation",
     "HeadSet": "workbench.heads",
-    "Task": "workbench.tasks",
+    "Task": "workbench.tasks.task",
     "ablated": "workbench.ablation",
     "compute_head_means": "workbench.ablation",
-    "encode_task": "workbench.encoding",
-    "evaluate": "workbench.metrics",
+    "encode_task": "workbench.tasks.encoding",
+    "evaluate": "workbench.metrics.scores",
     "explain_heads": "workbench.explain",
     "head_table": "workbench.tables",
-    "load_model": "workbench.loading",
-    "load_task": "workbench.tasks",
-    "one_forward": "workbench.metrics",
+    "load_model": "workbench.loading.model",
+    "load_task": "workbench.tasks.task",
+    "one_forward": "workbench.metrics.scores",
     "run_cel": "workbench.pipeline",
-    "screen_heads": "workbench.screening",
-    "summarize": "workbench.metrics",
-    "tidy": "workbench.export",
+    "screen_heads": "workbench.screening.screen",
+    "summarize": "workbench.metrics.scores",
+    "tidy": "workbench.results.export",
 }
 
 __all__ = [
@@ -60,17 +60,17 @@ __all__ = [
 
 if TYPE_CHECKING:  # static checkers and IDEs see the real imports
     from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
-    from workbench.encoding import encode_task
     from workbench.explain import HeadExplanation, explain_heads
-    from workbench.export import tidy
     from workbench.heads import HeadSet
-    from workbench.loading import load_model
-    from workbench.metrics import evaluate, one_forward, summarize
+    from workbench.loading.model import load_model
+    from workbench.metrics.scores import evaluate, one_forward, summarize
     from workbench.pipeline import run_cel
-    from workbench.results import CELResult
-    from workbench.screening import screen_heads
+    from workbench.results.export import tidy
+    from workbench.results.result import CELResult
+    from workbench.screening.screen import screen_heads
     from workbench.tables import head_table
-    from workbench.tasks import Task, load_task
+    from workbench.tasks.encoding import encode_task
+    from workbench.tasks.task import Task, load_task
 
 
 def __getattr__(name: str):

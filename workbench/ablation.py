@@ -83,8 +83,8 @@ def compute_head_means(
         `HeadMeans` in float32 whatever the model's dtype (the hooks cast to `z`'s dtype);
         `per_position` is set only when every prompt has the same length.
     """
-    from workbench.encoding import TaskBatch, encode_task
-    from workbench.tasks import Task
+    from workbench.tasks.encoding import TaskBatch, encode_task
+    from workbench.tasks.task import Task
 
     if isinstance(tokens_or_task, Task):
         batch = encode_task(model, tokens_or_task.subset(split) if split else tokens_or_task)
@@ -147,7 +147,7 @@ def compute_resample_z(
             `counterfactual_tokens` are run) or a `[batch, pos]` token tensor to run as is.
         batch_size: prompts per forward.
     """
-    from workbench.encoding import TaskBatch
+    from workbench.tasks.encoding import TaskBatch
 
     if isinstance(tokens_or_batch, TaskBatch):
         tokens = tokens_or_batch.counterfactual().tokens

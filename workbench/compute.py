@@ -86,12 +86,12 @@ class Compute:
             process first asks (`workbench.config.resolve_threads`); None leaves torch's
             setting alone.
         share_prefix: run the blocks that several masks run identically once
-            (`workbench.sharing`, equal to restarting every mask to ~1e-5). None (the
+            (`workbench.scoring.sharing`, equal to restarting every mask to ~1e-5). None (the
             default, "auto"): in one process, for the masks of a layer whose sharing saves
-            enough blocks (`workbench.sharing.sharing_pays`: the interaction search's
+            enough blocks (`workbench.scoring.sharing.sharing_pays`: the interaction search's
             finalist sets, not random knockouts), with the masks that restart at different
             layers and the shared walks' lone masks joined into common passes
-            (`workbench.sharing.ChunkRun.joined`); never in a torch.distributed group,
+            (`workbench.scoring.sharing.ChunkRun.joined`); never in a torch.distributed group,
             where a mask's score would depend on which masks its rank's shard holds; there
             two ranks write what one process writes with `share_prefix=False`, bit for bit
             (`tests/test_distributed.py`). True shares every layer's masks, each trie

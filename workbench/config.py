@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from workbench.errors import WorkbenchError
-from workbench.options import AblationKind, ClusterMode, RankBy, ScreenMethod, strategy_names
-
-# The screening methods a CEL run may use; `naive` is the slow reference of tests and benchmarks.
-CEL_METHODS = (ScreenMethod.EXACT, ScreenMethod.ATTRIBUTION)
+from workbench.options import AblationKind, ClusterMode, RankBy
+from workbench.screening.registry import get_method
+from workbench.search.registry import strategy_names, strategy_settings
 
 # torch's CPU threads while a run computes (`workbench.compute.Compute.threads`, `--threads`):
 # not part of a config (no number depends on it beyond float rounding), defined here because
@@ -78,7 +77,7 @@ KNOCKOUT_EXAMPLES = 16
 # example if need be, with `look_z` corrected over the one more look.
 BASELINE_EXAMPLES = 16
 # Random sets per size and baseline in the trade-off table's cloud (`CELConfig.tradeoff_sets`;
-# `workbench.confirmation.tradeoff_table`): each costs a pass over a sample of the held-out
+# `workbench.confirmation.confirm.tradeoff_table`): each costs a pass over a sample of the held-out
 # split and of every side task. 10 before issue 32: on SmolLM2 x ioi with induction beside
 # it the cloud was 168 s of a 1285 s run (`docs/speed.md`).
 TRADEOFF_SETS = 5
@@ -95,7 +94,7 @@ QUICK = types.MappingProxyType({
     "max_examples": 40,
     "side_examples": 16,
     "side_screening": False,
-    "method": ScreenMethod.ATTRIBUTION,
+    "method": "attribution",
     "check_attribution": False,
     "strategies": ("exhaustive",),
     "top_m": 6,
@@ -114,7 +113,8 @@ class CELConfig:
             the main task's selection split) or `"resample"` (z from each example's
             counterfactual prompt).
         per_position: mean ablation with the mean at each position (equal-length prompts).
-        method: single-head screening, a `ScreenMethod` of `CEL_METHODS`: `"exact"` or
+        method: single-head screening, the name of a registered screening method that CEL
+            may use (`workbench.screening.registry.cel_methods`): `"exact"` or
             `"attribution"`.
         objective: the metric CEL maximises (the task's `metric` when None).
         secondary: the continuous companion metric (log-prob unless that is the objective);
@@ -122,15 +122,18 @@ class CELConfig:
         rank_by: a `RankBy`; `"objective"`: candidates and sets are ranked by the objective's
             gain, ties broken by the secondary's; `"secondary"`: the other way round.
         max_size: the largest head set searched and confirmed.
-        strategies: names of `workbench.options.STRATEGY_NAMES` (implemented by
-            `workbench.search.STRATEGIES`), run in order on one shared cache.
+        strategies: names of registered search strategies (`workbench.search.registry`),
+            run in order on one shared cache.
+        strategy_settings: each strategy's own settings that are not fields here,
+            `{strategy: {setting: value}}` (`workbench.search.registry.Setting`), checked
+            against the strategies' records; a config without any writes no such key.
         top_m: candidates for the exhaustive strategy and the smallest candidate pool.
         beam_width: sets kept per size by the beam strategy.
         n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
             when None).
         search_budget: masks the interaction search may score on the selection split
             (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads,
-            half that when `max_size` <= 2 (`workbench.search.default_budget`).
+            half that when `max_size` <= 2 (`workbench.search.space.default_budget`).
         knockout_examples: with `adaptive`, the examples each knockout mask is scored on (the
             first in racing's order; `KNOCKOUT_EXAMPLES`); None: the first racing slice, as
             before issue 32. Without `adaptive`: every example.
@@ -163,7 +166,7 @@ class CELConfig:
             found set's gain. The `n` columns say what each number rests on. False scores
             every candidate on every example and draws every random set.
         random_looks: with `adaptive`, draw each random baseline's sets in looks
-            (`workbench.baseline`: 50, 100, ... of the `n_random`) and stop once the share of
+            (`workbench.confirmation.baseline`: 50, 100, ... of the `n_random`) and stop once the share of
             random sets at least as good as the found set is decided against `1 - ci`; the
             percentile then rests on the sets drawn (`n_random` in the confirmation table).
             False draws all `n_random` sets.
@@ -174,12 +177,13 @@ class CELConfig:
     others: tuple[str, ...] = ()
     kind: AblationKind = AblationKind.ZERO
     per_position: bool = False
-    method: ScreenMethod = ScreenMethod.EXACT
+    method: str = "exact"
     objective: str | None = None
     secondary: str | None = None
     rank_by: RankBy = RankBy.OBJECTIVE
     max_size: int = 3
     strategies: tuple[str, ...] = ("interaction",)
+    strategy_settings: dict = dataclasses.field(default_factory=dict)
     top_m: int = 8
     beam_width: int = 4
     n_masks: int | None = None
@@ -205,15 +209,11 @@ class CELConfig:
 
     def __post_init__(self) -> None:
         self.kind = AblationKind.parse(self.kind)
-        self.method = ScreenMethod.parse(self.method)
-        if self.method not in CEL_METHODS:
-            raise WorkbenchError(
-                f"CEL screening method must be one of {[m.value for m in CEL_METHODS]}; "
-                f"{self.method.value!r} is the slow reference for tests and benchmarks"
-            )
+        self.method = get_method(self.method, cel=True).name
         self.rank_by = RankBy.parse(self.rank_by)
         self.cluster = ClusterMode.parse(self.cluster)
         self.strategies = strategy_names(self.strategies)
+        self.strategy_settings = strategy_settings(self.strategies, self.strategy_settings)
         for name in ("per_position", "adaptive", "side_screening", "random_looks"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
@@ -251,8 +251,11 @@ class CELConfig:
             raise WorkbenchError(f"ci must be in (0, 1); got {self.ci}")
 
     def to_dict(self) -> dict:
-        """The fields as JSON values: options as their strings, tuples as lists."""
+        """The fields as JSON values: options as their strings, tuples as lists; no
+        `strategy_settings` when there are none (so configs from before it are unchanged)."""
         d = dataclasses.asdict(self)
+        if not d["strategy_settings"]:
+            del d["strategy_settings"]
         for key, value in d.items():
             if isinstance(value, Enum):
                 d[key] = value.value
@@ -271,4 +274,4 @@ class CELConfig:
     def differences(self, other: "CELConfig") -> list[str]:
         """Names of the fields whose values differ."""
         a, b = self.to_dict(), other.to_dict()
-        return [k for k in a if a[k] != b[k]]
+        return [k for k in {**a, **b} if a.get(k) != b.get(k)]

@@ -6,12 +6,16 @@ scored on `r` examples of a split counts `r / N` of one, where `N` is the select
 size (so held-out and side-task examples count against the selection split's). Each stage's
 count follows from the config alone:
 
-- screen: one mask per head (exact), or about three passes per metric for the forward and
-  backward of attribution (plus one mask per head when `check_attribution`), and one mask
-  per head on the first slice of every side task (`side_screening`);
-- search: per strategy, the sets it scores (`exhaustive`: every set among the top `top_m`;
-  `interaction`: its knockout masks on the first slice and its finalist sets, within
-  `default_budget`; `greedy` and `beam`: one set per candidate per size, times the beam);
+- screen: the screening method's own cost (its record's `cost`,
+  `workbench.screening.registry`: one mask per head for `exact`, about five passes per
+  metric for attribution's forward and backward), one mask per head for an estimate's exact
+  check (`check_attribution`), and one mask per head on the first slice of every side task
+  (`side_screening`);
+- search: per strategy, its record's `cost` (`workbench.search.registry`): the passes racing
+  cannot cut (knockout masks on their slice, gate training) and the sets it races
+  (`exhaustive`: every set among the top `top_m`; `interaction` and `gates`: the finalist
+  sets their budget pays for; `greedy` and `beam`: one set per candidate per size, times the
+  beam);
 - confirm: the best set of each size and up to `2 n_random` random sets per size on the
   held-out split, the best sets on every side task, and the trade-off table's sample of
   `tradeoff_sets` sets per size and baseline on `TRADEOFF_EXAMPLES` examples of the held-out
@@ -29,28 +33,21 @@ average for `k` heads) times the seconds of a forward measured now over the sele
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
 import torch
 
-from workbench.baseline import set_looks
-from workbench.confirmation import TRADEOFF_EXAMPLES
+from workbench.confirmation.baseline import set_looks
+from workbench.confirmation.confirm import TRADEOFF_EXAMPLES
 from workbench.racing import first_slice
-from workbench.search import default_budget, max_finalists
+from workbench.screening.registry import ScreenCostInputs, get_method
+from workbench.search.registry import CostInputs, get_strategy
 
-# attribution's forward and backward pass per metric, through the full unembedding at every
-# position: on SmolLM2 (33 examples) its two metrics took about 9 forward-equivalents' time
-ATTRIBUTION_EQ = 5.0
 MEASURE_ROWS = 32  # examples in the measured forward (scaled to the whole split)
 LONG_RUN_S = 60.0  # `workbench cel` prints the estimate of a run expected to take longer
 STAGES = ("screen", "search", "confirm")
 Span = tuple[float, float]
-
-
-def _sets(k: int, max_size: int) -> int:
-    return sum(math.comb(k, s) for s in range(1, max_size + 1))
 
 
 def _restart(k: int) -> float:
@@ -60,32 +57,19 @@ def _restart(k: int) -> float:
     return k / (k + 1)
 
 
-def _search_eq(config, n_heads: int, first: float,
-               knockout: float) -> tuple[Span, Span] | None:
+def _search_eq(config, n_heads: int, n_select: int, first: float,
+               knockout: float) -> tuple[Span, Span]:
     """The search's forward-equivalents `(low, high)` (every raced set stopped on its first
-    slice, none stopped) and their cost in plain forwards; None when a strategy has no
-    rule."""
+    slice, none stopped) and their cost in plain forwards, from each strategy's own cost
+    (`workbench.search.registry.Strategy.cost`)."""
     low = high = cost_low = cost_high = 0.0
     sets_cost = _restart(config.max_size)
+    inputs = CostInputs(config, n_heads, n_select, first, knockout)
     for name in config.strategies:
-        fixed, raced = 0.0, 0.0  # knockouts and regressions are not raced
-        if name == "exhaustive":
-            raced = _sets(min(config.top_m, n_heads), config.max_size)
-        elif name == "interaction":
-            budget = config.search_budget or default_budget(n_heads, config.max_size)
-            masks = config.n_masks or max(64, min(4 * n_heads, budget // 2))
-            fixed = masks * knockout  # ~30 % of the pool: they restart near the bottom
-            raced = _sets(max_finalists(max(0, budget - masks), config.max_size, n_heads),
-                          config.max_size)
-        elif name == "greedy":
-            raced = n_heads * config.max_size
-        elif name == "beam":
-            raced = n_heads * config.max_size * config.beam_width
-        elif name == "compressed_sensing":
-            fixed = config.n_masks or max(64, 4 * n_heads)
-            raced = _sets(config.top_m, config.max_size)
-        else:
-            return None
+        strategy = get_strategy(name)
+        # knockouts and training are not raced; the sets are
+        fixed, raced = strategy.cost(inputs, strategy.resolve(
+            config.strategy_settings.get(name, {})))
         low, high = low + fixed + raced * first, high + fixed + raced
         cost_low += fixed + raced * first * sets_cost
         cost_high += fixed + raced * sets_cost
@@ -114,15 +98,14 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     side = [len(task.examples) for task in run.others.values()]
     side_screen = sum(n_heads * (first_slice(n) if config.adaptive else n) / n_sel
                       for n in side) if config.side_screening else 0.0
-    if config.method.value == "exact":
-        count = (n_heads * first + side_screen, n_heads + side_screen)
-        screen = (count, (count[0] * one_head, count[1] * one_head))
-    else:
-        # the objective and its tie-break metric, one backward each, and the exact check
-        exact = n_heads if config.check_attribution else 0
-        fixed = ATTRIBUTION_EQ * 2 + exact + side_screen
-        cost = ATTRIBUTION_EQ * 2 + (exact + side_screen) * one_head
-        screen = ((fixed, fixed), (cost, cost))
+    # the method's own cost on the main task (the objective and its tie-break metric), an
+    # estimate's exact check, and the side tasks' per-head columns on their first slice
+    method = get_method(config.method)
+    main = method.cost(ScreenCostInputs(n_heads, 2, first))
+    per_pass = one_head if method.restarts else 1.0
+    check = n_heads if not method.exact and config.check_attribution else 0
+    count = (main[0] + check + side_screen, main[1] + check + side_screen)
+    screen = (count, tuple(m * per_pass + (check + side_screen) * one_head for m in main))
     # held out: the clean run and the best set of each size, then both random baselines
     # (raced); side tasks: the clean run and the best sets; the trade-off table: a sample of
     # each baseline's sets on the held-out split and every side task
@@ -132,7 +115,7 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     tradeoff = (config.max_size * 2 * min(config.tradeoff_sets, config.n_random // 4) * sampled
                 / n_sel)
     randoms = 2 * config.n_random * config.max_size * n_held / n_sel
-    # drawn in looks, a baseline may stop at its first look's sets (`workbench.baseline`)
+    # drawn in looks, a baseline may stop at its first look's sets (`workbench.confirmation.baseline`)
     looked = set_looks(config.n_random, config.adaptive and config.random_looks)[0]
     fewest = randoms * looked / max(1, config.n_random) * first_held
     sure = clean_best + tradeoff
@@ -140,7 +123,7 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
                (clean_best + (tradeoff + fewest) * sets, clean_best + (tradeoff + randoms) * sets))
     knockout = (first_slice(n_sel, config.knockout_examples) / n_sel if config.adaptive
                 else 1.0)
-    return {"screen": screen, "search": _search_eq(config, n_heads, first, knockout),
+    return {"screen": screen, "search": _search_eq(config, n_heads, n_sel, first, knockout),
             "confirm": confirm}
 
 

@@ -40,6 +40,15 @@ def choose(value, options, what: str):
     raise WorkbenchError(f"{what} {value!r} is unknown; expected one of {allowed}{hint}")
 
 
+def did_you_mean(name: str, choices) -> str:
+    """`"; did you mean 'x'?"` (or `'x' or 'y'`) for close matches of `name`, else `""`."""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(by_lower[c]) for c in close) + "?"
+
+
 class Option(str, Enum):
     """A named option whose values are strings (see the module docstring)."""
 
@@ -82,15 +91,6 @@ class AblationKind(Option, what="ablation kind"):
     ZERO = "zero"
     MEAN = "mean"
     RESAMPLE = "resample"
-
-
-class ScreenMethod(Option, what="screening method"):
-    """How single-head effects are computed: `exact` (prefix reuse), `attribution`
-    (gradient estimate), or `naive` (one full forward per head; the reference)."""
-
-    EXACT = "exact"
-    ATTRIBUTION = "attribution"
-    NAIVE = "naive"
 
 
 class RankBy(Option, what="rank_by"):
@@ -140,19 +140,6 @@ class SplitBy(Option, what="split_by"):
 
     EXAMPLE = "example"
     GROUP = "group"
-
-
-# The search strategies (`workbench.search.STRATEGIES` implements each; a test checks they
-# match), named here so that the config and the command line need no torch.
-STRATEGY_NAMES = ("beam", "compressed_sensing", "exhaustive", "gates", "greedy", "interaction")
-
-
-def strategy_names(value) -> tuple[str, ...]:
-    """A tuple of known strategy names from one name or several."""
-    names = (value,) if isinstance(value, str) else tuple(value)
-    if not names:
-        raise WorkbenchError("at least one search strategy is needed")
-    return tuple(choose(s, STRATEGY_NAMES, "search strategy") for s in names)
 
 
 class AnswerScope(Option, what="answer_scope"):

@@ -6,14 +6,14 @@
    strategies;
 3. confirm (`confirm_stage`): the best set of each size re-scored on the held-out split,
    against random sets of the same size, with side effects on the other tasks and the
-   trade-off of found and random sets (`workbench.tradeoff`).
+   trade-off of found and random sets (`workbench.results.tradeoff`).
 
 The config (`CELConfig`) is built and validated before any forward pass. Each stage builds
 the scorers of the split it uses and drops them when it ends, so cached activations of one
 split never sit in memory beside another's. With mean ablation every task is ablated with
 the means over its own prompts (the selection split for the main task) unless `means` is
 given for the main task. Each stage's table is written to the results folder as soon as it
-is done, with a record of the inputs that made it (see `workbench.store`); a rerun reuses a
+is done, with a record of the inputs that made it (see `workbench.results.store`); a rerun reuses a
 stage only when config, model, tasks and upstream files are unchanged.
 """
 
@@ -29,8 +29,26 @@ import pandas as pd
 import torch
 
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
-from workbench.baseline import BaselineRace
-from workbench.candidates import (
+from workbench.compute import Compute
+from workbench.config import CELConfig
+from workbench.confirmation.baseline import BaselineRace
+from workbench.confirmation.confirm import (
+    cluster_labels,
+    confirm_sets,
+    tradeoff_table,
+)
+from workbench.errors import WorkbenchError
+from workbench.heads import HeadSet
+from workbench.metrics.records import base_metric
+from workbench.metrics.scores import multi_token_metric, task_metric
+from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
+from workbench.results.result import CELResult, flagged_heads, mark_best
+from workbench.results.store import ResultStore
+from workbench.results.view import write_view
+from workbench.scoring.scorer import CustomMetric, MaskScorer
+from workbench.screening.registry import get_method
+from workbench.screening.screen import ScreenRace, resolve_task, screen_heads, single_head_diffs
+from workbench.search.candidates import (
     best_sets,
     candidate_heads,
     rank_order,
@@ -38,27 +56,12 @@ from workbench.candidates import (
     select_candidates,
     set_record,
 )
-from workbench.compute import Compute
-from workbench.config import CELConfig
-from workbench.confirmation import (
-    cluster_labels,
-    confirm_sets,
-    tradeoff_table,
-)
-from workbench.encoding import TaskBatch, encode_task
-from workbench.errors import WorkbenchError
-from workbench.fingerprint import digest, model_fingerprint, task_fingerprint
-from workbench.heads import HeadSet
-from workbench.metrics import NORMALIZED_METRICS, multi_token_metric, task_metric
-from workbench.results import CELResult, flagged_heads, mark_best
-from workbench.scoring import CustomMetric, MaskScorer
-from workbench.screening import ScreenRace, resolve_task, screen_heads, single_head_diffs
-from workbench.search import RANKED_STRATEGIES, SearchSpace, get_strategy
+from workbench.search.registry import get_strategy
+from workbench.search.space import SearchSpace
 from workbench.stats import Stats, helpful_agreement, rank_correlation
-from workbench.store import ResultStore
 from workbench.tables import head_name
-from workbench.tasks import Task
-from workbench.view import write_view
+from workbench.tasks.encoding import TaskBatch, encode_task
+from workbench.tasks.task import Task
 
 
 @dataclass
@@ -185,7 +188,7 @@ def prepare_run(
     other_tasks = {name: t.sample_per_split(side_n, config.seed)
                    for name, t in _other_tasks(others).items()}
     select = encode_task(model, main, "select")
-    # the task as fitted to this tokenizer (`workbench.task_fit`): a single-token file can
+    # the task as fitted to this tokenizer (`workbench.tasks.fit`): a single-token file can
     # become multi-token (addition's digits on SmolLM2), and is then scored on every token
     if metric is None and select.task.answer_tokens == "multi":
         metric = multi_token_metric  # exact scores over every answer position
@@ -300,7 +303,8 @@ def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
                          stats=run.stats, race_on=race if config.adaptive else None,
                          compute=run.compute)
     result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
-    if config.method == "attribution" and config.check_attribution:
+    if not get_method(config.method).exact and config.check_attribution:
+        # an estimate is checked against exact screening: rank correlation, helpful heads
         _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
                                      run.metric, per_position=config.per_position,
                                      compute=run.compute, desc="exact check")
@@ -319,8 +323,9 @@ def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
 
 def screen_race_rule(strategies) -> str:
     """What raced screening decides: the candidates' ranks (`"hurts"`) when a strategy
-    searches among them, else only the search pool (`"pool"`, `workbench.racing`)."""
-    return "hurts" if RANKED_STRATEGIES.intersection(strategies) else "pool"
+    searches among them (its record is `ranked`), else only the search pool (`"pool"`,
+    `workbench.racing`)."""
+    return "hurts" if any(get_strategy(s).ranked for s in strategies) else "pool"
 
 
 def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
@@ -336,7 +341,7 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
                         progress=run.compute.progress,
                         pool=search_pool(result.heads, run.order[0], second=run.order[1]))
     for name in config.strategies:
-        get_strategy(name)(space)
+        get_strategy(name)(space, **config.strategy_settings.get(name, {}))
     space.scorer.release()
     result.summary.update(space.notes)
     result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
@@ -346,7 +351,7 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
 def confirm_stage(run: CELRun,
                   result: CELResult) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Stage 3: held-out confirmation of the best set of each size, side effects, and the
-    trade-off table (`workbench.confirmation.tradeoff_table`)."""
+    trade-off table (`workbench.confirmation.confirm.tradeoff_table`)."""
     config, combos = run.config, result.combos
     sets, best_size = best_sets(combos, *run.order, config.max_size)
     # each set's gain over the most selection examples it was scored on (a set raced out on
@@ -446,11 +451,11 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
                      others: dict[str, Task]) -> CELConfig:
     """Fill in the task, the objective and tie-break metric, and the fingerprints."""
     # a normalized metric ranks sets exactly as its base metric does (a positive rescaling)
-    default = NORMALIZED_METRICS.get(main.metric, main.metric)
+    default = base_metric(main.metric)
     if metric is not None and metric is not multi_token_metric:
         default = names[0]  # a user metric: its first score
     objective = config.objective or default
-    objective = NORMALIZED_METRICS.get(objective, objective)
+    objective = base_metric(objective)
     if objective not in names:
         raise WorkbenchError(
             f"objective {objective!r} is not a metric of this run; expected one of {names}"

@@ -28,15 +28,14 @@ into one table (`sweep.csv`) and one figure (`sweep.png`):
 |                                | or `pending`; `note` also names side tasks left out      |
 |                                | because they do not fit                                  |
 
-Tasks are per model when none are named (`workbench.names.own_tasks`): the embedded family runs
-its own language's default task, every other model the hub tasks, each with the model's other
-tasks as side tasks; so `run_sweep(["smollm2-135m", "embedded"])` sweeps each on its own tasks.
+Tasks are per model when none are named (`workbench.tasks.names.own_tasks`): the embedded
+family runs its own language's default task, every other model the hub tasks, each with the
+model's other tasks as side tasks; so `run_sweep(["smollm2-135m", "embedded"])` sweeps each
+on its own tasks.
 With named tasks the grid is every model x every task, and a cell whose task the model's
 tokenizer cannot encode (an embedded-language task on SmolLM2, IOI's English on the embedded
-vocabulary) is skipped with the reason, as are side tasks that do not fit.
-
-Gains are ablated minus clean (positive = removing the heads helps), in the objective's units
-(accuracy as a fraction, log-probs in nats).
+vocabulary) is skipped with the reason, as are side tasks that do not fit. Gains are ablated
+minus clean (positive = removing the heads helps), in the objective's units.
 
 A sweep resumes per cell: a cell whose folder holds a complete result (`CELResult.load` finds
 every table and the report) is not run again, and an unfinished cell resumes from its stage
@@ -63,11 +62,12 @@ from matplotlib.figure import Figure
 from workbench import distributed
 from workbench.config import DEFAULT_THREADS, CELConfig
 from workbench.errors import WorkbenchError
-from workbench.options import AblationKind, SweepSplit, strategy_names
-from workbench.plots import save_figure
-from workbench.results import CONFIG_FILE, REPORT_FILE, CELResult, mark_best
+from workbench.options import AblationKind, SweepSplit
+from workbench.results.plots import save_figure
+from workbench.results.result import CONFIG_FILE, REPORT_FILE, CELResult, mark_best
+from workbench.results.tradeoff import SIDE_COLUMNS, side_summary
+from workbench.search.registry import strategy_names
 from workbench.tables import save_table
-from workbench.tradeoff import SIDE_COLUMNS, side_summary
 
 TABLE_FILE = "sweep.csv"
 PLOT_FILE = "sweep.png"
@@ -147,8 +147,8 @@ def sweep_cells(
     models: Sequence[str], tasks: Sequence[str] | None = None, kinds: Sequence[str] = ("zero",)
 ) -> list[SweepCell]:
     """The grid in order (models, then tasks, then kinds); folder names must be distinct.
-    `tasks` None gives each model its own tasks and side tasks (`workbench.names.own_tasks`)."""
-    from workbench.names import own_tasks
+    `tasks` None gives each model its own tasks and side tasks (`tasks.names.own_tasks`)."""
+    from workbench.tasks.names import own_tasks
 
     checks = (("models", models), ("tasks", tasks), ("kinds", kinds))
     for what, values in checks if tasks is not None else (checks[0], checks[2]):
@@ -329,7 +329,7 @@ class _Unfit(WorkbenchError):
 
 def _misfit(model, task, fits: dict) -> str:
     """Why `task` does not fit `model`'s tokenizer ("" when it does), cached in `fits`."""
-    from workbench.encoding import encode_task
+    from workbench.tasks.encoding import encode_task
 
     if task.name not in fits:
         try:
@@ -345,9 +345,9 @@ def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, opti
     """Run one cell; returns a note naming the side tasks left out (they do not fit the
     model), and raises `_Unfit` when the cell's own task does not."""
     from workbench.compute import Compute
-    from workbench.loading import load_model
+    from workbench.loading.model import load_model
     from workbench.pipeline import run_cel
-    from workbench.tasks import load_task
+    from workbench.tasks.task import load_task
 
     if cell.model not in models:
         models.clear()  # one model in memory at a time
@@ -396,7 +396,7 @@ def run_sweep(
     Args:
         models: model names or paths (anything `load_model` accepts).
         tasks: task names or paths; each cell's task is confirmed on its held-out split. None:
-            each model's own tasks (`workbench.names.own_tasks`). A cell whose task does not
+            each model's own tasks (`workbench.tasks.names.own_tasks`). A cell whose task does not
             fit the model's tokenizer is skipped (`status` says so), not failed.
         kinds: ablation kinds (`"zero"`, `"mean"`).
         out: the sweep folder: one results folder per cell, `sweep.csv` and `sweep.png`.

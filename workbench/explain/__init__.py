@@ -16,7 +16,7 @@ prompt), one module per angle:
   and their difference. The residual stream at the answer position is a sum of components,
   and the final layer norm is linear once its scale (`ln_final.hook_scale`, taken from the
   cache) is fixed, so each component gets an exact share of the logits (`dla_components`;
-  the decomposition is written out in `workbench.explain.attribution`);
+  the decomposition is written out in `workbench.explain.dla`);
 - **what it moves** (`circuits`: `ov_circuit`, `qk_circuit`): the OV circuit
   (TransformerLens's `FactoredMatrix` `W_V W_O`) of the tokens the head attends to, read out
   through the unembedding: which output tokens it promotes and suppresses; and the QK
@@ -48,14 +48,14 @@ from workbench.explain.attention import (
     attention_by_role,
     summarize_attention,
 )
-from workbench.explain.attribution import (
+from workbench.explain.capture import EXAMPLE_INDEX
+from workbench.explain.circuits import ov_circuit, qk_circuit
+from workbench.explain.dla import (
     comparison_heads,
     direct_logit_attribution,
     dla_components,
     summarize_dla,
 )
-from workbench.explain.capture import EXAMPLE_INDEX
-from workbench.explain.circuits import ov_circuit, qk_circuit
 from workbench.explain.examples import attention_examples
 from workbench.explain.explanation import HeadExplanation, explain_heads
 from workbench.explain.figures import (

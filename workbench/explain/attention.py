@@ -24,13 +24,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.options import choose
 from workbench.tables import INDEX_COLUMNS, head_name
-from workbench.tasks import Task
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Task
 
 RoleScheme = Literal["auto", "task", "answers", "positional"]
 

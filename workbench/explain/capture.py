@@ -23,10 +23,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.encoding import TaskBatch, encode_task
 from workbench.errors import WorkbenchError
-from workbench.metrics import forward_kwargs, is_bridge, unembed_at
-from workbench.tasks import Task, load_task
+from workbench.metrics.scores import forward_kwargs, is_bridge, unembed_at
+from workbench.tasks.encoding import TaskBatch, encode_task
+from workbench.tasks.task import Task, load_task
 
 EXAMPLE_INDEX = ("id", "layer", "head", "head_name")
 

@@ -4,7 +4,7 @@ A head's effect factors into two weight-only circuits. The OV circuit (Transform
 `FactoredMatrix` `W_V W_O`, plus `b_V W_O`) says what the head writes given what it attends
 to: applied to the embeddings of the tokens the head attends to most and read out through the
 unembedding (with the weight of a post-attention norm, where the block has one, and the final
-norm's weights and centring, as in `workbench.explain.attribution`), it lists the output
+norm's weights and centring, as in `workbench.explain.dla`), it lists the output
 tokens each source token promotes and suppresses (`ov_circuit`; a copying head promotes the
 source token itself). The QK circuit (`W_Q W_K^T`, with `b_Q`, `b_K`, and per-head query and
 key norms where the model has them; OLMo's norms over all heads at once are left out) says
@@ -25,15 +25,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import RoleScheme, roles_for
-from workbench.explain.attribution import LN_CENTRED, final_norm_param, post_norm_weight
 from workbench.explain.capture import Capture, as_batch, capture
+from workbench.explain.dla import LN_CENTRED, final_norm_param, post_norm_weight
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import head_name
-from workbench.tasks import Task
-from workbench.tokenizer import get_tokenizer
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Task
+from workbench.tasks.tokenizer import get_tokenizer
 
 
 def _embed_through_ln1(model, layer: int, ids: Tensor) -> Float[Tensor, "n d_model"]:

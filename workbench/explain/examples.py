@@ -18,13 +18,13 @@ from typing import Literal
 
 import pandas as pd
 
-from workbench.encoding import TaskBatch
-from workbench.explain.attribution import resolve_comparison
 from workbench.explain.capture import Capture, as_batch, capture
+from workbench.explain.dla import resolve_comparison
 from workbench.explain.removal import OUTCOMES
 from workbench.heads import HeadSet, HeadSpec
 from workbench.tables import head_name
-from workbench.tasks import Task
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Task
 
 N_EXAMPLES = 3  # the examples `explain_heads` keeps; small, so the figure stays readable
 

@@ -22,7 +22,6 @@ from typing import Literal
 import pandas as pd
 
 from workbench.ablation import AblationKind, HeadMeans
-from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import (
     RoleScheme,
@@ -30,20 +29,21 @@ from workbench.explain.attention import (
     roles_for,
     summarize_attention,
 )
-from workbench.explain.attribution import (
+from workbench.explain.capture import as_batch, capture
+from workbench.explain.circuits import ov_table, qk_table
+from workbench.explain.dla import (
     attribute,
     dla_table,
     resolve_comparison,
     summarize_dla,
 )
-from workbench.explain.capture import as_batch, capture
-from workbench.explain.circuits import ov_table, qk_table
 from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
 from workbench.explain.removal import ablation_outcomes, default_means, removal_table
 from workbench.heads import HeadSet, HeadSpec
-from workbench.results import CELResult
+from workbench.results.result import CELResult
 from workbench.tables import save_table
-from workbench.tasks import Task
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Task
 
 
 @dataclass

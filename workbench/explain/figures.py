@@ -15,14 +15,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.encoding import TaskBatch
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import role_columns
 from workbench.explain.capture import as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
-from workbench.metrics import forward_kwargs
+from workbench.metrics.scores import forward_kwargs
 from workbench.tables import head_name
-from workbench.tasks import Task
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Task
 
 
 def _figure(n_rows: int, n_cols: int, width: float, height: float):

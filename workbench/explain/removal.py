@@ -6,7 +6,7 @@ ablates each head alone (zero or mean ablation at `hook_z`, as in `workbench.abl
 splits the change in the answer-minus-wrong logit difference per example into the head's
 *direct effect*, the change in its own direct logit attribution when its output is replaced
 by the ablated one at the clean final-norm scale (and the clean scale of a post-attention
-norm, `workbench.explain.attribution.attention_writes`; `-dla_diff` for zero ablation), and the
+norm, `workbench.explain.dla.attention_writes`; `-dla_diff` for zero ablation), and the
 *indirect effect*, the rest, which went through later layers or the final norm's scale.
 Mean ablation uses the means over the task's `select` split (where CEL chose the heads)
 unless means are given (`default_means`); `removal_table` builds the table from a `capture`
@@ -24,18 +24,18 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_head_means
-from workbench.encoding import TaskBatch
-from workbench.explain.attribution import (
+from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
+from workbench.explain.dla import (
     Attribution,
     attention_writes,
     attribute,
     logit_directions,
 )
-from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.heads import HeadSet, HeadSpec
-from workbench.metrics import answer_logits, evaluate, logprob
+from workbench.metrics.scores import answer_logits, evaluate, logprob
 from workbench.tables import head_name
-from workbench.tasks import Task
+from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.task import Task
 
 OUTCOMES = ("fixed", "broken", "unchanged")
 

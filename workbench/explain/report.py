@@ -18,7 +18,7 @@ no set is) and writes `explanation/` (the tables and their `config.json`),
 `explanation.png` (`explanation_figure`), `attention_examples.png` and the report with its
 new section; `workbench cel` calls it at the end of a run and `workbench explain --out DIR`
 on any results folder. The section itself is rendered from the saved tables by
-`workbench.report`, so rewriting `report.md` never needs the model.
+`workbench.results.report`, so rewriting `report.md` never needs the model.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import pandas as pd
 from workbench.explain.attention import role_columns
 from workbench.explain.explanation import HeadExplanation, explain_heads
 from workbench.explain.figures import plot_attention_examples
-from workbench.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
-from workbench.results import CELResult
-from workbench.store import ResultStore, write_json
-from workbench.view import write_view
+from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
+from workbench.results.result import CELResult
+from workbench.results.store import ResultStore, write_json
+from workbench.results.view import write_view
 
 
 def explain_folder(
@@ -43,7 +43,7 @@ def explain_folder(
 ) -> HeadExplanation | None:
     """Explain `result`'s best set (or its top candidate) and write it into `folder`:
     `explanation/*.csv`, `explanation.png`, `attention_examples.png`, the section of
-    `report.md`, and `view.html` again (`workbench.view`).
+    `report.md`, and `view.html` again (`workbench.results.view`).
 
     Args:
         folder: the run's results folder (locked while writing).
@@ -66,7 +66,7 @@ def explain_folder(
         target = folder / EXPLANATION_DIR
         ex.save(target)
         write_json(target / "config.json", ex.config)  # atomically, after the tables
-        from workbench.plots import save_figure
+        from workbench.results.plots import save_figure
 
         save_figure(explanation_figure(ex.roles, ex.comparison_roles, ex.dla_summary),
                     folder / EXPLANATION_FIGURE)

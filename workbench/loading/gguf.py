@@ -38,7 +38,6 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.errors import WorkbenchError
-from workbench.fingerprint import file_digest
 from workbench.loading.gguf_file import (
     MAGIC,
     read_architecture,
@@ -46,8 +45,10 @@ from workbench.loading.gguf_file import (
     refuse_unconvertible,
 )
 from workbench.loading.hf_folder import build_hooked, convert_config_and_weights, tokenizer_adds_bos
+from workbench.loading.shipped import REAL_MODELS, cache_root
+from workbench.loading.sources import is_gguf_file
+from workbench.results.fingerprint import file_digest
 
-CACHE_ENV = "WORKBENCH_CACHE"
 ENTRY_FILE = "entry.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
@@ -59,30 +60,6 @@ _CALL_FIELDS = {"device", "n_devices", "dtype", "tokenizer_name", "tokenizer_pre
 GGUF_PIP = "pip install gguf  (or pip install 'cel-workbench[real]')"
 # The libraries whose code makes an entry: another version of one may convert differently.
 _CONVERTERS = ("transformers", "transformer_lens", "gguf")
-
-
-def is_gguf_file(path: Path) -> bool:
-    """True when `path` is a file that starts with the GGUF magic bytes."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == MAGIC
-    except OSError:
-        return False
-
-
-def cache_root() -> Path:
-    """The workbench's cache folder: `$WORKBENCH_CACHE`, default `~/.cache/cel-workbench`.
-    A `WorkbenchError` when that path (or a folder above it) is a file."""
-    value = os.environ.get(CACHE_ENV)
-    root = Path(value or "~/.cache/cel-workbench").expanduser()
-    for p in (root, *root.parents):
-        if p.exists() and not p.is_dir():
-            where = f"{CACHE_ENV}={value!r}" if value else f"the default cache {str(root)!r}"
-            raise WorkbenchError(
-                f"{where} cannot hold the workbench cache: {str(p)!r} is a file, not a folder; "
-                f"set {CACHE_ENV} to a folder (it is created if missing)"
-            )
-    return root
 
 
 def cache_dir() -> Path:
@@ -349,3 +326,10 @@ def _cfg_to_json(cfg: HookedTransformerConfig) -> dict:
                 f"cannot cache the converted config: field {f.name!r} holds {value!r}"
             ) from None
     return out
+
+
+def load_real(name: str, device: torch.device, dtype) -> HookedTransformer:
+    """A model of `REAL_MODELS`, through the GGUF cache."""
+    path = REAL_MODELS[name].path()
+    require_gguf_package()
+    return load_gguf(path, device, dtype, name=name)

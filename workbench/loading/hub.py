@@ -11,8 +11,8 @@ import torch
 from transformer_lens import HookedTransformer
 
 from workbench.errors import WorkbenchError
+from workbench.loading.names import OFFLINE_HINT, check_hub
 from workbench.loading.shipped import shipped_names
-from workbench.names import OFFLINE_HINT, check_hub
 
 
 def load_official(name: str, device: torch.device, dtype, **kwargs) -> HookedTransformer:

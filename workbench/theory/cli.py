@@ -5,7 +5,7 @@ tables, config and figures.
     workbench theory --quick              # CI: 4 seeds, 600 steps, a few seconds on one core
     workbench theory --sweep table --seeds 16 --out theory_table
 
-This module holds the subcommand's parser (`add_parser`, which `workbench.cli` calls only when
+This module holds the subcommand's parser (`add_parser`, which `workbench.cli.parser` calls only when
 the command is `theory`, since it imports torch) and its body (`run`). Unlike the commands
 that load a language model, `--threads` defaults to 1: the theory model is tiny, and on it
 more threads only contend.
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the sweep named by `args`; returns the exit status."""
     import pandas as pd
 
-    from workbench.loading import resolve_device
+    from workbench.loading.model import resolve_device
     from workbench.theory.config import TheoryConfig
     from workbench.theory.sweep import DEFAULT_TOL, SWEEPS, quick_config, run_sweep
 

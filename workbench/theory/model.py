@@ -25,7 +25,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from workbench.errors import WorkbenchError
-from workbench.loading import resolve_device
+from workbench.loading.model import resolve_device
 from workbench.theory.data import D_MODEL
 
 

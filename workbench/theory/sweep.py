@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.loading import resolve_device
+from workbench.loading.model import resolve_device
 from workbench.tables import load_table, save_table
 from workbench.theory.analysis import ablation_table, evaluate, feature_use_table, seed_summary
 from workbench.theory.config import TheoryConfig

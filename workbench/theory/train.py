@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.loading import resolve_device
+from workbench.loading.model import resolve_device
 from workbench.theory.analysis import feature_coefficients, features_to_table
 from workbench.theory.bayes import bayes_loss, logistic_loss
 from workbench.theory.config import TheoryConfig

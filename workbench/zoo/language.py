@@ -46,7 +46,7 @@ import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.options import choose
-from workbench.tokenizer import WordTokenizer
+from workbench.tasks.tokenizer import WordTokenizer
 
 LANGUAGE_SEED = 0
 N_CONTENT = 64  # content words, the items of copy/map prompts

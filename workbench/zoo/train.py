@@ -67,8 +67,8 @@ import torch
 import torch.nn.functional as F
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from workbench.checkpoint import save_checkpoint
 from workbench.errors import WorkbenchError
+from workbench.loading.checkpoint import save_checkpoint
 from workbench.options import choose
 from workbench.zoo import language as lang
 
@@ -285,8 +285,8 @@ def train(
 
 def _heldout_baselines(model: HookedTransformer, tasks: list[str]) -> dict[str, dict]:
     """Per-task held-out accuracy (and correct count) and mean log-prob, overall and per group."""
-    from workbench.metrics import evaluate, summarize
-    from workbench.tasks import load_task
+    from workbench.metrics.scores import evaluate, summarize
+    from workbench.tasks.task import load_task
 
     out = {}
     for name in tasks:
@@ -358,7 +358,7 @@ FIRST_LOSSES = 10  # steps whose losses go into the meta, to check a rerun again
 
 
 def main(argv: list[str] | None = None) -> None:
-    from workbench.checkpoint import load_checkpoint
+    from workbench.loading.checkpoint import load_checkpoint
     from workbench.zoo import DEFAULT_TASK, SIDE_TASKS, embedded_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

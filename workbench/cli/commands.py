@@ -1,0 +1,487 @@
+"""The bodies of the `workbench` subcommands: check the inputs, load the model, run, print.
+
+`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command` and
+`notebooks_command` each take the parsed arguments of `workbench.cli.parser`'s parser and return the
+exit status; `run_options` collects a run's settings from them. Names and paths are checked before torch is imported
+(`workbench.loading.names`), so a typo answers in about a second; the heavy modules are imported
+inside the functions, once the inputs are known to be good.
+
+`workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
+default task and side tasks; so does `--model embedded_llama` or another name of
+`workbench.zoo.EMBEDDED_FAMILY`, on that model. When the embedded checkpoint is not on disk it
+says so and runs the built-in demo instead: the hand-built micro model of `workbench.cli.demo`
+(2 layers x 4 heads, one harmful head and a harmful redundant pair), whose files are written to
+a temporary folder.
+
+`workbench sweep` without `--models` runs the embedded model family (`workbench.zoo`) on its
+default task and prints the cross-family table (`workbench.sweep`); with `--models` and no
+`--tasks` each model runs its own tasks (`workbench sweep --models smollm2-135m embedded`:
+SmolLM2 on the hub tasks, the embedded model on its language's task).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from workbench.config import CELConfig, resolve_threads
+from workbench.errors import WorkbenchError
+
+DEFAULT_OUT = "cel_results"
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+# CELConfig fields given by other means than a flag of the same name (`resolve_inputs`, the
+# sweep's cells)
+_NOT_FLAGS = ("model", "task", "others")
+
+
+def use_threads(threads: int | str | None) -> None:
+    """Set torch's intra-op CPU threads (None: leave torch's default; `"auto"`:
+    `workbench.config.resolve_threads`)."""
+    threads = resolve_threads(threads)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+@contextmanager
+def bars_off(quiet: bool) -> Iterator[None]:
+    """No tqdm progress bar at all while `quiet` (`--quiet`), restored afterwards.
+
+    The workbench's own bars follow `Compute.progress`, but loading a GGUF file shows bars
+    that take no switch: the conversion's (`workbench.loading.gguf`) and transformers'
+    de-quantizing one, both bare `tqdm` bars. Every tqdm bar (transformers' and
+    huggingface_hub's included) is a `tqdm.std.tqdm`, so while quiet its constructor is
+    given `disable=True`."""
+    if not quiet:
+        yield
+        return
+    from tqdm import std
+
+    init = std.tqdm.__init__
+
+    def disabled(self, *args, **kwargs):
+        kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    std.tqdm.__init__ = disabled
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = init
+
+
+def run_options(args) -> dict:
+    """The `run_cel` settings given by `workbench.cli.options.add_run_options` flags: every `CELConfig` field with
+    a flag (stored under its name), and the `Compute` fields `token_budget`, `threads` and
+    `share_prefix` when given."""
+    options = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(CELConfig)
+        if f.name not in _NOT_FLAGS and hasattr(args, f.name)
+    }
+    for name in ("token_budget", "threads"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    # the strategies' own settings (`--gates-steps`: `strategy__gates__steps`)
+    own: dict[str, dict] = {}
+    for dest, value in sorted(vars(args).items()):
+        if dest.startswith("strategy__") and value is not None:
+            _, strategy, setting = dest.split("__", 2)
+            own.setdefault(strategy, {})[setting] = value
+    if own:
+        options["strategy_settings"] = own
+    share = getattr(args, "share_prefix", "auto")
+    if share != "auto":
+        options["share_prefix"] = share == "on"
+    return options
+
+
+def embedded_defaults() -> tuple[str, list[str]] | None:
+    """`(default task, side tasks)` when the embedded checkpoint is on disk, else None."""
+    from workbench.loading.sources import is_checkpoint_folder
+    from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH, SIDE_TASKS
+
+    if not is_checkpoint_folder(EMBEDDED_PATH):
+        return None
+    return DEFAULT_TASK, list(SIDE_TASKS)
+
+
+def resolve_inputs(args) -> tuple[str, str, list[str], str | None]:
+    """`(model, task, others, note)`: check the names (an unknown model first, then the
+    tasks), fill the defaults; `note` says when the demo is used. Imports no torch."""
+    from workbench.loading.sources import check_model_name
+    from workbench.tasks.names import check_task_name
+
+    model, task, others = _resolve_names(args)
+    if model != "demo":
+        check_model_name(model)
+        for name in [task, *others]:
+            check_task_name(name)
+        return model, task, others, None
+    from workbench.cli.demo import write_demo
+
+    folder = Path(tempfile.mkdtemp(prefix="workbench-demo-"))
+    model_dir, main, side = write_demo(folder)
+    note = (
+        "the embedded model is not on disk, so this is the built-in demo: the hand-"
+        "built micro model of workbench.cli.demo (L0H3 hurts; L0H1 + L1H1 hurt jointly)"
+    )
+    return str(model_dir), str(main), [str(side)] if args.others is None else args.others, note
+
+
+def _resolve_names(args) -> tuple[str, str | None, list[str]]:
+    """`(model, task, others)` with the defaults filled in; model `"demo"` for the demo."""
+    from workbench.loading.sources import check_model_name
+    from workbench.zoo import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
+
+    others = args.others
+    if args.model is None or args.model == "embedded":
+        defaults = embedded_defaults()
+        if defaults is not None:
+            task = args.task or defaults[0]
+            return "embedded", task, defaults[1] if others is None else others
+        if args.model == "embedded":
+            raise WorkbenchError(
+                "the embedded model is not on disk yet (workbench.zoo."
+                "EMBEDDED_PATH); pass --model NAME|PATH"
+            )
+        if args.task is not None:
+            raise WorkbenchError("--task needs --model (the embedded model is not on disk)")
+        return "demo", None, others or []
+    if args.model in EMBEDDED_FAMILY:  # the family members share the embedded tasks
+        task = args.task or DEFAULT_TASK
+        return args.model, task, list(SIDE_TASKS) if others is None else others
+    check_model_name(args.model)  # a typo is the first thing to report
+    if args.task is None:
+        raise WorkbenchError(f"--task is required with --model {args.model!r}")
+    return args.model, args.task, others or []
+
+
+def run_cel_command(args) -> int:
+    """Run `workbench cel`; returns the exit status."""
+    model_name, task_name, other_names, note = resolve_inputs(args)  # no torch yet
+    out = Path(args.out)
+    _check_out(out, args.overwrite)
+    check_hub_models([model_name])
+    if note:
+        print(f"note: {note}", flush=True)
+
+    import pandas as pd
+
+    from workbench import distributed
+    from workbench.estimate import LONG_RUN_S, estimate_run
+    from workbench.loading.model import load_model
+    from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
+    from workbench.results.store import CONFIG_FILE
+    from workbench.tasks.task import load_task
+
+    task = load_task(task_name)
+    others = [load_task(o) for o in other_names]
+    check_counterfactuals(args.kind, [task, *others])  # before the model loads
+    use_threads(args.threads)
+    with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
+        model = load_model(model_name, device=distributed.local_device(args.device),
+                           dtype=args.dtype)
+    if note:  # the demo's files are loaded; the results folder records what matters
+        shutil.rmtree(Path(model_name).parent, ignore_errors=True)
+        model_name = "demo"
+    cfg = model.cfg
+    # validated, sampled (--max-examples) and encoded once: the counts printed are the
+    # examples the run uses, as fitted to this tokenizer (`workbench.tasks.fit` may drop some)
+    run = prepare_run(model, task, others=others, model_name=model_name,
+                      progress=not args.quiet and distributed.is_main(), **run_options(args))
+    sampled = run.main
+    n_sel, n_held = len(run.select), len(run.heldout)
+    n_file = len([e for e in sampled.examples if e.split == "select"])
+    where = "sampled" if args.max_examples else "in the file"
+    kept = ("" if (n_sel, n_held) == (n_file, len(sampled) - n_file) else
+            f" (of {n_file} / {len(sampled) - n_file} {where}, fitted to this tokenizer)")
+    print(
+        f"model {model_name}: {cfg.n_layers} layers x {cfg.n_heads} heads on {cfg.device}; "
+        f"task {task.name}: {n_sel} selection / {n_held} held-out examples{kept}; "
+        f"side tasks: {', '.join(o.name for o in others) or 'none'}",
+        flush=True,
+    )
+    resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
+    if resuming:
+        print(f"resuming from {out}", flush=True)
+    estimate = estimate_run(run, _stages_done(out) if resuming else ())
+    if estimate.seconds[1] >= LONG_RUN_S:  # a long run says what it costs before it starts
+        print(estimate.line(), flush=True)
+    with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
+        result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
+    from workbench.results.report import clean_lines, console_lines
+
+    print()
+    print("\n".join(clean_lines(result.summary, result.config.objective)))
+    with pd.option_context(
+        "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
+    ):
+        print(result.summary_table().to_string(index=False))
+    significant = result.summary.get("significant_sizes", [])
+    alpha = result.summary.get("alpha", 0.05)
+    print(
+        f"\nheld-out enhancement (one-sided sign-flip p, Holm-corrected across sizes, alpha "
+        f"{alpha:.2g}): "
+        + (f"significant at size(s) {significant}" if significant else "none significant")
+    )
+    print("\n".join(console_lines(result)))  # gamed sets, other metrics, side effects
+    print("\n" + best_line(result))
+    if "attribution_rank_correlation" in result.summary:
+        rho = result.summary["attribution_rank_correlation"]
+        print(
+            "attribution vs exact rank correlation: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in rho.items())
+        )
+    if not args.no_explain and distributed.is_main() and result.complete:
+        from workbench.explain.report import explain_folder
+
+        # on the examples the run used (`--max-examples` samples them)
+        ex = explain_folder(out, model, sampled, result)
+        if ex is not None:
+            print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
+    print(f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)")
+    return 0
+
+
+def best_line(result) -> str:
+    """The CLI's line on the best set: only a significant set is called best."""
+    obj = result.config.objective
+    baseline = (
+        f"positive d_{obj} = removing the heads helps; percentile and random_pct_ge (0-100) "
+        f"against up to {result.config.n_random} random sets of the same size, or all of them "
+        "where there are fewer"
+    )
+    if result.best:
+        return f"best set: {','.join(result.best)}  ({baseline})"
+    top = result.top_candidate
+    if not top:
+        return "best set: (none): no head set was confirmed"
+    gamed = [k for k in result.summary.get("gamed_sizes", [])
+             if k in result.summary.get("significant_sizes", [])]
+    if gamed:
+        return (f"best set: none: the significant set(s) of size(s) {gamed} game the objective "
+                f"(above); top candidate: {','.join(top)} ({baseline})")
+    return (
+        f"best set: none: no significant enhancement (p_holm >= {result.alpha:.2g} at every "
+        f"size); top candidate: {','.join(top)} ({baseline})"
+    )
+
+
+def _stages_done(out: Path) -> tuple[str, ...]:
+    """The stages whose tables a results folder records (a resumed run skips them)."""
+    from workbench.results.store import read_run_file
+
+    try:
+        files = read_run_file(out).get("files", {})
+    except WorkbenchError:
+        return ()
+    tables = {"screen": "heads", "search": "combos", "confirm": "confirmation"}
+    return tuple(stage for stage, table in tables.items() if table in files)
+
+
+def check_hub_models(models) -> None:
+    """For every hub name among `models`, one clear line at once when the Hugging Face hub
+    cannot provide it (`workbench.loading.names.check_hub`), before torch is imported."""
+    from workbench.loading.names import check_hub, hub_repo
+
+    for name in dict.fromkeys(models):
+        repo = hub_repo(name)
+        if repo is not None:
+            check_hub(repo)
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse, before loading anything (and before saying "resuming"), an --out that is a
+    file or a folder another run holds (`run_cel` checks again when it takes the lock)."""
+    if out.exists() and not out.is_dir():
+        raise WorkbenchError(f"--out {str(out)!r} is a file; expected a folder (new or a CEL "
+                             "results folder)")
+    if out.is_dir():
+        from workbench.results.store import check_unlocked
+
+        check_unlocked(out)
+
+
+def explain_command(args) -> int:
+    """Run `workbench explain`; returns the exit status."""
+    from workbench.loading.sources import check_model_name
+    from workbench.tasks.names import check_task_name
+
+    out = explain_folder_arg(args)
+    if not (out / "config.json").is_file():  # the common mistake, answered before imports
+        raise WorkbenchError(f"{str(out)!r} is not a CEL results folder (no config.json)")
+    from workbench.results.store import read_run_file
+
+    run_file = read_run_file(out)
+    cfg = run_file["config"]
+    model_name = args.model or cfg["model"]
+    task_name = args.task or recorded_task(out, run_file, demo=model_name == "demo")
+    demo_folder = None
+    if model_name == "demo" and args.model is None:  # the demo's files are rebuilt
+        from workbench.cli.demo import write_demo
+
+        demo_folder = Path(tempfile.mkdtemp(prefix="workbench-demo-"))
+        model_dir, main, _ = write_demo(demo_folder)
+        model_name = str(model_dir)
+        task_name = args.task or str(main)
+    try:
+        check_model_name(model_name)
+        check_hub_models([model_name])
+        try:
+            check_task_name(task_name)
+        except WorkbenchError:
+            if args.task is not None:
+                raise
+            raise WorkbenchError(
+                f"{str(out)!r} records task {task_name!r}, which is not a task in tasks/; pass "
+                "--task with the task file that run was made from"
+            ) from None
+        from workbench.explain.report import explain_folder
+        from workbench.loading.model import load_model
+        from workbench.results.fingerprint import model_fingerprint, task_fingerprint
+        from workbench.results.result import CELResult
+        from workbench.tasks.task import load_task
+
+        result = CELResult.load(out)
+        if result.confirmation.empty:
+            raise WorkbenchError(f"{str(out)!r} has no confirmation yet; finish the run first "
+                                 "(rerun the same `workbench cel` command)")
+        cfg = result.config  # a run on a sample (`--max-examples`) recorded the sample's print
+        task = load_task(task_name).sample_per_split(cfg.max_examples, cfg.seed)
+        if task_fingerprint(task) != result.config.task_fingerprint:
+            raise WorkbenchError(
+                f"task {task_name!r} is not the task {str(out)!r} was made from (its fingerprint "
+                "differs); pass --task with the task file of that run"
+            )
+        use_threads(args.threads)
+        model = load_model(model_name, device=args.device, dtype=args.dtype)
+        if model_fingerprint(model) != result.config.model_fingerprint:
+            raise WorkbenchError(
+                f"model {model_name!r} is not the model {str(out)!r} was made from (its "
+                "fingerprint differs); pass --model with that model (and the same --dtype)"
+            )
+        ex = explain_folder(out, model, task, result, split=args.split)
+    finally:
+        if demo_folder is not None:
+            shutil.rmtree(demo_folder, ignore_errors=True)
+    if ex is None:
+        print(f"{out}: no head set to explain")
+        return 0
+    print(f"explained {ex.heads} on the {args.split} split of {task.name} "
+          f"({ex.config['n_examples']} examples)")
+    if not ex.config.get("significant", True):
+        print(f"note: {ex.config['note']}")
+    print(f"written: {out}/report.md, {out}/explanation.png, {out}/explanation/")
+    return 0
+
+
+def explain_folder_arg(args) -> Path:
+    """The results folder of `workbench explain`: `DIR` or `--out DIR` (the same if both)."""
+    folder, out = getattr(args, "folder", None), getattr(args, "out", None)
+    if folder and out and Path(folder) != Path(out):
+        raise WorkbenchError(f"give the results folder once: {folder!r} and --out {out!r} differ")
+    if not (folder or out):
+        raise WorkbenchError("workbench explain needs a results folder: workbench explain DIR")
+    return Path(folder or out)
+
+
+def recorded_task(out: Path, run_file: dict, demo: bool = False) -> str:
+    """The task a results folder was made from: the task file its `config.json` records
+    (`summary.task_file`), else (older folders, tasks built in memory, the demo) the task
+    name. A recorded file that is gone is one clear error."""
+    path = run_file.get("summary", {}).get("task_file")
+    if not path or demo:
+        return run_file["config"]["task"]
+    if not Path(path).is_file():
+        raise WorkbenchError(f"{str(out)!r} was made from task file {path!r}, which is gone; "
+                             "restore it or pass --task with a copy of it")
+    return path
+
+
+def view_command(args) -> int:
+    """Run `workbench view`; returns the exit status."""
+    from workbench.results.view import write_view
+
+    path = write_view(args.folder)
+    print(f"written: {path} (one file: open it in a browser, it loads nothing from the "
+          "network)")
+    return 0
+
+
+def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
+    """`(models, tasks, others)`; without --models the embedded family on its default task."""
+    from workbench.loading.sources import check_model_name
+    from workbench.tasks.names import check_task_name
+
+    if args.models:
+        for m in args.models:
+            check_model_name(m)
+        for t in [*(args.tasks or []), *(args.others or [])]:
+            check_task_name(t)
+        check_hub_models(args.models)
+        # without --tasks, each model runs its own tasks (workbench.tasks.names.own_tasks)
+        return list(args.models), list(args.tasks) if args.tasks else None, args.others
+    import workbench.zoo as zoo
+
+    family = list(getattr(zoo, "EMBEDDED_FAMILY", ("embedded",)))
+    if embedded_defaults() is None:
+        raise WorkbenchError(
+            "the embedded model family is not on disk (workbench.zoo); pass --models and --tasks"
+        )
+    tasks = list(args.tasks) if args.tasks else [zoo.DEFAULT_TASK]
+    others = args.others if args.others is not None else list(zoo.SIDE_TASKS)
+    return family, tasks, others
+
+
+def run_sweep_command(args) -> int:
+    """Run `workbench sweep`; returns the exit status."""
+    import pandas as pd
+
+    from workbench.sweep import TABLE_FILE, run_sweep, shown_table
+
+    models, tasks, others = sweep_inputs(args)
+    n_tasks = f"{len(tasks)} tasks" if tasks is not None else "their own tasks"
+    print(
+        f"sweep: {len(models)} models x {n_tasks} x {len(args.kinds)} ablation kinds"
+        f" -> {args.out}/",
+        flush=True,
+    )
+    use_threads(args.threads)
+    with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
+        table = run_sweep(models, tasks, kinds=args.kinds, out=args.out, others=others,
+                          device=args.device, dtype=args.dtype, progress=not args.quiet,
+                          plot=not args.no_plots, split=args.split, **run_options(args))
+    shown = shown_table(table)
+    print()
+    with pd.option_context(
+        "display.width", 160, "display.max_columns", 20, "display.float_format", "{:.3f}".format
+    ):
+        print(shown.to_string(index=False))
+    print(
+        "\ngain: held-out gain of the best set (ablated - clean, objective units) with its "
+        "bootstrap interval; significant False: no set is, and best is the top candidate; "
+        "percentile among random sets of the same size; side_worst: its most negative effect "
+        "on another task"
+    )
+    for r in table.itertuples():
+        if r.status != "done" or r.note:
+            print(f"{r.folder}: {r.status}" + (f": {r.note}" if r.note else ""))
+    print(f"table: {args.out}/{TABLE_FILE}, plot: {args.out}/sweep.png, cells: {args.out}/*/")
+    return 0
+
+
+def notebooks_command(args) -> int:
+    folder = REPO_ROOT / "notebooks"
+    print("The curated notebooks import from `workbench`. Open them with:\n")
+    print('    .venv/bin/pip install -e ".[notebooks]"')
+    print(f"    .venv/bin/jupyter lab {folder if folder.is_dir() else 'notebooks/'}\n")
+    if folder.is_dir():
+        for nb in sorted(folder.glob("*.ipynb")):
+            print(f"    {nb.name}")
+    return 0

@@ -1,0 +1,397 @@
+"""Confirmation: is the gain of a found head set real, or the winner's curse?
+
+The search picks, among many head sets, the ones that score best on the selection split, so
+their selection-split gains are biased upwards. Confirmation re-scores the best set of each
+size on the **held-out split**, which played no part in screening or search, and reports:
+
+- the held-out gain of every metric, with its standard error and a paired bootstrap interval
+  (`workbench.stats`);
+- a baseline of `n_random` distinct head sets of the same size drawn uniformly (seeded) from
+  all heads, or all sets of that size where there are no more than `n_random` (then the
+  baseline is exact), scored on the same held-out examples: their mean and 95th percentile
+  gain, the found set's `percentile` among them (ties count half) and `random_pct_ge`, the
+  percent of them that do at least as well (the found set itself counts where it is among
+  them); both are percents, 0-100. A set that merely removes "some heads" scores near the
+  50th percentile; a real enhancement sits near 100. With `adaptive=True` the random sets
+  are raced: only those whose interval still overlaps the found set's gain see more held-out
+  examples (the percentile is the exhaustive one whenever the intervals separate;
+  `n_random_complete` counts the sets scored on every example, `random_forward_eq` the
+  passes spent). The objective may be coarse
+  (accuracy on few examples, with ties at a ceiling), so the percentile on the secondary metric
+  is reported too;
+- side effects: the same sets' effects on each other task, on all of its examples.
+
+Honest-null additions (issue 11), each optional so older callers keep their columns:
+
+- `pool`: a second random baseline drawn only from heads whose single removal does not
+  clearly hurt on the selection split (`workbench.search.space.search_pool`). Most random heads
+  hurt, so against all heads a set that does nothing (gain exactly 0) sits near the 100th
+  percentile; against the pool it sits near the 50th. Columns `pool_random_mean`,
+  `pool_percentile`, `pool_pct_ge`, `n_pool_random`; the all-heads columns stay.
+- `groups`: per-example cluster labels of the held-out split (e.g. the template an example
+  was made from). Intervals then resample clusters (`clustered_bootstrap`) and the p-value
+  flips cluster totals, since examples of one cluster share their noise.
+- `p_value`: one-sided sign-flip p-value of "the held-out gain on the objective is > 0"
+  (`workbench.stats.sign_flip_pvalue`: exact for few clusters, no normality), and `p_holm`,
+  Holm-adjusted across the sizes: the headline is a size with `p_holm < alpha`. Side-effect
+  rows get a two-sided `p_value` (is there any effect?) and `p_holm` across all of them.
+
+The trade-off (issue 35, `workbench.results.tradeoff`), in added columns only:
+
+- every metric `m` of the main task other than the objective gets a two-sided sign-flip
+  `d_<m>_p` and `d_<m>_p_holm`, Holm-corrected across sizes (the guard against a gamed
+  objective reads them);
+- every side-effect metric gets the same, `d_<m>_p_holm` Holm-corrected across all side
+  rows, one family per metric (`p_value` / `p_holm` stay: the objective's); a metric that
+  rests on no example of any row (`logit_diff` when no side task has a wrong answer) is left
+  out, as are `p_value` / `p_holm` when the objective applies to no side task;
+- `tradeoff_table`: the confirmed sets and `TRADEOFF_SETS` sets of each random baseline per
+  size, their held-out gain against their change on every side task, with intervals.
+
+Random sets and found sets are scored through one `MaskScorer`, so many of them share a
+forward pass where that pays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from workbench.config import TRADEOFF_SETS
+from workbench.confirmation.baseline import (
+    BaselineRace,
+    pool_random_head_sets,
+    random_baselines,
+    random_head_sets,
+)
+from workbench.errors import WorkbenchError
+from workbench.heads import HeadSet
+from workbench.options import ClusterMode
+from workbench.racing import example_order
+from workbench.results.tradeoff import drop_inapplicable, metric_names
+from workbench.scoring.scorer import Scorer, masks_of
+from workbench.stats import (
+    Stats,
+    clustered_bootstrap,
+    effect_summary,
+    example_counts,
+    holm,
+    mean_se,
+    sign_flip_pvalue,
+    sign_flip_pvalues,
+)
+
+# examples of the held-out split and of each side task on which `tradeoff_table` scores those
+# random sets (the confirmed sets: every example). On Gemma-3 x ioi with induction beside it,
+# the 58 sets on all 180 held-out and 300 induction examples took 715 s of a 1707 s run
+# (`docs/speed.md`); a cloud point's standard error on 64 examples is its spread / 8.
+TRADEOFF_EXAMPLES = 64
+
+
+def _effect_row(
+    diffs: dict[str, torch.Tensor], n_boot: int, seed: int, ci: float, groups=None
+) -> dict:
+    row = {}
+    for m, d in diffs.items():
+        if groups is None:
+            stats = effect_summary(d[None], n_boot, seed, ci)
+        else:
+            mean, se = mean_se(d[None])
+            lo, hi = clustered_bootstrap(d[None], groups, n_boot, seed, ci)
+            stats = {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(d[None])}
+        for stat, v in stats.items():
+            row[f"d_{m}{stat}"] = int(v[0]) if stat == "_n" else float(v[0])
+    return row
+
+
+MIN_CLUSTERS = 8  # with G clusters the smallest one-sided sign-flip p is 2^-G: 0.0039 at 8
+
+
+def _check_clusters(groups, where: str) -> None:
+    if groups is None:
+        return
+    labels = groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
+    n = len({("alone", i) if g is None else g for i, g in enumerate(labels)})
+    if n < MIN_CLUSTERS:
+        raise WorkbenchError(
+            f"{where}: clustered inference needs at least {MIN_CLUSTERS} groups (the smallest "
+            f"p-value with G groups is 2^-G); got {n}. Cluster only by a label that marks "
+            "examples sharing their noise (a template), not by a stratum"
+        )
+
+
+def example_groups(data) -> list | None:
+    """The `group` label of every example of an encoded task, or None when none has one."""
+    task = getattr(data, "task", None)
+    labels = [e.group for e in task.examples] if task is not None else []
+    return labels if any(g is not None for g in labels) else None
+
+
+def cluster_labels(data, mode: ClusterMode | str) -> list | None:
+    """The group labels to cluster a split's inference by, or None for independent examples
+    (`CELConfig.cluster`: `none`, `group`, or `auto`: groups when there are at least
+    `MIN_CLUSTERS`)."""
+    mode = ClusterMode.parse(mode)
+    labels = example_groups(data) if mode is not ClusterMode.NONE else None
+    if labels is None or (mode is ClusterMode.AUTO and len(set(labels)) < MIN_CLUSTERS):
+        return None
+    return labels
+
+
+def confirm_sets(
+    heldout: Scorer,
+    sets: Mapping[int, HeadSet],
+    objective: str,
+    secondary: str | None = None,
+    others: Mapping[str, Scorer] | None = None,
+    best_size: int | None = None,
+    select_gains: Mapping[int, float] | None = None,
+    n_random: int = 200,
+    stats: Stats | None = None,
+    *,
+    pool=None,
+    groups=None,
+    other_groups: Mapping[str, list] | None = None,
+    adaptive: bool | BaselineRace = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Held-out confirmation and side effects of one head set per size.
+
+    Args:
+        heldout: a scorer of the held-out split.
+        sets: size -> the best head set of that size (found on the selection split).
+        objective, secondary: the metric names used for the percentiles.
+        others: task name -> a scorer of that task, for side effects.
+        best_size: the size of the overall best set (flagged `best`).
+        select_gains: size -> the set's objective gain on the selection split (reported
+            next to the held-out gain).
+        n_random: random sets per size; 0 skips the baseline.
+        stats: the bootstrap's resamples, level and seed, and the sign flips of the p-values
+            (`Stats()` by default); `seed` also draws the random sets.
+        pool: heads the second random baseline draws from (None: no pool baseline).
+        groups: per-example cluster labels of the held-out split (`example_groups`), or None
+            for independent examples.
+        other_groups: the same for each side-effect task.
+        adaptive: race the random sets (`workbench.racing`): a set is scored on more held-out
+            examples only while its interval still contains the found set's gain (on the
+            objective or the secondary), so the percentiles and shares equal the exhaustive
+            ones whenever the looks' intervals are right; `random_mean` / `random_q95` are then
+            means over each set's own examples (`n_random_complete` saw all of them). A
+            `BaselineRace` may also draw the sets in looks (`workbench.confirmation.baseline`): stop at 50,
+            100, ... of the `n_random` sets once the share of sets at least as good as the
+            found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count
+            the sets scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
+
+    Returns:
+        `(confirmation, side_effects)`: one row per size; one row per size and other task.
+    """
+    stats = stats or Stats()
+    n_boot, ci, seed, n_flips = stats.n_boot, stats.ci, stats.seed, stats.n_flips
+    model = heldout.model
+    _check_clusters(groups, "held-out split")
+    for task, og in (other_groups or {}).items():
+        _check_clusters(og, f"side-effect task {task!r}")
+    clean = heldout.clean()
+    rows, side_rows = [], []
+    for size, head_set in sorted(sets.items()):
+        masks = masks_of(model, [head_set])
+        scores = heldout.score(masks)
+        diffs = {m: scores[m][0] - clean[m] for m in scores}
+        row = {"size": size, "heads": str(head_set), "best": size == best_size}
+        if select_gains is not None and size in select_gains:
+            row[f"select_d_{objective}"] = float(select_gains[size])
+        row[f"clean_{objective}"] = float(torch.nanmean(clean[objective].float()))
+        row.update(_effect_row(diffs, n_boot, seed, ci, groups))
+        row["p_value"] = sign_flip_pvalue(diffs[objective], groups, n_flips, seed)
+        if n_random > 0:
+            row.update(random_baselines(heldout, size, row, objective, secondary, n_random,
+                                        seed, ci, pool, BaselineRace.of(adaptive)))
+        # is there any effect on the main task's other metrics?
+        row.update(_two_sided(diffs, objective, groups, n_flips, seed))
+        rows.append(row)
+        for task, scorer in (others or {}).items():
+            other_clean = scorer.clean()
+            other_scores = scorer.score(masks)
+            side = {"size": size, "heads": str(head_set), "task": task}
+            og = (other_groups or {}).get(task)
+            side_diffs = {m: other_scores[m][0] - other_clean[m] for m in other_scores}
+            side.update(_effect_row(side_diffs, n_boot, seed, ci, og))
+            side["p_value"] = sign_flip_pvalue(
+                side_diffs[objective], og, n_flips, seed, alternative="two-sided"
+            )
+            for m, v in other_clean.items():
+                side[f"clean_{m}"] = float(torch.nanmean(v.float()))
+            if objective in side_diffs:
+                side[f"d_{objective}_p"] = side["p_value"]
+            side.update(_two_sided(side_diffs, objective, og, n_flips, seed))
+            side_rows.append(side)
+    confirmation, side_effects = pd.DataFrame(rows), pd.DataFrame(side_rows)
+    if not confirmation.empty:
+        confirmation["p_holm"] = holm(confirmation["p_value"])
+        _add_holm(confirmation)
+    if not side_effects.empty:
+        side_effects["p_holm"] = holm(side_effects["p_value"])
+        _add_holm(side_effects)
+    return drop_inapplicable(confirmation), drop_inapplicable(side_effects)
+
+
+def _two_sided(diffs: dict[str, torch.Tensor], skip: str, groups, n_flips: int,
+               seed: int) -> dict[str, float]:
+    """`d_<m>_p`: the two-sided sign-flip p-value of every metric but `skip`."""
+    names = [m for m in diffs if m != skip]
+    if not names:
+        return {}
+    p = sign_flip_pvalues(torch.stack([diffs[m] for m in names]), groups, n_flips, seed,
+                          "two-sided")
+    return {f"d_{m}_p": float(v) for m, v in zip(names, p, strict=True)}
+
+
+def _add_holm(table: pd.DataFrame) -> None:
+    """`d_<m>_p_holm` beside every `d_<m>_p`: Holm across the table's rows, one family per
+    metric."""
+    for m in metric_names(table):
+        if f"d_{m}_p" in table:
+            table[f"d_{m}_p_holm"] = holm(table[f"d_{m}_p"])
+
+
+TRADEOFF_COLUMNS = ("origin", "size", "heads", "task", "metric", "gain", "gain_lo", "gain_hi",
+                    "gain_n", "side_d", "side_d_lo", "side_d_hi", "side_n")
+
+
+def _key(head_set) -> tuple:
+    """A head set as a sorted tuple of `(layer, head)`, to compare sets."""
+    return tuple(sorted(map(tuple, head_set)))
+
+
+def _sample(sets: list, k: int, seed: int, size: int, stream: int, prefer=()) -> list:
+    """`k` of `sets`, uniform without replacement (seeded; all of them when there are at
+    most `k`). The baselines list all sets in lexicographic order where they are exhaustive,
+    so a prefix would not be a uniform sample.
+
+    `prefer`: a uniform sample of a larger family (the all-heads baseline's); those of its
+    sets that are among `sets` come first and seeded draws from the rest top them up, which
+    is still a uniform sample of `sets` (as in `pool_random_head_sets`), and the shared sets
+    are scored once."""
+    members = {_key(s) for s in sets}
+    first = [s for s in prefer if _key(s) in members][:k]
+    taken = {_key(s) for s in first}
+    rest = [s for s in sets if _key(s) not in taken]
+    need = k - len(first)
+    if len(rest) <= need:
+        return first + rest
+    rng = np.random.default_rng([int(seed), int(size), 35, stream])
+    return first + [rest[i] for i in sorted(rng.choice(len(rest), size=need, replace=False))]
+
+
+def _summaries(diffs: torch.Tensor, stats: Stats, groups) -> dict[str, np.ndarray]:
+    """`effect_summary` of every row of `diffs` (clustered when `groups` is given)."""
+    if groups is None:
+        out = effect_summary(diffs, stats.n_boot, stats.seed, stats.ci)
+    else:
+        mean, se = mean_se(diffs)
+        lo, hi = clustered_bootstrap(diffs, groups, stats.n_boot, stats.seed, stats.ci)
+        out = {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(diffs)}
+    return {k: v.cpu().numpy() for k, v in out.items()}
+
+
+def _sampled_scores(scorer: Scorer, masks: torch.Tensor, full: torch.Tensor,
+                    max_examples: int | None, seed: int) -> dict[str, torch.Tensor]:
+    """`{metric: [n_masks, n_examples]}`: the masks where `full` on every example, the others
+    on the first `max_examples` examples of `example_order` (NaN on the rest)."""
+    clean = scorer.clean()
+    n = next(iter(clean.values())).shape[0]
+    if max_examples is None or max_examples >= n or bool(full.all()):
+        return scorer.score(masks)
+    out = {m: torch.full((len(masks), n), float("nan"), dtype=v.dtype, device=v.device)
+           for m, v in clean.items()}
+    rows = example_order(n, seed)[:max_examples].sort().values
+    for which, kw in ((full, {}), (~full, {"rows": rows})):
+        if not bool(which.any()):
+            continue
+        at = which.nonzero().flatten()
+        for m, v in scorer.score(masks[which], **kw).items():
+            cols = rows if kw else torch.arange(n)
+            out[m][at.to(v.device)[:, None], cols.to(v.device)[None]] = v
+    return out
+
+
+def tradeoff_table(
+    heldout: Scorer,
+    others: Mapping[str, Scorer],
+    sets: Mapping[int, HeadSet],
+    objective: str,
+    stats: Stats | None = None,
+    *,
+    n_random: int = 200,
+    pool=None,
+    groups=None,
+    other_groups: Mapping[str, list] | None = None,
+    n_sets: int = TRADEOFF_SETS,
+    max_examples: int | None = TRADEOFF_EXAMPLES,
+) -> pd.DataFrame:
+    """The trade-off of removing heads: the gain on the main task against the change on
+    every side task, for the confirmed sets and for random baseline sets.
+
+    For each size: the confirmed set (`origin` "found"), `n_sets` of the sets the all-heads
+    baseline of `confirm_sets` draws (the same seeded draw of `n_random`; "random") and
+    `n_sets` of the pool baseline's ("pool"), each a uniform sample of its baseline's sets.
+    A confirmed set is scored on the whole held-out split and on every example of every side
+    task (no racing); a random set on the first `max_examples` of each in racing's seeded
+    example order (`workbench.racing.example_order`), a uniform sample, so its numbers are
+    those examples' paired means and intervals (`gain_n`, `side_n` count them).
+
+    Args:
+        heldout, others, sets, objective, stats, n_random, pool, groups, other_groups: as
+            for `confirm_sets` (the same scorers give the same numbers).
+        n_sets: random sets per size and baseline (0: the confirmed sets only).
+        max_examples: examples per split for the random sets (None: every example).
+
+    Returns:
+        One row per set, side task and side metric that applies to the task (`TRADEOFF_COLUMNS`):
+        `gain`, `gain_lo`, `gain_hi`, `gain_n`: the held-out change of the objective;
+        `side_d`, `side_d_lo`, `side_d_hi`, `side_n`: the change of `metric` on `task`.
+        Empty without side tasks.
+    """
+    stats = stats or Stats()
+    model = heldout.model
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    rows = []
+    if not others:
+        return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))
+    clean = heldout.clean()
+    side_clean = {task: scorer.clean() for task, scorer in others.items()}
+    for size, head_set in sorted(sets.items()):
+        chosen = [("found", list(HeadSet.of(model, head_set).heads))]
+        if n_random > 0 and n_sets > 0:
+            random_sets = random_head_sets(L, H, size, n_random, stats.seed)
+            sample = _sample(random_sets, n_sets, stats.seed, size, 0)
+            pool_sets = (pool_random_head_sets(pool, size, n_random, stats.seed,
+                                               reuse=random_sets) if pool else [])
+            chosen += [("random", s) for s in sample] + [
+                ("pool", s) for s in _sample(pool_sets, n_sets, stats.seed, size, 1, sample)]
+        unique = list(dict.fromkeys(_key(s) for _, s in chosen))
+        index = {u: i for i, u in enumerate(unique)}
+        masks = masks_of(model, [list(u) for u in unique])
+        found = torch.tensor([u == _key(chosen[0][1]) for u in unique])
+        scores = _sampled_scores(heldout, masks, found, max_examples, stats.seed)
+        gain = _summaries(scores[objective] - clean[objective], stats, groups)
+        names = [str(HeadSet.of(model, list(u))) for u in unique]
+        for task, scorer in others.items():
+            scores = _sampled_scores(scorer, masks, found, max_examples, stats.seed)
+            og = (other_groups or {}).get(task)
+            side = {m: _summaries(v - side_clean[task][m], stats, og) for m, v in scores.items()}
+            for origin, s in chosen:
+                i = index[_key(s)]
+                for m, st in side.items():
+                    if st["_n"][i] == 0:  # not defined on this task (no wrong answer)
+                        continue
+                    rows.append({
+                        "origin": origin, "size": size, "heads": names[i], "task": task,
+                        "metric": m, "gain": float(gain[""][i]), "gain_lo": float(gain["_lo"][i]),
+                        "gain_hi": float(gain["_hi"][i]), "gain_n": int(gain["_n"][i]),
+                        "side_d": float(st[""][i]), "side_d_lo": float(st["_lo"][i]),
+                        "side_d_hi": float(st["_hi"][i]), "side_n": int(st["_n"][i]),
+                    })
+    return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))

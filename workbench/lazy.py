@@ -1,0 +1,31 @@
+"""Lazy package exports: a package's public names imported on first use (PEP 562).
+
+A package such as `workbench.tasks` gathers modules of which some import torch. Its
+`__init__` names where each public name lives and imports that module only when the name is
+first read, so importing one light module of the package (the task format, a registry) does
+not import torch, and `from workbench.tasks import Task` works as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+
+def lazy_exports(namespace: dict, exports: dict[str, str]) -> tuple[Callable, Callable]:
+    """`(__getattr__, __dir__)` for a package whose public names `exports` maps to their
+    modules; a name read once is stored in the package's `namespace` (its `globals()`)."""
+    package = namespace["__name__"]
+
+    def __getattr__(name: str):
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value  # later lookups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *exports})
+
+    return __getattr__, __dir__

@@ -1,0 +1,152 @@
+"""What each metric is: one `Metric` record per metric, the single source of its properties.
+
+A metric's function says how it is computed (`workbench.metrics.scores`); its record says how
+the rest of the workbench treats it: which way is better, whether it is a difference between
+the answer and a wrong answer (so it can rise while both answers fall), whether a task needs
+wrong answers for it, whether it has a gradient (attribution, gates), whether it guards a
+difference objective by default (`workbench.results.tradeoff.gamed`), whether it is a 0/1
+score per example (too coarse to regress on: the searches' knockout regressions use the
+secondary metric instead), and, for a derived metric, the metric it rescales. Every list of
+metric names (task headers, the objective's choices, the guard, table orders, the command
+line's help) is derived from these records.
+
+A custom metric (a `metric(model, data)` given to `run_cel` or `screen_heads`) declares the
+same fields for the scores it returns with `declare`:
+
+    @declare(Metric("margin", "answer logit minus the runner-up's", difference=True))
+    def margin(model, batch): ...
+
+A score without a record (a custom metric that declares nothing) is treated as a plain,
+continuous, higher-is-better metric that is neither a difference nor a guard.
+
+This module imports no torch: the command line and the task format read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from workbench.errors import WorkbenchError
+
+
+@dataclass(frozen=True)
+class Metric:
+    """The properties of one metric (module docstring).
+
+    Attributes:
+        name: the score's name (`d_<name>` columns).
+        summary: what it measures, in one line (the command line's help).
+        higher_is_better: the direction of improvement; every registered metric is.
+        difference: a difference between the answer and wrong answers (`logit_diff`,
+            `prob_diff`): it rises when the wrong answers fall faster than the answer.
+        needs_wrong: defined only on examples with a wrong answer.
+        differentiable: has a useful gradient (accuracy's is 0 almost everywhere).
+        guards: when the objective is a difference, a significant fall of this metric on the
+            main task flags a set as gaming the objective (`gamed`).
+        coarse: a 0/1 score per example: regressions on knockout masks use the secondary
+            metric instead.
+        base: for a derived metric, the registered metric it rescales by a positive factor
+            (so a search maximising one maximises the other), else None.
+    """
+
+    name: str
+    summary: str = ""
+    higher_is_better: bool = True
+    difference: bool = False
+    needs_wrong: bool = False
+    differentiable: bool = True
+    guards: bool = False
+    coarse: bool = False
+    base: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise WorkbenchError(f"a metric's name must be an identifier; got {self.name!r}")
+        if not self.higher_is_better:
+            raise WorkbenchError(
+                f"metric {self.name!r}: CEL maximises every metric, so a record must have "
+                "higher_is_better=True; negate a lower-is-better score instead")
+
+
+# The registered metrics, in the order tables and reports list them.
+METRIC_RECORDS: tuple[Metric, ...] = (
+    Metric("accuracy", "1 when the argmax is an acceptable answer (a fraction in [0, 1])",
+           differentiable=False, guards=True, coarse=True),
+    Metric("logprob", "log-probability of the answer set, in nats", guards=True),
+    Metric("logit_diff", "logsumexp(answer logits) - logsumexp(wrong logits), in nats",
+           difference=True, needs_wrong=True),
+    Metric("prob_diff", "probability of the answers minus that of the wrong answers",
+           difference=True, needs_wrong=True),
+    Metric("normalized_logit_diff", "logit_diff over the clean model's mean logit_diff",
+           difference=True, needs_wrong=True, base="logit_diff"),
+)
+_BY_NAME = {m.name: m for m in METRIC_RECORDS}
+
+
+def metric_names() -> tuple[str, ...]:
+    """Every registered metric's name, derived ones included, in table order."""
+    return tuple(m.name for m in METRIC_RECORDS)
+
+
+def scored_names() -> tuple[str, ...]:
+    """The metrics a forward scores (the registered ones that are not derived)."""
+    return tuple(m.name for m in METRIC_RECORDS if m.base is None)
+
+
+def record(name: str, custom: Callable | None = None) -> Metric:
+    """The record of score `name`: the one `custom` declares, else the registered one, else
+    a plain continuous metric (module docstring)."""
+    declared = getattr(custom, "metric_records", {}) if custom is not None else {}
+    if name in declared:
+        return declared[name]
+    return _BY_NAME.get(name) or Metric(name)
+
+
+def registered(name: str) -> Metric | None:
+    """The registered record of `name`, or None."""
+    return _BY_NAME.get(name)
+
+
+def base_metric(name: str) -> str:
+    """The metric `name` rescales (itself when it is not derived)."""
+    found = _BY_NAME.get(name)
+    return found.base if found is not None and found.base else name
+
+
+def names_where(flag: str, names: Iterable[str] | None = None,
+                custom: Callable | None = None) -> tuple[str, ...]:
+    """The metrics among `names` (default: the registered ones) whose record has `flag`
+    true, e.g. `names_where("guards")`."""
+    names = metric_names() if names is None else tuple(names)
+    return tuple(n for n in names if getattr(record(n, custom), flag))
+
+
+def table_order(names: Iterable[str]) -> list[str]:
+    """`names` with the registered metrics first, in their order, then the rest sorted."""
+    order = {n: i for i, n in enumerate(metric_names())}
+    return sorted(names, key=lambda m: (order.get(m, len(order)), m))
+
+
+def declare(*records: Metric) -> Callable:
+    """Decorator: attach `records` to a custom metric function (module docstring), e.g.
+    `@declare(Metric("margin", difference=True))`. A record may not redefine a registered
+    metric's properties under its name."""
+    for r in records:
+        if not isinstance(r, Metric):
+            raise WorkbenchError(f"declare takes Metric records; got {r!r}")
+        known = _BY_NAME.get(r.name)
+        if known is not None and replace(r, summary=known.summary) != known:
+            raise WorkbenchError(f"metric {r.name!r} is registered with other properties; "
+                                 "give the custom score another name")
+
+    def attach(fn: Callable) -> Callable:
+        fn.metric_records = {**getattr(fn, "metric_records", {}), **{r.name: r for r in records}}
+        return fn
+
+    return attach
+
+
+def help_text() -> str:
+    """The registered metrics in one line for the command line's help."""
+    return "; ".join(f"{m.name}: {m.summary}" for m in METRIC_RECORDS)

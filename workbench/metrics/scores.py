@@ -1,0 +1,517 @@
+"""Scoring a model on a task: logits at the answer position, per-example metrics, `evaluate`.
+
+The answer is predicted at the last real position of each right-padded prompt. With causal
+attention, padding after that position cannot change it, so prompts of different lengths are
+batched without an attention mask. Only the answer positions go through the final layer norm
+and the unembedding, which for large vocabularies is most of the cost of a small model. A
+TransformerBridge runs Hugging Face's forward, which has no separate final residual
+(`stop_at_layer=n_layers` returns logits): its answer positions are kept at the unembedding's
+input, and the final norm is the bridge's own (`logits_at`).
+
+Metrics (per example, registered in `METRICS`):
+
+- `accuracy`: 1.0 when the argmax (over the vocabulary, or over the task's candidates) is an
+  acceptable answer, else 0.0;
+- `logprob`: log-probability of the answer set under the full softmax, in nats;
+- `logit_diff`: `logsumexp(answer logits) - logsumexp(wrong logits)`, which is
+  `logit(answer) - logit(wrong)` for one answer and one wrong answer;
+- `prob_diff`: total probability of the answers minus that of the wrong answers, under the
+  full softmax: Hanna et al.'s greater-than measure `sum_{y > start} p(y) - sum_{y <= start}
+  p(y)`, generalised to any correct and incorrect set.
+
+Derived metrics (records with a `base`, `workbench.metrics.records`) divide a registered
+metric by its clean mean:
+`normalized_logit_diff = logit_diff / mean(clean logit_diff)` over the same examples, so its
+mean is the ratio of means used in the IOI and activation-patching literature (1 = the clean
+model, 0 = no preference). It is a positive rescaling of `logit_diff` for a fixed example set,
+so a search that maximises one maximises the other.
+
+Multi-token answers (`answer_tokens: "multi"`) are scored twice: the metrics above on each
+answer's first token, and `sequence_scores`: the teacher-forced log-probability of the whole
+answer and whether greedy decoding reproduces it (the accuracy of a multi-token task).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens.utilities import apply_softcap
+
+from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
+from workbench.errors import WorkbenchError
+from workbench.metrics.records import base_metric, metric_names
+from workbench.options import choose
+from workbench.scoring.batching import answer_only_hooks, gather_positions, unembed
+from workbench.tasks.encoding import TaskBatch, encode_task
+from workbench.tasks.task import Task
+
+NEG_INF = float("-inf")
+
+
+def masked_gather(logits: Float[Tensor, "batch d_vocab"], ids: Tensor) -> Tensor:
+    """`logits[b, ids[b, k]]`, with -inf where `ids` is the padding -1."""
+    out = logits.gather(1, ids.clamp(min=0))
+    return out.masked_fill(ids < 0, NEG_INF)
+
+
+def accuracy(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
+    """1.0 where the argmax (over candidates if the task has them) is an acceptable answer."""
+    if batch.candidate_ids is not None:
+        pick = masked_gather(logits, batch.candidate_ids).argmax(-1, keepdim=True)
+        pred = batch.candidate_ids.gather(1, pick).squeeze(1)
+    else:
+        pred = logits.argmax(-1)
+    return (pred[:, None] == batch.answer_ids).any(-1).to(logits.dtype)
+
+
+def logprob(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
+    """Log-probability (nats) of the set of acceptable answers under the full softmax."""
+    logp = logits.log_softmax(-1)
+    return masked_gather(logp, batch.answer_ids).logsumexp(-1)
+
+
+def logit_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
+    """`logsumexp(answer logits) - logsumexp(wrong logits)`; NaN where there is no wrong answer."""
+    if batch.wrong_ids.shape[1] == 0:
+        return torch.full(
+            (logits.shape[0],), float("nan"), device=logits.device, dtype=logits.dtype
+        )
+    right = masked_gather(logits, batch.answer_ids).logsumexp(-1)
+    wrong = masked_gather(logits, batch.wrong_ids).logsumexp(-1)
+    return torch.where(torch.isinf(wrong), torch.full_like(right, float("nan")), right - wrong)
+
+
+def prob_diff(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
+    """`sum p(answers) - sum p(wrong)` (full softmax); NaN where there is no wrong answer."""
+    if batch.wrong_ids.shape[1] == 0:
+        return torch.full(
+            (logits.shape[0],), float("nan"), device=logits.device, dtype=logits.dtype
+        )
+    probs = logits.softmax(-1)
+    right = probs.gather(1, batch.answer_ids.clamp(min=0)).masked_fill(batch.answer_ids < 0, 0.0)
+    wrong = probs.gather(1, batch.wrong_ids.clamp(min=0)).masked_fill(batch.wrong_ids < 0, 0.0)
+    has_wrong = (batch.wrong_ids >= 0).any(-1)
+    diff = right.sum(-1) - wrong.sum(-1)
+    return torch.where(has_wrong, diff, torch.full_like(diff, float("nan")))
+
+
+Metric = Callable[[Tensor, TaskBatch], Tensor]
+METRICS: dict[str, Metric] = {
+    "accuracy": accuracy,
+    "logprob": logprob,
+    "logit_diff": logit_diff,
+    "prob_diff": prob_diff,
+}
+
+
+def normalize_by_clean(
+    values: Float[Tensor, "..."], clean: Float[Tensor, " batch"]
+) -> Float[Tensor, "..."]:
+    """`values / nanmean(clean)`: a metric as a fraction of the clean model's mean."""
+    scale = torch.nanmean(clean.float())
+    if not torch.isfinite(scale) or scale == 0:
+        raise WorkbenchError(
+            f"cannot normalize by the clean mean {float(scale)}; it must be finite and non-zero"
+        )
+    return values / scale
+
+
+def get_metric(name: str) -> Metric:
+    """A per-example metric by name (a normalized metric returns its base metric)."""
+    return METRICS[base_metric(choose(name, metric_names(), "metric"))]
+
+
+def score_logits(
+    logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch
+) -> dict[str, Float[Tensor, " batch"]]:
+    """Every registered metric, per example."""
+    return {name: fn(logits.float(), batch) for name, fn in METRICS.items()}
+
+
+def forward_kwargs(model) -> dict:
+    """Keyword arguments of a forward over right-padded tokens: TransformerLens builds a
+    padding mask only for left-padded tokenizers, and right padding needs none."""
+    return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
+
+
+def shortformer_kwargs(model, tokens: Tensor) -> dict:
+    """`shortformer_pos_embed` for a forward that starts at a later layer.
+
+    A shortformer model adds its positional embedding to every attention layer's queries and
+    keys instead of to the residual stream; `model(resid, start_at_layer=l)` drops that term
+    unless it is passed back in. Right-padded prompts use positions `0..pos-1`.
+    """
+    if getattr(model.cfg, "positional_embedding_type", None) != "shortformer":
+        return {}
+    return {"shortformer_pos_embed": model.pos_embed(tokens)}
+
+
+def is_bridge(model) -> bool:
+    """Whether `model` is a TransformerBridge. Hugging Face's forward runs a bridge's layers, so
+    a forward cannot start at a later layer (`start_at_layer` raises), and `stop_at_layer=
+    n_layers` stops nowhere: it returns the logits, not the final residual stream."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return isinstance(model, TransformerBridge)
+
+
+def unembed_at(
+    model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
+) -> Float[Tensor, "batch d_vocab"]:
+    """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
+    when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
+    the logits a HookedTransformer's own forward returns there. (A bridge has no separate
+    final residual: see `logits_at`.)"""
+    if resid.shape[-1] != model.cfg.d_model:
+        hint = "; on a TransformerBridge use logits_at" if is_bridge(model) else ""
+        raise WorkbenchError(
+            f"unembed_at takes the final residual stream, last dim d_model="
+            f"{model.cfg.d_model}; got shape {tuple(resid.shape)}{hint}"
+        )
+    x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
+    if model.cfg.normalization_type is not None:
+        x = model.ln_final(x)
+    logits = unembed(model, x)[:, 0]  # (B, d_vocab), W_U.T copied once, not per call
+    # the model's own forward applies the cap with this function
+    return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))
+
+
+def logits_at(model, tokens: Tensor, pos: Tensor) -> Float[Tensor, "batch d_vocab"]:
+    """The logits a forward over `tokens` gives at one position per row (`model(tokens)[rows,
+    pos]`), computed at those positions alone: from the last block's `hook_resid_mid` on for a
+    HookedTransformer (`answer_only_hooks`), from the unembedding's input for a
+    TransformerBridge (whose final norm and soft-cap are Hugging Face's own). Hooks already
+    attached to the model stay active."""
+    if not is_bridge(model):
+        answer_hooks, pos_after = answer_only_hooks(model, pos)
+        with model.hooks(fwd_hooks=answer_hooks):
+            final = model(tokens, stop_at_layer=model.cfg.n_layers, **forward_kwargs(model))
+        return unembed_at(model, final, pos_after)
+    # a bridge without an unembedding hook returns every position's logits: read `pos` there
+    keep = "unembed.hook_in" in model.hook_dict
+    hooks = [("unembed.hook_in", partial(gather_positions, pos=pos))] if keep else []
+    with model.hooks(fwd_hooks=hooks):
+        logits = model(tokens, **forward_kwargs(model))
+    return (logits if keep else gather_positions(logits, None, pos))[:, 0]  # (B, d_vocab)
+
+
+def answer_logits(
+    model,
+    batch: TaskBatch,
+    fwd_hooks: Sequence = (),
+    resid: Tensor | None = None,
+    start_at_layer: int | None = None,
+) -> Float[Tensor, "batch d_vocab"]:
+    """Logits at each prompt's answer position, optionally with hooks or from a cached layer.
+
+    Args:
+        model: a HookedTransformer, or a TransformerBridge in compatibility mode (which runs
+            from the embedding only: `resid` is refused).
+        batch: the encoded prompts.
+        fwd_hooks: `(name, fn)` pairs active during the pass.
+        resid: `blocks.{start_at_layer}.hook_resid_pre`, to skip the layers before it.
+        start_at_layer: where `resid` enters; None runs from the embedding.
+    """
+    if is_bridge(model):
+        if resid is not None:
+            raise WorkbenchError(
+                f"a TransformerBridge cannot start a forward at layer {start_at_layer} (Hugging "
+                "Face's forward runs its layers); pass resid=None to run from the embedding"
+            )
+        with model.hooks(fwd_hooks=list(fwd_hooks)):
+            return logits_at(model, batch.tokens, batch.answer_pos)
+    n_layers = model.cfg.n_layers
+    with model.hooks(fwd_hooks=list(fwd_hooks)):
+        if resid is None:
+            final = model(batch.tokens, stop_at_layer=n_layers, **forward_kwargs(model))
+        else:
+            final = model(
+                resid,
+                start_at_layer=start_at_layer,
+                stop_at_layer=n_layers,
+                **shortformer_kwargs(model, batch.tokens),
+            )
+    return unembed_at(model, final, batch.answer_pos)
+
+
+def _sequence_pass(
+    model, batch: TaskBatch, batch_size: int = 64
+) -> tuple[dict[str, Float[Tensor, " batch"]], Float[Tensor, "batch d_vocab"]]:
+    """Teacher-forced scores of whole answers, and the logits predicting each example's first
+    answer token (taken from the same forwards: causal attention makes them the prompt's own)."""
+    if batch.answer_seqs is None:
+        raise WorkbenchError(
+            f"task {batch.task.name!r} is not a multi-token task (answer_tokens='multi')"
+        )
+    device = batch.tokens.device
+    rows, owner, starts, targets = [], [], [], []
+    for i, answers in enumerate(batch.answer_seqs):
+        n = int(batch.lengths[i])
+        prompt = batch.tokens[i, :n].tolist()
+        for seq in answers:
+            rows.append(prompt + list(seq))
+            owner.append(i)
+            starts.append(n - 1)  # position predicting the answer's first token
+            targets.append(list(seq))
+    logp_rows, ok_rows = [], []
+    first: list[Tensor | None] = [None] * len(batch)
+    from workbench.tasks.tokenizer import get_tokenizer
+
+    pad = get_tokenizer(model).pad_id  # after each row's end, so causal attention ignores it
+    for s in range(0, len(rows), batch_size):
+        chunk = rows[s : s + batch_size]
+        width = max(len(r) for r in chunk)
+        tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
+        for j, r in enumerate(chunk):
+            tokens[j, : len(r)] = torch.tensor(r)
+        spans = [torch.arange(len(targets[s + j]), device=device) + starts[s + j]
+                 for j in range(len(chunk))]  # the positions predicting each answer token
+        if is_bridge(model):  # its forward returns every position's logits
+            logits = model(tokens.to(device), **forward_kwargs(model)).float()
+            at_rows = [logits[j, p] for j, p in enumerate(spans)]  # (answer_len, d_vocab)
+        else:  # final norm and unembedding only where an answer token is read, in one call a
+            # chunk (row by row, Gemma-3's 262k x 640 unembedding was read once per row)
+            final = model(tokens.to(device), stop_at_layer=model.cfg.n_layers,
+                          **forward_kwargs(model))
+            picked = torch.cat([final[j, p] for j, p in enumerate(spans)])[:, None]
+            zero = torch.zeros(len(picked), dtype=torch.long, device=device)
+            at_rows = unembed_at(model, picked, zero).float().split([len(p) for p in spans])
+        for j, at in enumerate(at_rows):
+            k = s + j
+            tgt = torch.tensor(targets[k], device=device)
+            if first[owner[k]] is None:
+                first[owner[k]] = at[0]
+            logp_rows.append(at.log_softmax(-1).gather(1, tgt[:, None]).sum())
+            ok_rows.append((at.argmax(-1) == tgt).all().float())
+    logp, ok = torch.stack(logp_rows), torch.stack(ok_rows)
+    owner_t = torch.tensor(owner, device=device)
+    n_ex = len(batch)
+    seq_logprob = torch.stack([logp[owner_t == i].logsumexp(0) for i in range(n_ex)])
+    seq_correct = torch.stack([ok[owner_t == i].amax() for i in range(n_ex)])
+    return {"seq_logprob": seq_logprob, "seq_correct": seq_correct}, torch.stack(first)
+
+
+def sequence_scores(
+    model, batch: TaskBatch, fwd_hooks: Sequence = (), batch_size: int = 64
+) -> dict[str, Float[Tensor, " batch"]]:
+    """Teacher-forced scores of whole answers, for multi-token tasks.
+
+    Every acceptable answer is appended to its prompt and run once; the answer's log-probability
+    is the sum of its tokens' log-probabilities given the prompt and the answer's earlier tokens.
+
+    Returns:
+        `seq_logprob`: `logsumexp` over acceptable answers of their log-probability (nats);
+        `seq_correct`: 1.0 when greedy decoding from the prompt reproduces an acceptable answer
+        (every answer token is the argmax given the tokens before it), else 0.0.
+    """
+    with model.hooks(fwd_hooks=list(fwd_hooks)):
+        return _sequence_pass(model, batch, batch_size)[0]
+
+
+def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+    """The scores of a multi-token task, as a custom metric for `MaskScorer` and `run_cel`.
+
+    `accuracy` and `logprob` are the sequence scores (`sequence_scores`: greedy exact match,
+    teacher-forced log-probability over every answer position); `logit_diff` and `prob_diff`
+    score the first answer token, read from the same forwards (the logits at the prompt's last
+    position do not see the appended answer). Run under a mask's hooks, this is exact
+    screening over all answer positions (`MaskScorer(model, batch, metric=multi_token_metric)`).
+    Each example's scores depend on its own row only, so the scorer may score a slice of rows.
+    """
+    seq, first_logits = _sequence_pass(model, batch)
+    first = score_logits(first_logits, batch)
+    return {
+        "accuracy": seq["seq_correct"],
+        "logprob": seq["seq_logprob"],
+        "logit_diff": first["logit_diff"],
+        "prob_diff": first["prob_diff"],
+    }
+
+
+def one_forward(metric):
+    """Declare that a custom metric scores a `TaskBatch` with one forward over its rows, row
+    `i` scoring example `i` (as the registered metrics do). Attribution screening then runs it
+    on length buckets of examples, one backward each, instead of one example at a time (the
+    safe default, which any row-wise metric gets right: a multi-token metric's forwards hold
+    one row per answer). A declared metric that runs otherwise is refused.
+
+        @one_forward
+        def my_metric(model, batch): ...
+    """
+    metric.one_forward = True
+    return metric
+
+
+def task_metric(metric, data):
+    """The metric `data` is scored with in a run whose main metric is `metric`.
+
+    A user's custom metric applies to every task as given. Otherwise (None, or the multi-token
+    metric a run picks for a multi-token main task) each task gets its own: `multi_token_metric`
+    when its answers are several tokens as fitted to the tokenizer (`answer_seqs`), else None
+    (the registered metrics on the first answer token). So a single-token side task of a
+    multi-token task, and a multi-token side task of a single-token one, are each scored as
+    they would be as the main task.
+    """
+    if metric is not None and metric is not multi_token_metric:
+        return metric
+    if isinstance(data, TaskBatch) and data.answer_seqs is not None:
+        return multi_token_metric
+    return None
+
+
+def evaluate(
+    model,
+    task: Task | TaskBatch,
+    heads=None,
+    kind: AblationKind | str = "zero",
+    means: HeadMeans | None = None,
+    split: str | None = None,
+    batch_size: int = 128,
+    per_position: bool = False,
+    clean_logit_diff: float | None = None,
+    resample: Tensor | None = None,
+) -> pd.DataFrame:
+    """Score every example of a task, optionally with heads ablated.
+
+    Args:
+        model: a HookedTransformer.
+        task: a `Task` (encoded here) or an already encoded `TaskBatch`.
+        heads: head specs to ablate (see `HeadSet`), or None for the clean model.
+        kind: `"zero"`, `"mean"` (then `means` is required) or `"resample"` (then the batch
+            needs counterfactual prompts, or `resample` their `hook_z`).
+        split: `"select"`, `"heldout"` or None for all examples.
+        clean_logit_diff: the clean model's mean `logit_diff` over these examples, the scale of
+            `normalized_logit_diff`. None: the clean mean is computed here when `heads` is None
+            or the task's metric is `normalized_logit_diff` (one extra clean pass), else the
+            column is NaN.
+
+    Returns:
+        One row per example: `id, split, group, correct, logprob, logit_diff, prediction,
+        prob_diff, normalized_logit_diff` (`correct` is 0/1; `logprob` in nats; `prediction`
+        is the argmax token as text). For a multi-token task `correct` and `logprob` are the
+        sequence scores of `sequence_scores`, and `first_correct`, `first_logprob` the
+        first-token ones.
+    """
+    batch = task if isinstance(task, TaskBatch) else encode_task(model, task, split)
+    if isinstance(task, TaskBatch) and split is not None:
+        idx = [i for i, e in enumerate(batch.task.examples) if e.split == split]
+        batch = batch.rows(idx)
+    scores, preds = _scores(model, batch, heads, kind, means, per_position, batch_size, resample)
+    if clean_logit_diff is None and (heads is None or batch.task.metric == "normalized_logit_diff"):
+        clean = scores if heads is None else _scores(model, batch, None, batch_size=batch_size)[0]
+        finite = clean["logit_diff"][np.isfinite(clean["logit_diff"])]
+        clean_logit_diff = float(finite.mean()) if len(finite) else None
+    normalized = (
+        np.full(len(batch), np.nan)
+        if clean_logit_diff is None or not np.isfinite(clean_logit_diff) or clean_logit_diff == 0
+        else scores["logit_diff"] / clean_logit_diff
+    )
+    from workbench.tasks.tokenizer import get_tokenizer
+
+    tok = get_tokenizer(model)
+    examples = batch.task.examples
+    columns = {
+        "id": [e.id for e in examples],
+        "split": [e.split for e in examples],
+        "group": [e.group for e in examples],
+        "correct": scores["accuracy"].astype(int),
+        "logprob": scores["logprob"],
+        "logit_diff": scores["logit_diff"],
+        "prediction": tok.str_tokens(preds.tolist()),
+        "prob_diff": scores["prob_diff"],
+        "normalized_logit_diff": normalized,
+    }
+    if batch.answer_seqs is not None:
+        hooks = _hooks(model, batch, heads, kind, means, per_position, resample)
+        with torch.no_grad():
+            seq = sequence_scores(model, batch, hooks)
+        columns["first_correct"] = columns["correct"]
+        columns["first_logprob"] = columns["logprob"]
+        columns["correct"] = seq["seq_correct"].cpu().numpy().astype(int)
+        columns["logprob"] = seq["seq_logprob"].cpu().numpy()
+    return pd.DataFrame(columns)
+
+
+def _hooks(model, batch, heads, kind, means, per_position, resample) -> list:
+    if heads is None:
+        return []
+    if AblationKind.parse(kind) is AblationKind.RESAMPLE and resample is None:
+        resample = compute_resample_z(model, batch)
+    return ablation_hooks(model, heads, kind, means, per_position, resample=resample)
+
+
+def _scores(
+    model,
+    batch: TaskBatch,
+    heads,
+    kind: AblationKind | str = "zero",
+    means: HeadMeans | None = None,
+    per_position: bool = False,
+    batch_size: int = 128,
+    resample: Tensor | None = None,
+) -> tuple[dict[str, np.ndarray], Tensor]:
+    """Every registered metric per example, and the argmax token ids, batch by batch."""
+    resample_full = None
+    if heads is not None and AblationKind.parse(kind) is AblationKind.RESAMPLE:
+        resample_full = compute_resample_z(model, batch) if resample is None else resample
+    parts: dict[str, list[Tensor]] = {name: [] for name in METRICS}
+    preds = []
+    with torch.no_grad():
+        for start in range(0, len(batch), batch_size):
+            rows = slice(start, start + batch_size)
+            sub = batch.rows(rows)
+            hooks = (
+                []
+                if heads is None
+                else ablation_hooks(
+                    model,
+                    heads,
+                    kind,
+                    means,
+                    per_position,
+                    resample=None if resample_full is None else resample_full[rows],
+                )
+            )
+            logits = answer_logits(model, sub, hooks)
+            for name, values in score_logits(logits, sub).items():
+                parts[name].append(values)
+            preds.append(logits.argmax(-1))
+    return {name: torch.cat(v).cpu().numpy() for name, v in parts.items()}, torch.cat(preds)
+
+
+_EXTRA_SUMMARY = ("prob_diff", "normalized_logit_diff", "first_correct", "first_logprob")
+
+
+def summarize(scores: pd.DataFrame, by: str | None = "group") -> pd.DataFrame:
+    """Mean and standard error of each metric, overall and per value of `by` (if present).
+
+    Returns:
+        One row per subset (`subset="all"` first): `n, accuracy, accuracy_se, logprob,
+        logprob_se, logit_diff, logit_diff_se`, then the same pair for each of
+        `prob_diff, normalized_logit_diff, first_correct, first_logprob` present in `scores`.
+    """
+
+    def row(df: pd.DataFrame, name: str) -> dict:
+        out = {"subset": name, "n": len(df)}
+        pairs = [("correct", "accuracy"), ("logprob", "logprob"), ("logit_diff", "logit_diff")]
+        pairs += [(c, c) for c in _EXTRA_SUMMARY if c in df]
+        for col, label in pairs:
+            v = df[col].to_numpy(dtype=float)
+            v = v[~np.isnan(v)]
+            out[label] = float(v.mean()) if len(v) else float("nan")
+            out[f"{label}_se"] = (
+                float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+            )
+        return out
+
+    rows = [row(scores, "all")]
+    if by is not None and by in scores and scores[by].notna().any():
+        for value, df in scores.groupby(by, sort=True):
+            rows.append(row(df, str(value)))
+    return pd.DataFrame(rows)

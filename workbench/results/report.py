@@ -1,0 +1,489 @@
+"""The Markdown report of a CEL results folder: `report.md`, rendered from the saved run alone.
+
+A run's `report.md` says what the run did and found: its settings, the clean model, the best
+head set of each size confirmed on held-out examples with the headline and which set (if any)
+is the best, every other metric of the main task and any set that games the objective, the
+side effects on other tasks in their own metrics, the trade-off of found and random sets
+(`workbench.results.tradeoff`), the top single heads, and links to the plots (`workbench.results.plots`).
+When `workbench.explain.report.explain_folder` has written `explanation/`, the report ends
+with what the best set's heads do, read back from those saved tables: so rewriting
+`report.md` (every stage of `run_cel` does, once its table is saved) never needs the model,
+and the section stays in place. Tables are Markdown with floats to 4
+significant digits. `CELResult.report`, `.write_report` and `.save` call this module; it reads
+the result's attributes and imports neither `workbench.results.result` nor `workbench.explain`, so
+the dependency runs one way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.results.export import TIDY_FILE, single_heads, tidy_table
+from workbench.results.store import write_text
+from workbench.tables import load_table, save_table
+from workbench.results.tradeoff import (
+    GUARD_METRICS,
+    format_interval,
+    gaming_note,
+    main_metrics_table,
+    side_table,
+)
+
+REPORT_FILE = "report.md"
+EXPLANATION_DIR = "explanation"
+EXPLANATION_FIGURE = "explanation.png"
+ATTENTION_EXAMPLES_FIGURE = "attention_examples.png"
+# the tables of `explanation/` the report section reads back
+_SECTION_TABLES = ("roles", "comparison_roles", "dla_summary", "outcomes", "removal")
+
+
+def write_report(result, folder: str | Path, plots: bool = True) -> None:
+    """Write a `CELResult`'s plots, its long table `tidy.csv` (`workbench.results.export`) and
+    `report.md` (each atomically) into `folder`, with the explanation section when
+    `folder/explanation/` explains the result's best set."""
+    folder = Path(folder)
+    tables = {n: getattr(result, n) for n in ("heads", "combos", "confirmation", "side_effects")}
+    # `run` names the run by what it is, not where it lies: a copied or resumed folder's file is
+    # the same (`workbench.tidy` names folders by their names when it stacks them)
+    run = f"{result.config.model}:{result.config.task}"
+    save_table(tidy_table(result.config.to_dict(), tables, run), folder / TIDY_FILE)
+    if plots:
+        from workbench.results.plots import save_plots
+
+        save_plots(result, folder)
+    section = None
+    if (folder / EXPLANATION_DIR).is_dir():
+        section = explanation_section(folder, result)
+    write_text(folder / REPORT_FILE, render_report(result, plots=plots, explanation=section))
+
+
+def render_report(result, plots: bool = True, explanation: list[str] | None = None) -> str:
+    """A `CELResult` as a short Markdown report.
+
+    Args:
+        result: the run (a `CELResult`).
+        plots: link the plots of `workbench.results.plots.PLOT_FUNCTIONS`.
+        explanation: the Markdown lines of the explanation section (`explanation_section`),
+            if any.
+    """
+    cfg, s = result.config, result.summary
+    obj = cfg.objective
+    lines = [f"# CEL: {cfg.task} on {_model_title(result)}", ""]
+    lines.append(
+        f"{cfg.kind.value} ablation, {cfg.method} screening, objective `{obj}` "
+        f"(secondary `{cfg.secondary}`, ranked by {cfg.rank_by} first), sets up to size "
+        f"{cfg.max_size}, strategies {', '.join(cfg.strategies)}, seed {cfg.seed}."
+    )
+    lines.append("Effects are ablated minus clean: positive means removing the heads helps.")
+    lines.append("")
+    if s.get("n_examples"):
+        n = s["n_examples"]
+        lines.append(
+            f"Examples: {n.get('select')} for selection, {n.get('heldout')} held out "
+            "(no example in both)."
+        )
+    if s.get("clean"):
+        lines.append("")
+        lines.append("Clean model:")
+        lines.append("")
+        clean = {k: s["clean"][k] for k in split_order(s["clean"])}
+        lines += _markdown(pd.DataFrame(clean).T.reset_index(names="split/task"))
+    if not result.confirmation.empty:
+        lines += ["", "## Best head sets, confirmed on held-out examples", ""]
+        lines += _markdown(result.summary_table())
+        lines.append("")
+        sig = s.get("significant_sizes")
+        if sig is not None:
+            alpha = s.get("alpha", 1 - cfg.ci)
+            lines.append(
+                f"**Headline:** held-out enhancement significant at size(s) {sig} "
+                f"(`p_holm` < {alpha:.2g})." if sig else
+                f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
+                f"{alpha:.2g} at every size)."
+            )
+        lines += [*_gaming_lines(result, "**Gamed objective:**"), _best_sentence(result), ""]
+        clustered = s.get("clustered", {}).get("heldout")
+        unit = "groups (the task's `group` labels)" if clustered else "examples"
+        lines.append(
+            f"`d_{obj}` is the held-out gain over `heldout_n` examples with its "
+            f"{int(cfg.ci * 100)} % paired bootstrap interval over {unit}; `p_value` is the "
+            "one-sided sign-flip p-value of a gain > 0 and `p_holm` the same Holm-corrected "
+            f"across sizes. The sets were chosen on the selection split only: `select_d_{obj}` "
+            "is the set's gain there, over the `select_n` examples the search scored it on. "
+            f"`percentile` (0-100) ranks the gain among {_how_many(result)} random head sets "
+            "of the same size drawn from all heads (all of them where there are fewer; ties "
+            "count half): most random heads hurt, so this baseline is easy to beat. "
+            "`pool_percentile` draws them only from the heads whose single removal does not "
+            "clearly hurt: it asks whether the search did better than removing harmless "
+            "heads at random. `random_mean` and `pool_random_mean` average each random "
+            "set's gain over the held-out examples it was scored on (racing stops a set "
+            "once it is clearly below or above the found set: `n_random_complete` in "
+            "`confirmation.csv` counts those that saw all of them)."
+        )
+        others = main_metrics_table(result.confirmation, obj)
+        if len(others.columns) > 2:
+            n_held = s.get("n_examples", {}).get("heldout")
+            lines += ["", "Every other metric of the main task, held out (the same sets"
+                      + (f" and {n_held} examples" if n_held else "") + "):", ""]
+            lines += _markdown(others)
+            lines += ["", f"Each change has its {int(cfg.ci * 100)} % paired bootstrap interval; "
+                      "`p_holm` is the two-sided sign-flip p-value of any change, Holm-corrected "
+                      "across sizes. `gamed` marks a set whose objective rises while "
+                      f"{' or '.join(m for m in GUARD_METRICS if m != obj)} falls significantly "
+                      "(`p_holm` < alpha): such a set is never called best."]
+    if not result.side_effects.empty:
+        lines += ["", "## Side effects on other tasks", ""]
+        lines += _markdown(side_table(result.side_effects))
+        lines += ["", "Each side task in its own metrics: accuracy and log-prob always, "
+                  "`logit_diff` and `prob_diff` only where the task has a wrong answer. `d` is "
+                  f"the change (ablated - clean) over the task's `n` examples with its "
+                  f"{int(cfg.ci * 100)} % paired bootstrap interval; `p_value` is the "
+                  "two-sided sign-flip p-value of any change and `p_holm` the same "
+                  "Holm-corrected across all side rows, per metric."]
+    if not result.tradeoff.empty:
+        lines += ["", "## The trade-off: gain here, change elsewhere", ""]
+        lines += _markdown(tradeoff_summary(result.tradeoff))
+        lines += ["", f"For each confirmed set, its held-out gain in `{obj}` with its interval "
+                  "and its change on each side task with its interval (over all held-out "
+                  "examples and all of the side task's: `gain_n`, `side_n` in `tradeoff.csv`), "
+                  "next to the mean of "
+                  "the same numbers over a sample of each random baseline's sets of that size "
+                  "(`n_random`, `n_pool`: how many; every one of them, with its intervals, is "
+                  "in `tradeoff.csv`" + (" and the plot `tradeoff.png`)." if plots else ").")]
+    if not result.heads.empty:
+        lines += ["", "## Single heads (selection split)", "", *_single_head_lines(result)]
+    if s.get("attribution_rank_correlation"):
+        rho = s["attribution_rank_correlation"]
+        lines += [
+            "",
+            "Attribution vs exact screening, Spearman rank correlation: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in rho.items())
+            + ".",
+        ]
+    if s.get("cs_coefficients"):
+        lines += [
+            "",
+            "Compressed-sensing screen, positive coefficients: "
+            + ", ".join(f"{k} {v:+.3g}" for k, v in s["cs_coefficients"].items())
+            + ".",
+        ]
+    if result.timings:
+        lines += [
+            "",
+            "Timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()) + ".",
+        ]
+    if plots:
+        from workbench.results.plots import PLOT_FUNCTIONS
+
+        lines += ["", *(f"![{p[:-4]}]({p})" for p in PLOT_FUNCTIONS)]
+    if explanation:
+        lines += ["", *explanation]
+    return "\n".join(lines) + "\n"
+
+
+def _single_head_lines(result) -> list[str]:
+    """The report's table of the top candidates, each effect with its `n`
+    (`workbench.results.export.single_heads`), and what the `n`s mean."""
+    cfg, obj = result.config, result.config.objective
+    table = single_heads(result)
+    if "candidate" in table:
+        table = table[table["candidate"].astype(bool)]
+    if "candidate_rank" in table:
+        table = table.sort_values("candidate_rank")
+    table = table.head(10).rename(columns={f"d_{obj}_n": "n"})
+    searched = bool(table[f"search_d_{obj}"].notna().any())
+    cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "n",
+            *([f"d_{cfg.secondary}"] if cfg.secondary else []),
+            *([f"search_d_{obj}", "search_n"] if searched else []), "candidate_rank"]
+    lines = _markdown(table[[c for c in cols if c in table]])
+    n_select = result.summary.get("n_examples", {}).get("select")
+    of = f" of the {n_select}" if n_select else ""
+    also = f" and `d_{cfg.secondary}` are the effects" if cfg.secondary else " is the effect"
+    text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){also} of removing the head "
+            f"alone, over its `n`{of} selection examples: racing stops a head once its rank "
+            "is decided, so a clearly helpful or harmful head rests on a first slice.")
+    if searched:
+        text += (f" Where the search later scored the head alone on more examples, "
+                 f"`search_d_{obj}` is that gain over `search_n` examples (the value the "
+                 f"confirmation's `select_d_{obj}` shows for it).")
+    return [*lines, "", text]
+
+
+def tradeoff_summary(tradeoff: pd.DataFrame, metrics=GUARD_METRICS) -> pd.DataFrame:
+    """The trade-off table of a report: per size, side task and side metric (of `metrics`),
+    the confirmed set's gain and side change with intervals (as text), and the mean gain and
+    side change of each random baseline's sampled sets."""
+    t = tradeoff[tradeoff["metric"].isin(metrics)]
+    rows = []
+    for (size, task, metric), g in t.groupby(["size", "task", "metric"], sort=False):
+        found = g[g["origin"] == "found"].iloc[0]
+        row = {"size": int(size), "heads": found["heads"], "task": task, "metric": metric,
+               "gain [lo, hi]": format_interval(found["gain"], found["gain_lo"], found["gain_hi"]),
+               "side [lo, hi]": format_interval(found["side_d"], found["side_d_lo"],
+                                                found["side_d_hi"])}
+        for origin in ("random", "pool"):
+            part = g[g["origin"] == origin]
+            row[f"n_{origin}"] = len(part)
+            row[f"{origin}: gain"] = float(part["gain"].mean()) if len(part) else float("nan")
+            row[f"{origin}: side"] = float(part["side_d"].mean()) if len(part) else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def console_lines(result) -> list[str]:
+    """What the command line prints after the confirmation table: the sets that game the
+    objective, every other metric of the main task, and the side effects of the set it
+    reports (the best, else the top candidate) in each side task's own metrics."""
+    obj, c = result.config.objective, result.confirmation
+    lines = _gaming_lines(result, "gamed:")
+    others = main_metrics_table(c, obj)
+    if len(others.columns) > 2:
+        lines += ["", "the main task's other metrics, held out (interval; p_holm: two-sided, "
+                  "Holm across sizes):", others.to_string(index=False,
+                                                          float_format="{:.3g}".format)]
+    heads = ",".join(result.best or result.top_candidate)
+    side = side_table(result.side_effects) if not result.side_effects.empty else None
+    if side is not None and heads:
+        mine = side[side["heads"] == heads]
+        lines += ["", f"side effects of {heads} (p_holm: two-sided, Holm across all side rows "
+                  "per metric):"]
+        for task, g in mine.groupby("task", sort=False):
+            lines.append(f"  {task}: " + ", ".join(
+                f"{r.metric} {r.d:+.3g} [{r.d_lo:+.3g}, {r.d_hi:+.3g}] p_holm {r.p_holm:.2g}"
+                for r in g.itertuples()))
+    return lines
+
+
+def clean_lines(summary: dict, objective: str) -> list[str]:
+    """The command line's clean scores: the objective on every split and task it applies
+    to, then each task it does not apply to (no wrong answer) in its own metrics."""
+    clean = summary.get("clean", {})
+    order = split_order(clean)
+    has = [k for k in order if _finite(clean[k].get(objective))]
+    lines = [f"clean {objective}: " + ", ".join(f"{k} {clean[k][objective]:.3f}" for k in has)]
+    for k in order:
+        if k not in has:
+            own = ", ".join(f"{m} {v:.3f}" for m, v in clean[k].items() if _finite(v))
+            lines.append(f"clean {k} (no {objective}): {own}")
+    return lines
+
+
+def _finite(v) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def split_order(clean: dict) -> list[str]:
+    """The keys of a run's clean scores in report order: `select`, then `heldout`, then the
+    side tasks in their recorded order."""
+    return [k for k in ("select", "heldout") if k in clean] + [
+        k for k in clean if k not in ("select", "heldout")
+    ]
+
+
+def _model_title(result) -> str:
+    name = result.config.model
+    if name in ("", "custom", "model") and not result.heads.empty:
+        # TransformerLens names a model built from a config "custom"
+        return (f"an in-memory model ({int(result.heads['layer'].max()) + 1} layers x "
+                f"{int(result.heads['head'].max()) + 1} heads, `model_name` {name!r})")
+    return name
+
+
+def _how_many(result) -> str:
+    """How many random sets the baselines drew: `n_random`, or up to it when some were drawn
+    in more than one look (`workbench.confirmation.baseline`: `random_pct_hi` is then given)."""
+    n = result.config.n_random
+    conf = result.confirmation
+    if "random_pct_hi" not in conf or conf["random_pct_hi"].isna().all():
+        return str(n)
+    return (f"up to {n} (drawn in looks, 50, 100, ..., until the share of them at least as "
+            "good as the found set is decided against 1 - ci: `n_random` and "
+            "`random_pct_hi` in `confirmation.csv`)")
+
+
+def _gaming_lines(result, lead: str) -> list[str]:
+    """One line per confirmed set that games the objective (`workbench.results.tradeoff`)."""
+    c, obj = result.confirmation, result.config.objective
+    alpha = result.summary.get("alpha", 1 - result.config.ci)
+    return [f"{lead} size {int(r['size'])} ({r['heads']}) {gaming_note(r, obj, alpha)}; it is "
+            "not called best." for _, r in c.iterrows() if gaming_note(r, obj, alpha)]
+
+
+def _gamed_heads(result, significant_only: bool = False) -> list[str]:
+    """The head sets (as `heads` strings) flagged gamed, optionally only significant ones."""
+    c = result.confirmation
+    if c.empty or "gamed" not in c:
+        return []
+    keep = c["gamed"].astype(bool)
+    if significant_only:
+        keep &= c["p_holm"].astype(float) < result.summary.get("alpha", 1 - result.config.ci)
+    return [str(h) for h in c.loc[keep, "heads"]]
+
+
+def _best_sentence(result) -> str:
+    best, top = result.best, result.top_candidate
+    if best:
+        why = "games the objective" if ",".join(top) in _gamed_heads(result) else "is not"
+        extra = "" if best == top else (
+            f" (the top candidate on the selection split, {','.join(top)}, {why})")
+        return f"**Best set:** {','.join(best)}: its held-out gain is significant{extra}."
+    if top and _gamed_heads(result, significant_only=True):
+        return ("**Best set:** none: every significant set games the objective (above). The "
+                f"top candidate on the selection split is {','.join(top)}.")
+    if top:
+        return ("**Best set:** none: no significant enhancement. The top candidate on the "
+                f"selection split is {','.join(top)}.")
+    return "**Best set:** none."
+
+
+def _fmt(v) -> str:
+    if v is pd.NA:  # a missing count of a nullable integer column
+        return ""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.4g}"
+    return str(v)
+
+
+def _markdown(df: pd.DataFrame) -> list[str]:
+    """`df` as the lines of a Markdown table (floats to 4 significant digits)."""
+    if df.empty:
+        return ["(none)"]
+    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return [header, rule, *rows]
+
+
+# The explanation section, from the tables `explain_folder` saved.
+
+
+def load_explanation(folder: str | Path) -> tuple[dict, dict[str, pd.DataFrame]] | None:
+    """`(config, tables)` of `folder/explanation/`, or None when it is missing or partial."""
+    target = Path(folder) / EXPLANATION_DIR
+    try:
+        config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+        tables = {n: _read(target / f"{n}.csv") for n in _SECTION_TABLES}
+    except (OSError, ValueError):
+        return None
+    return config, tables
+
+
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        return load_table(path)
+    except pd.errors.EmptyDataError:  # an empty table (no comparison heads)
+        return pd.DataFrame()
+
+
+def explanation_section(folder: str | Path, result) -> list[str] | None:
+    """The Markdown lines of the report's explanation section, from `folder/explanation/`;
+    None when there is none, or it explains another set than the result's best (or top
+    candidate)."""
+    loaded = load_explanation(folder)
+    if loaded is None:
+        return None
+    config, t = loaded
+    explained = result.best or result.top_candidate
+    if config.get("heads") != ",".join(explained):
+        return None
+    significant = bool(config.get("significant", True))
+    lines = [
+        f"## What the {'best set' if significant else 'top candidate'}'s heads do "
+        f"({config.get('split')} split, {config.get('n_examples')} examples)",
+        "",
+    ]
+    if not significant:
+        lines += [f"> **Not significant.** {config.get('note', '')}. Read what follows as a "
+                  "description of those heads, not of an established enhancement.", ""]
+    lines.append(
+        f"Heads {config['heads']}, explained with {config.get('kind')} ablation; comparison "
+        f"heads {config.get('comparison') or '(none)'} are random heads of the same layers "
+        "that were not removed. Attention is the mean fraction of the head's attention from "
+        "the answer position on each token role; `dla_diff` is the head's direct logit "
+        "attribution onto the answer minus the wrong answer (nats, through the final layer "
+        "norm at its clean scale), with its standard error over examples."
+    )
+    lines += ["", *_head_table(t)]
+    lines += ["", *_removal_lines(t)]
+    lines += ["", *_reading(t), "", f"![explanation]({EXPLANATION_FIGURE})"]
+    if (Path(folder) / ATTENTION_EXAMPLES_FIGURE).is_file():
+        lines += ["", "### Attention on single examples", "", "Each panel is one example (its "
+                  "outcome in brackets): the attention from the answer position of every removed "
+                  "head (top rows) and comparison head (below the white line) over the prompt's "
+                  "tokens; the numbers are in `explanation/attention_examples.csv`.", "",
+                  f"![attention on single examples]({ATTENTION_EXAMPLES_FIGURE})"]
+    return lines
+
+
+def _role_columns(df: pd.DataFrame) -> list[str]:
+    """The `attn_<role>` columns of a saved roles table (the schema of
+    `workbench.explain.attention.summarize_attention`, read from the file)."""
+    return [c for c in df.columns if c.startswith("attn_")]
+
+
+def _head_table(t: dict[str, pd.DataFrame]) -> list[str]:
+    roles = pd.concat(
+        [t["roles"].assign(group="removed"), t["comparison_roles"].assign(group="comparison")]
+        if not t["comparison_roles"].empty else [t["roles"].assign(group="removed")],
+        ignore_index=True,
+    )
+    dla = t["dla_summary"][["head_name", "dla_correct", "dla_wrong", "dla_diff", "dla_diff_se"]]
+    table = roles.merge(dla, on="head_name", how="left")
+    shares = [*_role_columns(table), "entropy"]
+    table[shares] = table[shares].astype(float).round(3)  # fractions; 4 significant digits
+    # of 4e-06 say nothing more than 0.000
+    cols = ["head_name", "group", "top_role", *_role_columns(table), "entropy", "dla_diff",
+            "dla_diff_se", "dla_correct", "dla_wrong", "top_tokens"]
+    return _markdown(table[[c for c in cols if c in table]])
+
+
+def _removal_lines(t: dict[str, pd.DataFrame]) -> list[str]:
+    outcomes, removal = t["outcomes"], t["removal"]
+    lines = []
+    if not outcomes.empty and "outcome" in outcomes:
+        counts = outcomes["outcome"].value_counts()
+        lines.append(
+            f"Removing the whole set fixes {int(counts.get('fixed', 0))} examples (wrong -> "
+            f"right), breaks {int(counts.get('broken', 0))} and leaves "
+            f"{int(counts.get('unchanged', 0))} alone."
+        )
+    if not removal.empty:
+        g = removal.groupby("head_name", sort=True)[
+            ["delta_logit_diff", "direct_effect", "indirect_effect"]].mean()
+        parts = [
+            f"{name}: {r.delta_logit_diff:+.3g} (direct {r.direct_effect:+.3g}, through later "
+            f"layers {r.indirect_effect:+.3g})" for name, r in g.iterrows()
+        ]
+        lines.append("Removing one head alone changes the answer-minus-wrong logit difference "
+                     "by, on average (nats): " + "; ".join(parts) + ".")
+    return lines
+
+
+def _reading(t: dict[str, pd.DataFrame]) -> list[str]:
+    """One sentence per removed head, from the numbers above (no interpretation beyond
+    them)."""
+    roles, comp, dla = t["roles"], t["comparison_roles"], t["dla_summary"]
+    comp_dla = dla[dla["head_group"] != "removed"]["dla_diff"] if "head_group" in dla else []
+    comp_mean = float(np.mean(comp_dla)) if len(comp_dla) else float("nan")
+    out = []
+    for r in roles.itertuples():
+        share = getattr(r, f"attn_{r.top_role}", float("nan"))
+        d = dla[dla["head_name"] == r.head_name]
+        line = (f"- **{r.head_name}** attends mostly to `{r.top_role}` ({share:.2f} of its "
+                "attention)")
+        if not d.empty:
+            diff = float(d["dla_diff"].iloc[0])
+            side = "the wrong answer" if diff < 0 else "the answer"
+            line += f" and directly pushes toward {side} (`dla_diff` {diff:+.3g}"
+            line += f"; comparison heads {comp_mean:+.3g})" if np.isfinite(comp_mean) else ")"
+        out.append(line + ".")
+    if not comp.empty:
+        top = comp["top_role"].value_counts()
+        out.append(f"- Comparison heads attend mostly to `{top.index[0]}` "
+                   f"({int(top.iloc[0])} of {len(comp)}).")
+    return out

@@ -1,0 +1,351 @@
+"""A CEL results folder on disk: a lock, atomic writes, and stage files that prove their origin.
+
+A run writes each stage's table as soon as it is done, so an interrupted run resumes where it
+stopped. Resuming is only safe when every reused file was made by this run's inputs, so each
+table is recorded in `config.json` under `files` with
+
+- `sha256`: the hash of the file's bytes (a truncated, emptied or edited file is refused),
+- `rows`: its number of rows,
+- `inputs`: a hash of what made it (the config, which carries the model's and the tasks'
+  fingerprints, and the records of the stage files it was computed from).
+
+`ResultStore` opens a folder for a run: it refuses a path that is a file or not writable, a
+folder holding CEL tables without a `config.json`, and any recorded file that is missing or
+changed, all before anything is written; and it holds an exclusive lock on the folder for
+the whole run, so two runs cannot write into one folder at once. With `overwrite=True` it
+empties an earlier CEL results folder only once it holds that lock, so `--overwrite` never
+deletes the files of a run that is still writing them.
+
+Folders written by older versions stay readable and resumable: their files keep the bytes
+(and hashes) they were written with, and `upgrade_table` renames an old column to its
+current name and scale when a table is read (`RENAMED`: `random_share_ge` and
+`pool_share_ge`, shares in [0, 1], became `random_pct_ge` and `pool_pct_ge`, percents like
+`percentile`; combos' `score` became `ablated_<objective>`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.errors import WorkbenchError
+from workbench.results.fingerprint import digest, file_digest
+from workbench.tables import load_table, save_table
+
+CONFIG_FILE = "config.json"
+LOCK_FILE = ".cel.lock"
+TABLES = ("heads", "combos", "confirmation", "side_effects", "tradeoff")
+# the stage files each table is computed from
+UPSTREAM = {"heads": (), "combos": ("heads",), "confirmation": ("combos",),
+            "side_effects": ("combos",), "tradeoff": ("combos",)}
+# table -> (old column, new column, factor) of the columns older versions wrote; "{objective}"
+# is the run's objective
+RENAMED = {
+    "confirmation": (("random_share_ge", "random_pct_ge", 100.0),
+                     ("pool_share_ge", "pool_pct_ge", 100.0)),
+    "combos": (("score", "ablated_{objective}", 1.0),),
+}
+
+try:  # POSIX advisory locks; released by the OS when the process dies
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write text atomically (temporary file, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only after a failure or an interrupt
+    return path
+
+
+def write_json(path: Path, obj) -> Path:
+    """Write JSON atomically."""
+    return write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
+
+
+def read_run_file(folder: str | Path) -> dict:
+    """The parsed `config.json` of a results folder."""
+    path = Path(folder) / CONFIG_FILE
+    if not path.is_file():
+        raise WorkbenchError(f"{str(folder)!r} is not a CEL results folder (no {CONFIG_FILE})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WorkbenchError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != "cel-result" or "config" not in data:
+        raise WorkbenchError(f"{path} is not a CEL results config (format 'cel-result')")
+    return data
+
+
+def write_table(folder: Path, name: str, df: pd.DataFrame, inputs: str) -> dict:
+    """Write `name.csv` atomically; return its record for `config.json`."""
+    path = save_table(df, folder / f"{name}.csv")
+    return {"sha256": file_digest(path), "rows": int(len(df)), "inputs": inputs}
+
+
+def read_table(folder: Path, name: str, record: dict, inputs: str | None = None) -> pd.DataFrame:
+    """Read a recorded table, refusing a file that is missing, changed or made from other
+    inputs than `inputs` (when given)."""
+    path = folder / f"{name}.csv"
+    where = f"{str(folder)!r}"
+    if not path.is_file():
+        raise WorkbenchError(
+            f"{where}: {CONFIG_FILE} records {path.name} but the file is missing; restore it "
+            "or delete the folder and rerun"
+        )
+    if file_digest(path) != record.get("sha256"):
+        raise WorkbenchError(
+            f"{where}: {path.name} was changed, truncated or replaced after it was written "
+            f"(its sha256 differs from the one in {CONFIG_FILE}); delete the folder and rerun"
+        )
+    if inputs is not None and record.get("inputs") != inputs:
+        raise WorkbenchError(
+            f"{where}: {path.name} was made from other inputs than this run's; delete the "
+            "folder or use another one"
+        )
+    try:
+        df = load_table(path)
+    except (ValueError, OSError, pd.errors.ParserError) as e:
+        raise WorkbenchError(f"{where}: {path.name} cannot be read: {e}") from None
+    if len(df) != record.get("rows"):
+        raise WorkbenchError(
+            f"{where}: {path.name} has {len(df)} rows; {CONFIG_FILE} records {record.get('rows')}"
+        )
+    return df
+
+
+def upgrade_table(name: str, df: pd.DataFrame, config: dict) -> pd.DataFrame:
+    """`df` (stage table `name` of a run with `config`) with the columns of older versions
+    renamed and rescaled to the current ones (`RENAMED`), in place of the old; a table of
+    this version is returned unchanged."""
+    renames = [(old, new.format(objective=config.get("objective")), factor)
+               for old, new, factor in RENAMED.get(name, ()) if old in df]
+    if not renames:
+        return df
+    df = df.copy()
+    for old, _, factor in renames:
+        df[old] = df[old] * factor
+    return df.rename(columns={old: new for old, new, _ in renames})
+
+
+def read_folder(folder: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """`(run file, tables)` of a results folder: its parsed `config.json` and every stage
+    table it records, checked (`read_table`) and upgraded to the current columns
+    (`upgrade_table`); a stage not reached is an empty table. A CEL table on disk that
+    `config.json` does not record is refused."""
+    folder = Path(folder)
+    data = read_run_file(folder)
+    files = data.get("files", {})
+    tables = {}
+    for name in TABLES:
+        if name in files:
+            df = read_table(folder, name, files[name], stage_inputs(name, data["config"], files))
+            tables[name] = upgrade_table(name, df, data["config"])
+        elif (folder / f"{name}.csv").exists():
+            raise WorkbenchError(
+                f"{str(folder)!r}: {name}.csv is not recorded in {CONFIG_FILE} (written by "
+                "another run or an older version)"
+            )
+        else:
+            tables[name] = pd.DataFrame()
+    return data, tables
+
+
+class ResultStore:
+    """An opened, locked results folder (or nothing, for in-memory runs).
+
+    Use as a context manager: `with ResultStore(folder) as store: ...`. `store.previous` is
+    the folder's `config.json` from an earlier run (None for a new folder), already checked:
+    every recorded file exists with its recorded hash, and no CEL table is unrecorded.
+    """
+
+    def __init__(self, folder: str | Path | None, overwrite: bool = False) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        self.overwrite = overwrite
+        self.previous: dict | None = None
+        self.files: dict[str, dict] = {}
+        self._lock = None
+
+    def __enter__(self) -> "ResultStore":
+        if self.folder is None:
+            return self
+        folder = self.folder
+        if folder.exists() and not folder.is_dir():
+            raise WorkbenchError(f"--out {str(folder)!r} is a file; expected a folder (new or a "
+                                 "CEL results folder)")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise WorkbenchError(f"cannot create results folder {str(folder)!r}: {e.strerror}") \
+                from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise WorkbenchError(f"results folder {str(folder)!r} is not writable")
+        self._acquire()
+        try:
+            if self.overwrite:
+                self._empty()
+            self._check_contents()
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._release()
+
+    def _empty(self) -> None:
+        """Delete everything in an earlier CEL results folder but the lock (held by us)."""
+        if not (self.folder / CONFIG_FILE).is_file():
+            return  # not a results folder: the usual checks decide
+        read_run_file(self.folder)  # only ever delete a CEL results folder
+        for path in self.folder.iterdir():
+            if path.name == LOCK_FILE:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+    def _check_contents(self) -> None:
+        folder = self.folder
+        tables = [n for n in TABLES if (folder / f"{n}.csv").exists()]
+        if not (folder / CONFIG_FILE).is_file():
+            if tables:
+                raise WorkbenchError(
+                    f"{str(folder)!r} holds CEL tables ({', '.join(t + '.csv' for t in tables)}) "
+                    f"but no {CONFIG_FILE}, so nothing says which run made them; use another "
+                    "folder or delete them"
+                )
+            return
+        self.previous = read_run_file(folder)
+        files = self.previous.get("files", {})
+        # `save` writes tables in pipeline order, then config.json: a run stopped in between
+        # leaves tables later than every recorded one unrecorded. They were never loaded and
+        # are recomputed, so they go; any other unrecorded table is not this run's.
+        last = max((TABLES.index(n) for n in files if n in TABLES), default=-1)
+        for name in tables:
+            if name not in files and TABLES.index(name) > last:
+                (folder / f"{name}.csv").unlink()
+            elif name not in files:
+                raise WorkbenchError(
+                    f"{str(folder)!r}: {name}.csv is not recorded in {CONFIG_FILE} (written by "
+                    "another run or an older version); use another folder or delete this one"
+                )
+        for name, record in files.items():
+            path = folder / f"{name}.csv"
+            if not path.is_file() or file_digest(path) != record.get("sha256"):
+                read_table(folder, name, record)  # raises the precise error
+        self.files = dict(files)
+
+    def _acquire(self) -> None:
+        path = self.folder / LOCK_FILE
+        if fcntl is None:  # pragma: no cover - Windows: exclusive creation only
+            try:
+                self._lock = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                raise WorkbenchError(self._busy(path)) from None
+            return
+        while True:
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            except OSError as e:
+                raise WorkbenchError(f"cannot write to results folder {str(self.folder)!r}: "
+                                     f"{e.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise WorkbenchError(self._busy(path)) from None
+            # another run may have unlinked the file between our open and our lock
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
+                self._lock = fd
+                return
+            os.close(fd)
+
+    def _busy(self, path: Path) -> str:
+        try:
+            pid = path.read_text().strip()
+        except OSError:
+            pid = "?"
+        return (f"results folder {str(self.folder)!r} is in use by another run (process {pid}); "
+                "wait for it to finish or use another --out")
+
+    def _release(self) -> None:
+        if self._lock is None:
+            return
+        path = self.folder / LOCK_FILE
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(self._lock)  # closing releases the flock
+            self._lock = None
+
+    def load(self, name: str, config: dict) -> pd.DataFrame | None:
+        """The stage table `name` if an earlier run with `config` wrote it, else None."""
+        if self.folder is None or name not in self.files:
+            return None
+        df = read_table(self.folder, name, self.files[name], stage_inputs(name, config,
+                                                                          self.files))
+        return upgrade_table(name, df, config)
+
+    def save(self, run_file: dict, **tables: pd.DataFrame) -> None:
+        """Write `tables` (in pipeline order), then `config.json`: `run_file` plus the
+        record of every file."""
+        if self.folder is None:
+            return
+        for name in sorted(tables, key=TABLES.index):
+            inputs = stage_inputs(name, run_file["config"], self.files)
+            self.files[name] = write_table(self.folder, name, tables[name], inputs)
+        write_json(self.folder / CONFIG_FILE, {**run_file, "files": self.files})
+
+    def clear(self) -> None:
+        """Forget and delete every recorded table (before writing a whole result anew)."""
+        for name in self.files:
+            (self.folder / f"{name}.csv").unlink(missing_ok=True)
+        self.files = {}
+
+
+def check_unlocked(folder: str | Path) -> None:
+    """Raise `WorkbenchError` when another run holds `folder`'s lock (a quick check before a
+    run loads its model; `ResultStore` checks again when it takes the lock)."""
+    path = Path(folder) / LOCK_FILE
+    if fcntl is None or not path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise WorkbenchError(ResultStore(folder)._busy(path)) from None
+    finally:
+        os.close(fd)  # releases the probe's lock
+
+
+def stage_inputs(name: str, config: dict, files: dict[str, dict]) -> str:
+    """The `inputs` hash of stage `name`: the config and the hashes of its upstream files."""
+    return digest([name, config, [files.get(u, {}).get("sha256") for u in UPSTREAM[name]]])

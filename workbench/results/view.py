@@ -1,0 +1,385 @@
+"""One HTML page per results folder that opens offline: `view.html`.
+
+`report.md` is the run's written account; `view.html` is the place to look things up: the
+per-head table (every head, sortable by any column, filterable by a text box), the found
+sets with their held-out confirmation and intervals, the side effects, the explanation's
+tables, every evaluated set, and the plots. It is built from the folder's files alone
+(`config.json`, the CSV tables, `explanation/`, the PNG plots), so it can be rebuilt for any
+results folder without the model (`workbench view DIR`); `run_cel` writes it at the end of
+every run and `explain_folder` again once the explanation is in.
+
+The page is one self-contained file: the tables are plain HTML, the plots are embedded as
+base64 `data:` URIs, and a small inline script sorts (click a column's header) and filters
+(the box above each table; `view.html#filter=L1H` opens every table filtered) the rows. It
+references no URL, and its Content-Security-Policy forbids every network load, so it shows the
+same on an air-gapped machine. Without JavaScript the tables still show, in the CSV's order.
+
+A cell shows its number to 4 significant digits (integers in full); the CSV's exact text is in
+the cell's `data-value` (what sorting compares) and its tooltip. An effect with an interval
+(`d_accuracy` with `d_accuracy_lo`, `d_accuracy_hi`) shows as `value [lo, hi]`; columns the
+page hides at first (standard errors, counts, side tasks' other metrics) appear with the
+"all columns" box. The text is written as ASCII, other characters as HTML character
+references, so the file reads the same whatever the locale's encoding.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
+from workbench.results.store import read_run_file, write_text
+
+VIEW_FILE = "view.html"
+# the plots in the order the report shows them; any other PNG of the folder follows
+FIGURES = ("heads_heatmap.png", "gain_vs_size.png", "side_effects.png", "tradeoff.png",
+           EXPLANATION_FIGURE, ATTENTION_EXAMPLES_FIGURE)
+MAX_COMBOS = 1000  # evaluated sets shown (the best by score); combos.csv holds them all
+CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+       "script-src 'unsafe-inline'")
+
+
+def write_view(results_dir: str | Path) -> Path:
+    """Build `view.html` in a CEL results folder from its files and return its path.
+
+    Args:
+        results_dir: a results folder (`config.json`, the CSV tables, plots).
+
+    Returns:
+        The path of `view.html` (written atomically).
+
+    Raises:
+        WorkbenchError: when the folder is not a CEL results folder.
+
+    Example:
+        >>> write_view("cel_results")   # then open cel_results/view.html in a browser
+    """
+    folder = Path(results_dir)
+    run = read_run_file(folder)
+    text = render_view(folder, run)
+    return write_text(folder / VIEW_FILE, text.encode("ascii", "xmlcharrefreplace").decode())
+
+
+def render_view(folder: Path, run: dict) -> str:
+    """The page's HTML for `folder`, whose parsed `config.json` is `run`."""
+    cfg = run["config"]
+    objective = cfg.get("objective", "accuracy")
+    tables = {n: _read_csv(folder / f"{n}.csv")
+              for n in ("heads", "confirmation", "side_effects", "combos")}
+    body = [f"<h1>CEL: {_esc(cfg.get('task'))} on {_esc(cfg.get('model'))}</h1>",
+            _settings(cfg, run.get("summary", {}), tables["confirmation"])]
+    conf = tables["confirmation"]
+    metrics = _metrics(conf if conf is not None else tables["heads"], objective)
+    body += _section("Found sets, confirmed on held-out examples", "confirmation", conf,
+                     _confirmation_columns(metrics), None,
+                     f"The best set of each size from the search, re-scored on the held-out "
+                     f"split: gain in each metric (ablated - clean) with its bootstrap "
+                     f"interval, the one-sided p-value of a gain in `{objective}` and its Holm "
+                     "correction across sizes, and where it falls among random sets of the "
+                     "same size (`percentile`: any heads; `pool_percentile`: heads that do not "
+                     "clearly hurt).")
+    body += _section("Side effects on the other tasks", "side_effects", tables["side_effects"],
+                     _side_columns(metrics), None,
+                     "The same sets on each side task, in that task's metrics, with intervals "
+                     "and two-sided p-values (Holm across all side rows per metric).")
+    heads = tables["heads"]
+    body += _section("Per-head table", "heads", heads, _head_columns(heads, metrics, objective),
+                     (f"d_{objective}", True),
+                     "Removing one head alone, on the selection split: one row per head; "
+                     "positive means removing it helps. Sorted by the objective's effect; "
+                     "click a header to sort by another column.")
+    body += _explanation(folder / EXPLANATION_DIR)
+    combos = tables["combos"]
+    # the objective with the set removed (`score` in folders of older versions)
+    score = next((c for c in (f"ablated_{objective}", "score")
+                  if combos is not None and c in combos), None)
+    note = (f"Every head set the search scored on the selection split, best `{score}` "
+            "(the objective with the set removed) first.")
+    if score is not None and len(combos) > MAX_COMBOS:
+        order = pd.to_numeric(combos[score], errors="coerce").sort_values(
+            ascending=False, kind="stable").index[:MAX_COMBOS]
+        combos = combos.loc[sorted(order)]
+        note += f" Only the {MAX_COMBOS} best are shown; combos.csv holds all."
+    body += _section("Evaluated sets", "combos", combos, None,
+                     (score, True) if score is not None else None, note)
+    body += _figures(folder)
+    body.append(f"<footer>Built from {_esc(folder.name)}/ by <code>workbench view</code>: numbers "
+                "to 4 significant digits, the CSV's exact value in each cell's tooltip.</footer>")
+    return _page(f"CEL: {cfg.get('task')} on {cfg.get('model')}", "\n".join(body))
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    """A CSV as text cells, exactly as written (None when the file is missing)."""
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+
+
+def _esc(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def fmt_cell(text: str) -> str:
+    """A CSV cell as the page shows it: numbers to 4 significant digits, integers in full,
+    anything else unchanged."""
+    try:
+        v = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(v):
+        return text
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.4g}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def interval_columns(col: str, columns) -> tuple[str, str] | None:
+    """The `(lo, hi)` columns of an effect column, or None: `d_x` -> `d_x_lo`, `d_x_hi`; a
+    side task's `d_x_task` -> `d_x_lo_task`, `d_x_hi_task` (the per-head table's names)."""
+    cols = set(columns)
+    cuts = [i for i, ch in enumerate(col) if ch == "_"] + [len(col)]
+    for k in sorted(cuts, reverse=True):
+        lo, hi = f"{col[:k]}_lo{col[k:]}", f"{col[:k]}_hi{col[k:]}"
+        if lo in cols and hi in cols:
+            return lo, hi
+    return None
+
+
+def _metrics(df: pd.DataFrame | None, objective: str) -> list[str]:
+    """The main task's metrics with intervals in `df`, the objective first."""
+    if df is None:
+        return [objective]
+    found = [c[2:] for c in df.columns
+             if c.startswith("d_") and f"{c}_lo" in df and f"{c}_hi" in df]
+    return [objective] + [m for m in found if m != objective]
+
+
+def _confirmation_columns(metrics: list[str]) -> list[str]:
+    obj = metrics[0]
+    return ["size", "heads", "best", "gamed", f"d_{obj}", "p_value", "p_holm", "random_mean",
+            "percentile", "pool_percentile",
+            *[c for m in metrics[1:] for c in (f"d_{m}", f"d_{m}_p_holm")]]
+
+
+def _side_columns(metrics: list[str]) -> list[str]:
+    return ["size", "heads", "task",
+            *[c for m in metrics for c in (f"d_{m}", f"d_{m}_p_holm")]]
+
+
+def _head_columns(heads: pd.DataFrame | None, metrics: list[str], objective: str) -> list[str]:
+    shown = ["layer", "head", "head_name", *[f"d_{m}" for m in metrics],
+             "candidate", "candidate_rank"]
+    if heads is not None:  # the objective on each side task
+        shown += [c for c in heads.columns if c.startswith(f"d_{objective}_")
+                  and c not in shown and interval_columns(c, heads.columns)]
+    return shown
+
+
+def _settings(cfg: dict, summary: dict, conf: pd.DataFrame | None) -> str:
+    best, top = "", ""
+    if conf is not None and {"best", "top_candidate", "heads"} <= set(conf.columns):
+        best = ", ".join(conf.loc[conf["best"] == "True", "heads"])
+        top = ", ".join(conf.loc[conf["top_candidate"] == "True", "heads"])
+    sizes = summary.get("significant_sizes", [])
+    found = (f"<b>{_esc(best)}</b>" if best else
+             f"none significant{'; top candidate ' + _esc(top) if top else ''}")
+    rows = [("objective", f"{cfg.get('objective')} (secondary {cfg.get('secondary')})"),
+            ("ablation", f"{cfg.get('kind')}, {cfg.get('method')} screening"),
+            ("search", f"{', '.join(cfg.get('strategies', []))}, sets up to size "
+                       f"{cfg.get('max_size')}, seed {cfg.get('seed')}"),
+            ("side tasks", ", ".join(cfg.get("others", [])) or "none"),
+            ("significant sizes", ", ".join(map(str, sizes)) or "none")]
+    items = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
+    return f"<dl>{items}<dt>best set</dt><dd>{found}</dd></dl>"
+
+
+def _section(title: str, table_id: str, df: pd.DataFrame | None, shown: list[str] | None,
+             sort: tuple[str, bool] | None, note: str) -> list[str]:
+    out = [f"<h2>{_esc(title)}</h2>", f"<p>{_esc(note)}</p>"]
+    if df is None or df.empty:
+        out.append(f"<p class='missing'>{table_id}.csv: not in this folder (not computed yet, "
+                   "or nothing to show).</p>")
+        return out
+    out.append(f"<p class='source'>from {table_id}.csv</p>")
+    out.append(_table(df, table_id, shown, sort))
+    return out
+
+
+def _table(df: pd.DataFrame, table_id: str, shown: list[str] | None,
+           sort: tuple[str, bool] | None) -> str:
+    """An HTML table holding every cell of `df`; columns outside `shown` are hidden at first."""
+    cols = list(df.columns)
+    main = set(cols if shown is None else [c for c in shown if c in cols])
+    intervals = {c: interval_columns(c, cols) for c in main}
+    head = []
+    for c in cols:
+        label = f"{c} [lo, hi]" if intervals.get(c) else c
+        extra = "" if c in main else " class='extra'"
+        head.append(f"<th data-col='{_esc(c)}'{extra}>{_esc(label)}</th>")
+    rows = []
+    for i, rec in zip(df.index, df.to_dict("records"), strict=True):
+        cells = []
+        for c in cols:
+            v = rec[c]
+            text = fmt_cell(v)
+            if intervals.get(c) and v != "":
+                lo, hi = intervals[c]
+                text = f"{text} [{fmt_cell(rec[lo])}, {fmt_cell(rec[hi])}]"
+            classes = ("" if c in main else "extra ") + ("" if text != v or v == "" or
+                                                          _is_number(v) else "txt")
+            extra = f" class='{classes.strip()}'" if classes.strip() else ""
+            tip = f" title='{_esc(v)}'" if c in main else ""  # hidden cells: no tooltip
+            cells.append(f"<td data-col='{_esc(c)}' data-value='{_esc(v)}'{tip}{extra}>"
+                         f"{_esc(text)}</td>")
+        best = " class='best'" if rec.get("best") == "True" else ""
+        rows.append(f"<tr data-row='{i}'{best}>{''.join(cells)}</tr>")
+    sort_attr = (f" data-sort='{_esc(sort[0])}' data-desc='{int(sort[1])}'"
+                 if sort and sort[0] in cols else "")
+    n = len(df)
+    controls = (f"<div class='controls'><input type='search' class='filter' "
+                f"data-table='{table_id}' placeholder='filter rows, e.g. L1H'>"
+                f"<label><input type='checkbox' class='all-cols' data-table='{table_id}'> "
+                f"all columns</label> <span class='count' id='{table_id}-count'>{n} rows "
+                "(sorting and filtering need JavaScript)</span></div>")
+    return (f"{controls}<div class='scroll'><table id='{table_id}' class='view'{sort_attr}>"
+            f"<thead><tr>{''.join(head)}</tr></thead><tbody>\n" + "\n".join(rows)
+            + "\n</tbody></table></div>")
+
+
+def _explanation(target: Path) -> list[str]:
+    """The explanation's summary tables, when `explain_folder` wrote them."""
+    if not target.is_dir():
+        return []
+    out = ["<h2>What the removed heads do</h2>",
+           "<p>From explanation/ (see report.md): attention by token role of the removed and "
+           "the comparison heads, and their direct logit attribution (nats).</p>"]
+    for name in ("roles", "comparison_roles", "dla_summary"):
+        df = _read_csv(target / f"{name}.csv")
+        if df is not None and not df.empty:
+            out += [f"<h3>{name}</h3>", _table(df, f"explanation-{name}", None, None)]
+    return out
+
+
+def _figures(folder: Path) -> list[str]:
+    names = [n for n in FIGURES if (folder / n).is_file()]
+    names += sorted(p.name for p in folder.glob("*.png") if p.name not in FIGURES)
+    if not names:
+        return []
+    out = ["<h2>Plots</h2>"]
+    for name in names:
+        data = base64.b64encode((folder / name).read_bytes()).decode("ascii")
+        out.append(f"<figure><img alt='{_esc(name)}' src='data:image/png;base64,{data}'>"
+                   f"<figcaption>{_esc(name)}</figcaption></figure>")
+    return out
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
+dt { font-weight: 600; } dd { margin: 0; }
+.scroll { overflow-x: auto; max-height: 32em; overflow-y: auto; border: 1px solid #ddd; }
+table.view { border-collapse: collapse; font-size: 0.8em; }
+table.view th, table.view td { padding: 0.15em 0.5em; border-bottom: 1px solid #eee;
+  text-align: right; white-space: nowrap; }
+table.view td.txt { text-align: left; }
+table.view th { position: sticky; top: 0; background: #f4f4f4; cursor: pointer; }
+table.view th.asc::after { content: " \\25B2"; } table.view th.desc::after { content: " \\25BC"; }
+table.view .extra { display: none; } table.view.all .extra { display: table-cell; }
+tr.best { background: #fff3c4; font-weight: 600; }
+.controls { margin: 0.4em 0; font-size: 0.85em; } .controls input[type=search] { width: 16em; }
+.count { color: #555; margin-left: 1em; } .source, .missing { color: #777; font-size: 0.8em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+footer { margin-top: 2em; color: #777; font-size: 0.8em; }
+"""
+
+# Sorting compares `data-value` (numbers as numbers, empty cells last); filtering keeps the
+# rows whose text holds the box's text; the count says how many rows show.
+_SCRIPT = """
+(function () {
+  function cellKey(row, col) {
+    var td = row.querySelector("td[data-col='" + col + "']");
+    var v = td ? td.getAttribute("data-value") : "";
+    var x = Number(v);
+    return v === "" ? null : (isNaN(x) ? v : x);
+  }
+  function compare(a, b) {
+    if (a === null || b === null) { return a === b ? 0 : (a === null ? 1 : -1); }
+    if (typeof a !== typeof b) { return typeof a === "number" ? -1 : 1; }
+    return a < b ? -1 : (a > b ? 1 : 0);
+  }
+  function sortTable(table, col, desc) {
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (r, s) {
+      var a = cellKey(r, col), b = cellKey(s, col);
+      if (a === null || b === null) { return compare(a, b); }
+      return desc ? compare(b, a) : compare(a, b);
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+    table.querySelectorAll("th").forEach(function (th) {
+      th.classList.remove("asc", "desc");
+      if (th.getAttribute("data-col") === col) { th.classList.add(desc ? "desc" : "asc"); }
+    });
+    table.setAttribute("data-sorted", col + (desc ? " desc" : " asc"));
+  }
+  function count(table) {
+    var rows = table.tBodies[0].rows, shown = 0;
+    for (var i = 0; i < rows.length; i++) { if (!rows[i].hidden) { shown++; } }
+    var el = document.getElementById(table.id + "-count");
+    if (el) { el.textContent = shown + " of " + rows.length + " rows"; }
+  }
+  function filter(table, text) {
+    var q = text.toLowerCase();
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
+      r.hidden = q !== "" && r.textContent.toLowerCase().indexOf(q) < 0;
+    });
+    count(table);
+  }
+  var hash = new URLSearchParams(location.hash.replace(/^#/, ""));
+  document.querySelectorAll("table.view").forEach(function (table) {
+    if (table.hasAttribute("data-sort")) {
+      sortTable(table, table.getAttribute("data-sort"), table.getAttribute("data-desc") === "1");
+    }
+    table.querySelectorAll("th").forEach(function (th) {
+      th.addEventListener("click", function () {
+        var col = th.getAttribute("data-col");
+        sortTable(table, col, th.classList.contains("asc"));
+      });
+    });
+    count(table);
+  });
+  document.querySelectorAll("input.filter").forEach(function (box) {
+    var table = document.getElementById(box.getAttribute("data-table"));
+    box.addEventListener("input", function () { filter(table, box.value); });
+    if (hash.get("filter")) { box.value = hash.get("filter"); filter(table, box.value); }
+  });
+  document.querySelectorAll("input.all-cols").forEach(function (box) {
+    var table = document.getElementById(box.getAttribute("data-table"));
+    box.addEventListener("change", function () { table.classList.toggle("all", box.checked); });
+  });
+})();
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+            f"<title>{_esc(title)}</title><style>{_STYLE}</style></head>\n<body>\n{body}\n"
+            f"<script>{_SCRIPT}</script>\n</body></html>\n")
+

@@ -1,0 +1,212 @@
+"""The search space of stage 2: the pool, the scorer and the record of every set scored.
+
+Every strategy (`workbench.search.strategies`, registered in `workbench.search.registry`)
+works through one `SearchSpace`: it asks the space to score head sets on the selection split
+(`evaluate`: exactly; `score_sets`: raced when `adaptive`), and the space scores each set
+once (strategies share its cache), records it (`records`: `strategy, size, heads,
+ablated_<objective>, n, d_<metric>`: the objective's value with the set removed, estimated as
+the clean mean over the whole selection split plus the set's gain; `n` the examples its gains
+rest on) and counts the forward-equivalents spent.
+
+With `adaptive=True` (the pipeline's default, `workbench.racing`) the sets a strategy compares
+are raced within each size: all on a first slice of the selection split, then only those whose
+interval still reaches the best lower bound of their size on more examples, up to all of them;
+knockout masks, which only rank heads, are scored on the first slice (`knockout_rows`). On
+planted models this gives the same best sets at 0.30-0.32 of the forward-equivalents
+(`bench/recall.py`, `docs/speed.md`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from workbench.config import KNOCKOUT_EXAMPLES
+from workbench.heads import Head
+from workbench.metrics.records import record
+from workbench.racing import ATOL, example_order, first_slice, interval, race
+from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.search.candidates import rank_order, sort_key
+from workbench.search.finalists import SCREEN_SHARE, default_budget
+from workbench.tables import head_name
+
+HeadTuple = tuple[Head, ...]
+
+
+def _names(heads: Iterable[Head]) -> str:
+    return ",".join(head_name(l, h) for l, h in sorted(heads))
+
+
+@dataclass
+class SearchSpace:
+    """What a strategy works with: the candidate pool, the scorer, and the record of sets.
+
+    Strategies call `evaluate(sets, strategy)`, which scores new sets on the selection split
+    in batches, records every requested set and returns their sort keys.
+    """
+
+    scorer: MaskScorer
+    candidates: list[Head]
+    objective: str
+    secondary: str | None
+    rank_by: str = "objective"
+    max_size: int = 3
+    top_m: int = 8
+    beam_width: int = 4
+    n_masks: int | None = None
+    knockout_p: float | None = None
+    seed: int = 0
+    progress: bool = False
+    pool: list[Head] | None = None
+    budget: int | None = None
+    screen_share: float = SCREEN_SHARE
+    knockout_examples: int | None = KNOCKOUT_EXAMPLES
+    adaptive: bool = False
+    ci: float = 0.95
+    records: list[dict] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
+    forward_eq: float = 0.0
+    _cache: dict[HeadTuple, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def model(self):
+        return self.scorer.model
+
+    @property
+    def order(self) -> tuple[str, str | None]:
+        """The metrics sets are ranked by: (first, tie-break)."""
+        return rank_order(self.objective, self.secondary, self.rank_by)
+
+    @property
+    def n_heads(self) -> int:
+        return self.model.cfg.n_layers * self.model.cfg.n_heads
+
+    @property
+    def regression_target(self) -> str:
+        """The metric a regression on knockout masks fits: the objective, or the secondary
+        metric when the objective is a 0/1 score per example (its record is `coarse`: a mean
+        of 0/1 values over few examples is too coarse to regress on)."""
+        coarse = record(self.objective, getattr(self.scorer, "metric", None)).coarse
+        return self.secondary if coarse and self.secondary else self.objective
+
+    def pool_heads(self) -> list[Head]:
+        """The search pool (`pool`: heads whose single removal does not clearly hurt, see
+        `workbench.search.candidates.search_pool`), else every head, in layer order."""
+        if self.pool is not None:
+            return list(self.pool)
+        cfg = self.model.cfg
+        return [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+
+    def search_budget(self) -> int:
+        """`budget`, else `workbench.search.finalists.default_budget` for this model."""
+        return self.budget if self.budget is not None else default_budget(self.n_heads,
+                                                                           self.max_size)
+
+    def gains(self, sets: Sequence[Iterable[Head]], metric: str) -> list[float]:
+        """The recorded gain on `metric` of each of `sets` (scored before)."""
+        return [self._cache[tuple(sorted(set(s)))][metric] for s in sets]
+
+    @staticmethod
+    def head_names(heads: Iterable[Head]) -> list[str]:
+        """`["L1H2", ...]` for `heads`, in the order given."""
+        return [head_name(l, h) for l, h in heads]
+
+    @property
+    def n_examples(self) -> int:
+        return int(next(iter(self.scorer.clean().values())).shape[0])
+
+    def first_rows(self) -> torch.Tensor:
+        """The examples of the first racing look (`workbench.racing`), in racing order."""
+        n = self.n_examples
+        return example_order(n, self.seed)[: first_slice(n)]
+
+    def knockout_rows(self) -> torch.Tensor:
+        """The examples the interaction search's knockouts are scored on when `adaptive`: the
+        first `knockout_examples` in racing order (all of a smaller split; None: the first
+        racing slice, `first_rows`)."""
+        n = self.n_examples
+        return example_order(n, self.seed)[: first_slice(n, self.knockout_examples)]
+
+    def evaluate(
+        self, sets: Sequence[Iterable[Head]], strategy: str, rows: torch.Tensor | None = None
+    ) -> list[tuple]:
+        """Score head sets (once each, cached), record them, return their sort keys.
+
+        With `rows` the sets are scored on those examples only (and recorded with their `n`);
+        a set cached from fewer examples than asked is scored again.
+        """
+        sets = [tuple(sorted(set(s))) for s in sets]
+        n_ex = self.n_examples
+        want = n_ex if rows is None else len(rows)
+        new = list(dict.fromkeys(s for s in sets if self._cache.get(s, {}).get("n", -1) < want))
+        if new:
+            clean = self.scorer.clean()
+            kw = {} if rows is None else {"rows": rows}
+            scores = self.scorer.score(masks_of(self.model, new), self.progress, strategy, **kw)
+            picked = {m: c if rows is None else c[rows.to(c.device)] for m, c in clean.items()}
+            gains = {m: torch.nanmean(v - picked[m][None], dim=-1) for m, v in scores.items()}
+            self.forward_eq += len(new) * want / n_ex
+            self._store(new, {m: g.cpu().numpy() for m, g in gains.items()}, [want] * len(new))
+        return self._record(sets, strategy)
+
+    def score_sets(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
+        """Score sets to compare them: raced when `adaptive` (`race_sets`), else exactly."""
+        return self.race_sets(sets, strategy) if self.adaptive else self.evaluate(sets, strategy)
+
+    def race_sets(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
+        """Race sets of each size on the objective (`workbench.racing.race`): a set stops once
+        its interval lies below the best lower bound of its size; the others see every
+        example. Sort keys rank sets that saw every example first.
+        """
+        sets = [tuple(sorted(set(s))) for s in sets]
+        n_ex = self.n_examples
+        new = list(dict.fromkeys(s for s in sets if self._cache.get(s, {}).get("n", -1) < n_ex))
+        if new:
+            first = self.order[0]
+            sizes = torch.tensor([len(s) for s in new])
+
+            def open_fn(means, ses, z, active):
+                lo, hi = interval(means[first].cpu(), ses[first].cpu(), z)
+                of_size = sizes[active]
+                still = torch.ones(len(active), dtype=torch.bool)
+                for k in of_size.unique().tolist():
+                    mine = of_size == k
+                    best_lo = torch.nan_to_num(lo[mine], nan=-math.inf).max()
+                    still[mine] = ~(hi[mine] < best_lo - ATOL)
+                return still
+
+            result = race(self.scorer, masks_of(self.model, new), open_fn, self.seed, self.ci,
+                          progress=self.progress, desc=strategy)
+            self.forward_eq += result.forward_eq
+            means = {m: v.cpu().numpy() for m, v in result.means().items()}
+            self._store(new, means, result.n.tolist())
+        return self._record(sets, strategy)
+
+    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int]) -> None:
+        clean_mean = float(torch.nanmean(self.scorer.clean()[self.objective].float()))
+        for i, s in enumerate(new):
+            entry = {m: float(gains[m][i]) for m in gains}
+            entry["score"] = clean_mean + entry[self.objective]
+            entry["n"] = int(ns[i])
+            self._cache[s] = entry
+
+    def _record(self, sets: list[HeadTuple], strategy: str) -> list[tuple]:
+        keys = []
+        n_ex = self.n_examples
+        for s in sets:
+            entry = self._cache[s]
+            self.records.append(
+                {
+                    "strategy": strategy,
+                    "size": len(s),
+                    "heads": _names(s),
+                    f"ablated_{self.objective}": entry["score"],
+                    "n": entry["n"],
+                    **{f"d_{m}": v for m, v in entry.items() if m not in ("score", "n")},
+                }
+            )
+            keys.append((entry["n"] == n_ex, *sort_key(entry, *self.order)))
+        return keys

@@ -1,0 +1,215 @@
+"""The task file format: its header and example fields, and the rules every record follows.
+
+This module checks plain JSON records, one header and one example at a time, and knows
+nothing of `Task` or of tokenizers: `workbench.tasks.task` builds its `Example`s and `Task` from
+what `check_header` and `check_example` return, for task files and tables alike (tables are
+turned into records by `workbench.tasks.builders`). `tasks/README.md` is the reference for users.
+
+A task file is UTF-8 JSONL (a byte-order mark at the start is accepted). The first line may be
+a header `{"task": {...}}`; its keys are `HEADER_KEYS` (a misspelt key is an error listing the
+known ones), each of its JSON type (`"prepend_bos": "false"` is an error, not true):
+
+- `name`, `description`, `source` (the script that generated the file): strings;
+- `metric`: the one CEL improves by default, one of `workbench.tasks.task.METRIC_NAMES`;
+- `answer_scope`: an `AnswerScope`, `vocab` (accuracy is the argmax over the whole vocabulary)
+  or `candidates` (over `candidates`, or each example's answers and wrong answers when no list
+  is given); `candidates`: a list of strings or null, only with `answer_scope: candidates`
+  (with `vocab` it would be ignored, so it is an error);
+- `prepend_bos`: a JSON boolean or null. Null (default): a prompt's ids are exactly its
+  model's own tokenizer's (`tokenizer(prompt)`); true / false force a BOS on or off;
+- `per_tokenizer`: how the task is fitted to a model's tokenizer (`workbench.tasks.fit`);
+- `answer_tokens`: an `AnswerTokens`, `single` (default: every answer is one token in
+  context) or `multi` (first-token metrics plus teacher-forced sequence metrics);
+- `checks`: structural checks run once tokenized (`workbench.tasks.task.CHECKS`, e.g. `year_split`);
+- `answers_in_context`: a JSON boolean, default true; false encodes answers alone, for a task
+  whose answer tokens are fixed by the task (greater-than's 100 two-digit tokens). No boundary
+  rule is then checked, so pair it with a structural check of the prompt (`year_split`);
+- `split_by`: a `SplitBy`, `example` (default) or `group`: examples without a `split` are
+  split at random by example, or by `group` so that no group is in both splits;
+- `meta`: a free-form object.
+
+Every other line is one example (`EXAMPLE_KEYS`; only `prompt` and `answer` are required):
+
+    {"id": "ex-17", "prompt": "...", "answer": " Mary" | [" Mary", ...],
+     "wrong": [" John"], "roles": ["subject", ...], "split": "select" | "heldout",
+     "group": "unmarked", "counterfactual": "...", "meta": {...}}
+
+`roles` label each prompt token (BOS excluded); `counterfactual` is a prompt of the same
+token length whose run supplies resample ablation's activations.
+
+The rules checked here, each failure one error line naming the line (or table row), the
+example id and the fix:
+
+- `prompt` is a non-empty string that never ends with whitespace, and so is `counterfactual`
+  (it stands in for the prompt). The answer is predicted after the prompt's last token and
+  carries its own leading space: a byte-level BPE tokenizer (GPT-2, SmolLM2) makes a trailing
+  space a token of its own, so "Counting: eight, nine, ten, " + " eleven" would be scored
+  after a lone " " token, a context the model hardly ever saw. The boundary rule checked once
+  a tokenizer is known (`workbench.tasks.ids`) cannot see this: the prompt's tokens are a
+  prefix of the text's, and " eleven" is one token after them;
+- `answer` and `wrong` are non-empty strings or non-empty lists of them; no text is listed
+  twice (it would count twice in a `logsumexp`) and none is both an answer and a wrong answer;
+- `split` is `select` or `heldout`; `roles` is a list of strings; `meta` is an object;
+- the header's keys and types as above, and `candidates` only with `answer_scope: candidates`.
+
+`workbench.tasks.task` adds the rules that span examples (unique ids, named on a duplicate; the
+wrong answers a metric needs; groups and splits; answers among the candidates) and the
+option values (through `workbench.options.choose`).
+"""
+
+from __future__ import annotations
+
+from workbench.errors import WorkbenchError
+from workbench.options import AnswerScope
+
+SPLITS = ("select", "heldout")
+# Header key -> the JSON types it may hold (None: null).
+HEADER_KEYS: dict[str, tuple] = {
+    "name": (str,),
+    "description": (str,),
+    "metric": (str,),
+    "answer_scope": (str,),
+    "candidates": (list, type(None)),
+    "source": (str,),
+    "prepend_bos": (bool, type(None)),
+    "per_tokenizer": (str,),
+    "answer_tokens": (str,),
+    "checks": (list,),
+    "split_by": (str,),
+    "answers_in_context": (bool,),
+    "meta": (dict,),
+}
+EXAMPLE_KEYS = (
+    "id", "prompt", "answer", "wrong", "roles", "split", "group", "counterfactual", "meta"
+)  # fmt: skip
+# The example fields that hold a list (a table cell may be split into one).
+LIST_FIELDS = ("answer", "wrong", "roles")
+
+
+def check_header(header, where: str) -> dict:
+    """A task header, checked: known keys only, each of its documented JSON type, and
+    `candidates` only with `answer_scope: candidates`."""
+    if not isinstance(header, dict):
+        raise WorkbenchError(f"{where}: 'task' header must be an object")
+    unknown = sorted(set(header) - set(HEADER_KEYS))
+    if unknown:
+        raise WorkbenchError(
+            f"{where}: unknown task header keys {unknown}; known keys: {list(HEADER_KEYS)}"
+        )
+    for key, value in header.items():
+        types = HEADER_KEYS[key]
+        # bool is a subclass of int in Python, so check the exact JSON type.
+        if not any(type(value) is t for t in types):
+            names = [("null" if t is type(None) else t.__name__) for t in types]
+            raise WorkbenchError(
+                f"{where}: task header {key!r} must be {' or '.join(names)}; got {value!r} "
+                f"({type(value).__name__})"
+            )
+    for key in ("candidates", "checks"):
+        value = header.get(key)
+        if value is not None and not all(isinstance(v, str) for v in value):
+            raise WorkbenchError(f"{where}: task header {key!r} must be a list of strings")
+    if header.get("candidates") and header.get("answer_scope", "vocab") == AnswerScope.VOCAB:
+        raise WorkbenchError(
+            f"{where}: the header lists candidates but answer_scope is 'vocab', which ignores "
+            "them; set answer_scope to 'candidates', or candidates to null"
+        )
+    return header
+
+
+def check_example(obj, where: str, index: int) -> dict:
+    """One example record (a line of a task file, or a table row), checked against the rules
+    above; an error names `where`, the example's id and the fix.
+
+    Returns:
+        The fields of a `workbench.tasks.task.Example`: `id` (the record's, as a string, or
+        `index`), `prompt`, `answers` and `wrong` (tuples), `roles` (a tuple or None),
+        `split`, `group` (a string or None), `counterfactual`, `meta`.
+    """
+    if not isinstance(obj, dict):
+        raise WorkbenchError(f"{where}: each line must be a JSON object; got {type(obj).__name__}")
+    ex_id = str(obj.get("id", index))
+    where = f"{where}, example {ex_id!r}"
+    unknown = sorted(set(obj) - set(EXAMPLE_KEYS))
+    if unknown:
+        raise WorkbenchError(
+            f"{where}: unknown example fields {unknown}; known fields: {list(EXAMPLE_KEYS)} "
+            "(put free-form data under 'meta')"
+        )
+    for key in ("prompt", "answer"):
+        if key not in obj:
+            raise WorkbenchError(f"{where}: missing field {key!r} (required: 'prompt', 'answer')")
+    prompt = obj["prompt"]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise WorkbenchError(f"{where}: 'prompt' must be a non-empty string; got {prompt!r}")
+    answers = _texts(obj["answer"], "answer", where)
+    wrong = _texts(obj["wrong"], "wrong", where) if obj.get("wrong") else ()
+    both = [w for w in wrong if w in answers]
+    if both:
+        raise WorkbenchError(
+            f"{where}: {both[0]!r} is both an answer and a wrong answer; keep it in one list"
+        )
+    _check_no_trailing_space(prompt, "prompt", answers, where)
+    split = obj.get("split")
+    if split is not None and split not in SPLITS:
+        raise WorkbenchError(f"{where}: split {split!r} is unknown; expected one of {SPLITS}")
+    roles = obj.get("roles")
+    if roles is not None and not (
+        isinstance(roles, list) and all(isinstance(r, str) for r in roles)
+    ):
+        raise WorkbenchError(f"{where}: 'roles' must be a list of strings")
+    counterfactual = obj.get("counterfactual")
+    if counterfactual is not None:
+        if not isinstance(counterfactual, str) or not counterfactual.strip():
+            raise WorkbenchError(f"{where}: 'counterfactual' must be a non-empty string")
+        _check_no_trailing_space(counterfactual, "counterfactual", answers, where)
+    meta = obj.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise WorkbenchError(f"{where}: 'meta' must be an object; got {meta!r}")
+    return {
+        "id": ex_id,
+        "prompt": prompt,
+        "answers": answers,
+        "wrong": wrong,
+        "roles": tuple(roles) if roles is not None else None,
+        "split": split,
+        "group": None if obj.get("group") is None else str(obj["group"]),
+        "counterfactual": counterfactual,
+        "meta": meta,
+    }
+
+
+def _texts(value, what: str, where: str) -> tuple[str, ...]:
+    """An `answer` or `wrong` field as a tuple of distinct non-empty strings."""
+    texts = [value] if isinstance(value, str) else value
+    if not (isinstance(texts, list) and texts and all(isinstance(v, str) and v for v in texts)):
+        raise WorkbenchError(
+            f"{where}: {what!r} must be a string or a non-empty list of strings, none of them "
+            f"empty; got {value!r}"
+        )
+    repeated = [t for i, t in enumerate(texts) if t in texts[:i]]
+    if repeated:
+        raise WorkbenchError(f"{where}: {what!r} lists {repeated[0]!r} twice; list it once")
+    return tuple(texts)
+
+
+def _check_no_trailing_space(text: str, what: str, answers: tuple[str, ...], where: str) -> None:
+    """The rule that a prompt (or counterfactual) never ends with whitespace: the answer
+    carries its own leading space (see the module docstring for why)."""
+    stripped = text.rstrip()
+    if stripped == text:
+        return
+    space = text[len(stripped) :]
+    if what == "prompt":
+        answer = answers[0] if answers[0][:1].isspace() else space + answers[0]
+        fix = (
+            f"move the whitespace into the answer: prompt ending {stripped[-30:]!r}, answer "
+            f"{answer!r} (every answer and wrong answer starts with it)"
+        )
+    else:
+        fix = f"end the {what} at {stripped[-30:]!r}, as the prompt ends"
+    raise WorkbenchError(
+        f"{where}: the {what} ends with whitespace {space!r}, which byte-level BPE tokenizers "
+        "(GPT-2, SmolLM2) make a token of its own, so the answer would be predicted after a "
+        f"lone {space!r} token; {fix}"
+    )

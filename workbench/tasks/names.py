@@ -1,0 +1,53 @@
+"""The task names the workbench knows: the task files in `tasks/`, checked without torch.
+
+A typo in `--task` should cost a second and name the task that was probably meant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.options import did_you_mean
+
+TASKS_DIR = Path(__file__).resolve().parent.parent.parent / "tasks"
+
+
+def task_names() -> list[str]:
+    """The names of the task files in `tasks/`."""
+    return sorted(p.stem for p in TASKS_DIR.glob("*.jsonl")) if TASKS_DIR.is_dir() else []
+
+
+def own_tasks(model: str) -> tuple[list[str], list[str] | None]:
+    """The tasks a model is swept on when none are named, and their side tasks.
+
+    The embedded model family has its own language: its default task (`workbench.zoo`) with the
+    zoo's side tasks. Every other model (hub names, the shipped real models, local folders) gets
+    the hub tasks, each with the others as side tasks (None: the sweep's other tasks).
+    """
+    from workbench.zoo import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
+
+    if model in EMBEDDED_FAMILY:
+        return [DEFAULT_TASK], list(SIDE_TASKS)
+    return hub_task_names(), None
+
+
+def hub_task_names() -> list[str]:
+    """The task files of `tasks/` written for pretrained language models (not the embedded
+    model's language)."""
+    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
+
+    embedded = {DEFAULT_TASK, *SIDE_TASKS}
+    return [t for t in task_names() if t not in embedded]
+
+
+def check_task_name(name: str) -> None:
+    """Raise `WorkbenchError` unless `name` is a task file or a task in `tasks/`."""
+    if Path(name).expanduser().is_file() or (TASKS_DIR / f"{name}.jsonl").is_file():
+        return
+    known = task_names()
+    hint = did_you_mean(name, known)
+    raise WorkbenchError(
+        f"task {name!r} is neither a file nor a task in {TASKS_DIR}{hint} (known tasks: "
+        f"{', '.join(known)})"
+    )

@@ -1,0 +1,461 @@
+"""Tasks: `Example`, `Task`, and the ways to make one, from a task file (`load_task`) or a
+table (`Task.from_records`, `from_dataframe`, `from_csv`, `from_hf_dataset`).
+
+A task is a named list of prompts with known next-token answers, and how to score them. The
+file format, and the rules each header and example record follows, are
+`workbench.tasks.format` (the reference for users: `tasks/README.md`); a table is read into
+the same records by `workbench.tasks.builders`, so a built task passes the same checks and behaves
+exactly like a loaded one. This module adds the rules that span a task, each failure one error
+line: unique ids (a duplicate names the id and where it was first used), option values
+(`metric`, `AnswerScope`, `AnswerTokens`, `SplitBy`, `per_tokenizer`, through
+`workbench.options.choose`, stored as plain strings), the `wrong` answers a metric needs,
+groups that never cross splits, answers among the candidates. Examples without a `split` are
+assigned to the selection or held-out split by a seeded permutation (of examples, or of
+groups), so the split never depends on file order.
+
+The structural checks (`CHECKS`) are rules on an example's tokens, run once a model's
+tokenizer is known (`workbench.tasks.ids`). Encoding a task for a model is
+`workbench.tasks.encoding`; fitting it to a model's tokenizer, `workbench.tasks.fit`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.metrics.records import metric_names, names_where
+from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
+from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
+from workbench.tasks.format import SPLITS, check_example, check_header
+from workbench.tasks.names import TASKS_DIR
+
+# The metrics a task can name, and those that compare the answers with the `wrong` answers (so
+# need them on every example): from the metrics' records (`workbench.metrics.records`).
+METRIC_NAMES = metric_names()
+NEEDS_WRONG = names_where("needs_wrong")
+# The per-tokenizer constructions a task header can name; `workbench.tasks.fit.FITS` implements
+# each (a test checks they match).
+PER_TOKENIZER = ("drop_unfit", "greater_than", "digits")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt and its answer(s)."""
+
+    id: str
+    prompt: str
+    answers: tuple[str, ...]
+    wrong: tuple[str, ...] = ()
+    roles: tuple[str, ...] | None = None
+    split: str | None = None
+    group: str | None = None
+    counterfactual: str | None = None
+    meta: dict | None = field(default=None, compare=False)
+
+
+@dataclass
+class Task:
+    """A named list of examples and how to score them.
+
+    The option fields are validated (a misspelt value is an error naming the option and its
+    values) and stored as plain strings, so a task's fingerprint does not depend on whether
+    an option was given as a string or as its `Option` member.
+
+    Attributes:
+        name: the task's name (its file stem for files in `tasks/`).
+        examples: the examples, every one with a split.
+        metric: the metric CEL improves by default; one of `METRIC_NAMES`.
+        answer_scope: an `AnswerScope` value, `"vocab"` or `"candidates"` (see
+            `workbench.tasks.format`).
+        candidates: the shared candidate answers, when `answer_scope == "candidates"`.
+        answer_tokens: an `AnswerTokens` value, `"single"` or `"multi"`.
+        checks: structural checks (names in `CHECKS`) run when the task is encoded.
+        split_by: a `SplitBy` value, `"example"` or `"group"`: the unit a random split keeps
+            together.
+        answers_in_context: encode answers after their prompt (True) or alone (False).
+        prepend_bos: None: a prompt's ids are its model's own tokenizer's; True / False: a
+            BOS is forced on or off.
+        per_tokenizer: a name in `PER_TOKENIZER`: how the task is fitted to a model's
+            tokenizer when encoded (see `workbench.tasks.fit`), or None.
+        file: the absolute path of the JSONL file `load_task` read it from (None for a task
+            built in memory). Where a task was read from is not what it is: `file` is left
+            out of equality and of `workbench.results.fingerprint.task_fingerprint`.
+    """
+
+    name: str
+    examples: list[Example]
+    metric: str = "accuracy"
+    answer_scope: str = "vocab"
+    candidates: tuple[str, ...] | None = None
+    description: str = ""
+    source: str = ""
+    prepend_bos: bool | None = None
+    meta: dict = field(default_factory=dict)
+    answer_tokens: str = "single"
+    checks: tuple[str, ...] = ()
+    split_by: str = "example"
+    answers_in_context: bool = True
+    per_tokenizer: str | None = None
+    file: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.examples:
+            raise WorkbenchError(f"task {self.name!r} has no examples")
+        task = f"task {self.name!r}:"
+        self.metric = choose(self.metric, METRIC_NAMES, f"{task} metric")
+        self.answer_scope = choose(self.answer_scope, AnswerScope, f"{task} answer_scope").value
+        self.answer_tokens = choose(self.answer_tokens, AnswerTokens, f"{task} answer_tokens").value
+        self.split_by = choose(self.split_by, SplitBy, f"{task} split_by").value
+        if self.per_tokenizer is not None:
+            self.per_tokenizer = choose(self.per_tokenizer, PER_TOKENIZER, f"{task} per_tokenizer")
+        self.checks = tuple(self.checks)
+        unknown = [c for c in self.checks if c not in CHECKS]
+        if unknown:
+            raise WorkbenchError(
+                f"{task} checks {unknown} are unknown; expected names in {sorted(CHECKS)}"
+            )
+        ids = [e.id for e in self.examples]
+        if len(set(ids)) != len(ids):
+            seen: set[str] = set()
+            repeated = list(dict.fromkeys(i for i in ids if i in seen or seen.add(i)))
+            raise WorkbenchError(
+                f"{task} duplicate example ids {repeated[:5]}; give each example its own id"
+            )
+        if self.metric in NEEDS_WRONG:
+            lacking = [e.id for e in self.examples if not e.wrong]
+            if lacking:
+                raise WorkbenchError(
+                    f"{task} metric {self.metric} needs 'wrong' answers on every example; "
+                    f"examples {lacking[:5]} have none (add them, or use metric 'accuracy' "
+                    "or 'logprob')"
+                )
+        if self.split_by == SplitBy.GROUP:
+            _check_groups(self.name, self.examples)
+        if self.answer_scope == AnswerScope.CANDIDATES and self.candidates:
+            for e in self.examples:
+                missing = [a for a in e.answers if a not in self.candidates]
+                if missing:
+                    raise WorkbenchError(
+                        f"task {self.name!r}, example {e.id!r}: answer {missing[0]!r} is not "
+                        f"in the task's candidates {list(self.candidates)[:8]}; with "
+                        "answer_scope 'candidates' every answer must be one of them"
+                    )
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def subset(self, split: str | None) -> "Task":
+        """The examples of one split (`"select"`, `"heldout"`), or all when `split` is None."""
+        if split is None:
+            return self
+        if split not in SPLITS:
+            raise WorkbenchError(f"split {split!r} is unknown; expected one of {SPLITS} or None")
+        examples = [e for e in self.examples if e.split == split]
+        if not examples:
+            raise WorkbenchError(f"task {self.name!r} has no examples in split {split!r}")
+        return replace(self, examples=examples)
+
+    def head(self, n: int) -> "Task":
+        """The first `n` examples (handy for quick runs)."""
+        return replace(self, examples=self.examples[:n])
+
+    def sample_per_split(self, n: int | None, seed: int = 0) -> "Task":
+        """`n` examples of each split drawn at random (seeded), kept in file order; all when
+        `n` is None or a split has no more. A sample, not the first `n`: task files are often
+        sorted (greater-than by start year), so the first examples are not typical."""
+        if n is None:
+            return self
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise WorkbenchError(f"examples per split must be a positive integer; got {n!r}")
+        rng = np.random.default_rng(seed)
+        keep: set[int] = set()
+        for split in sorted({str(e.split) for e in self.examples}):
+            idx = [i for i, e in enumerate(self.examples) if str(e.split) == split]
+            keep.update(idx if len(idx) <= n else
+                        (idx[int(j)] for j in rng.choice(len(idx), n, replace=False)))
+        return replace(self, examples=[e for i, e in enumerate(self.examples) if i in keep])
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.examples]
+
+    @property
+    def has_counterfactuals(self) -> bool:
+        return all(e.counterfactual is not None for e in self.examples)
+
+    @classmethod
+    def from_records(
+        cls,
+        records,
+        name: str = "task",
+        columns: dict[str, str] | None = None,
+        list_sep: str | None = None,
+        seed: int = 0,
+        heldout_fraction: float = 0.5,
+        **header,
+    ) -> "Task":
+        """A task from an iterable of dicts (one per example), checked like a task file.
+
+        Args:
+            records: the examples, as mappings from column name to value.
+            name: the task's name.
+            columns: task field -> source column, for columns named otherwise; columns not
+                mapped and not named like a task field are ignored.
+            list_sep: split string cells of `answer`, `wrong` and `roles` on this separator
+                (e.g. `"|"` for a CSV cell `" Paris| paris"`); None keeps them whole.
+            seed, heldout_fraction: as in `load_task`, for rows without a `split`.
+            **header: task header options (`metric`, `answer_scope`, `candidates`, `split_by`,
+                `answer_tokens`, `checks`, `prepend_bos`, ...), strings or `Option` members,
+                checked like a file's header.
+
+        Raises:
+            WorkbenchError: naming the row, for a missing column or a value that breaks a
+                rule of the task format.
+
+        Example:
+            >>> Task.from_records(rows, columns={"prompt": "q", "answer": "a", "group": "fact"},
+            ...                   name="facts", split_by=SplitBy.GROUP)
+        """
+        header = {k: _header_value(v) for k, v in header.items()}
+        header = check_header({"name": name, **header}, f"task {name!r}")
+        rows = table_records(records, columns, list_sep, name)
+        if not rows:
+            raise WorkbenchError(f"task {name!r} has no rows")
+        located = [(f"task {name!r} row {i}", row) for i, row in enumerate(rows)]
+        return _task_from_lines(header, located, name, seed, heldout_fraction)
+
+    @classmethod
+    def from_dataframe(cls, df, name: str = "task", **kwargs) -> "Task":
+        """A task from a pandas DataFrame, one row per example (see `from_records`)."""
+        return cls.from_records(dataframe_rows(df), name=name, **kwargs)
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike, name: str | None = None, **kwargs) -> "Task":
+        """A task from a CSV file with a header row (see `from_records`; `name` defaults to
+        the file's stem). Cells are read as strings, so ids and groups keep leading zeros."""
+        return cls.from_records(csv_rows(path), name=name or Path(path).stem, **kwargs)
+
+    @classmethod
+    def from_hf_dataset(
+        cls, path_or_dataset, name: str | None = None, hf_split: str | None = None, **kwargs
+    ) -> "Task":
+        """A task from a Hugging Face dataset saved on disk (`Dataset.save_to_disk`), or a
+        `datasets.Dataset` / `DatasetDict` in memory; nothing is downloaded. `hf_split` picks
+        the split of a `DatasetDict` (required when there are several); `name` defaults to
+        the folder's name; other arguments as in `from_records`."""
+        rows, default_name = hf_dataset_rows(path_or_dataset, hf_split)
+        return cls.from_records(rows, name=name or default_name, **kwargs)
+
+
+def _header_value(value):
+    """A header option given in Python as its JSON value: an `Option` member as its string,
+    a tuple as a list."""
+    if isinstance(value, Option):
+        return value.value
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _check_groups(name: str, examples: list[Example]) -> None:
+    """With `split_by="group"`: every example has a group, and no group is in both splits."""
+    missing = [e.id for e in examples if e.group is None]
+    if missing:
+        raise WorkbenchError(
+            f"task {name!r} splits by group but examples {missing[:5]} have no 'group'; give "
+            "each example a group, or set split_by to 'example'"
+        )
+    seen: dict[str, str] = {}
+    for e in examples:
+        if e.split is None:
+            continue
+        first = seen.setdefault(e.group, e.split)
+        if first != e.split:
+            raise WorkbenchError(
+                f"task {name!r} splits by group but group {e.group!r} is in both splits "
+                f"(example {e.id!r} is {e.split!r}); give every example of a group the same "
+                "split, or leave 'split' out and let the loader split by group"
+            )
+
+
+def _assign_splits(
+    examples: list[Example], seed: int, heldout_fraction: float, by_group: bool = False
+) -> list[Example]:
+    """Give every example without a split one, by a seeded permutation of the examples (or
+    of their groups, keeping a group together; a group that already has a split keeps it)."""
+    missing = [i for i, e in enumerate(examples) if e.split is None]
+    if not missing:
+        return examples
+    rng = np.random.default_rng(seed)
+    out = list(examples)
+    if by_group:
+        fixed = {e.group: e.split for e in examples if e.split is not None}
+        units = list(
+            dict.fromkeys(examples[i].group for i in missing if examples[i].group not in fixed)
+        )
+        order = rng.permutation(len(units))
+        n_heldout = int(round(heldout_fraction * len(units)))
+        label = dict(fixed)
+        for rank, j in enumerate(order):
+            label[units[j]] = "heldout" if rank < n_heldout else "select"
+        for i in missing:
+            out[i] = replace(out[i], split=label[out[i].group])
+        return out
+    order = rng.permutation(len(missing))
+    n_heldout = int(round(heldout_fraction * len(missing)))
+    for rank, j in enumerate(order):
+        i = missing[j]
+        out[i] = replace(out[i], split="heldout" if rank < n_heldout else "select")
+    return out
+
+
+def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
+    """A task file path from a path or a name in `tasks/`."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    candidate = TASKS_DIR / f"{name_or_path}.jsonl"
+    if candidate.is_file():
+        return candidate
+    known = sorted(p.stem for p in TASKS_DIR.glob("*.jsonl")) if TASKS_DIR.is_dir() else []
+    raise WorkbenchError(
+        f"task {str(name_or_path)!r} is neither a file nor a task in {TASKS_DIR}; known tasks: "
+        f"{known}"
+    )
+
+
+def _task_from_lines(
+    header: dict,
+    lines: list[tuple[str, object]],
+    default_name: str,
+    seed: int,
+    heldout_fraction: float,
+) -> Task:
+    """A `Task` from a checked header and its example lines (each with where it comes from,
+    for errors); examples without a split get one."""
+    if not 0.0 < heldout_fraction < 1.0:
+        raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
+    examples: list[Example] = []
+    first_seen: dict[str, str] = {}
+    for where, obj in lines:
+        ex = Example(**check_example(obj, where, len(examples)))
+        if ex.id in first_seen:
+            raise WorkbenchError(
+                f"{where}: duplicate example ids: {ex.id!r} is already the id at "
+                f"{first_seen[ex.id]}; give each example its own 'id'"
+            )
+        first_seen[ex.id] = where
+        examples.append(ex)
+    name = header.get("name", default_name)
+    candidates = header.get("candidates")
+    split_by = header.get("split_by", SplitBy.EXAMPLE.value)
+    by_group = split_by == SplitBy.GROUP
+    if by_group:
+        _check_groups(name, examples)
+    return Task(
+        name=name,
+        examples=_assign_splits(examples, seed, heldout_fraction, by_group=by_group),
+        metric=header.get("metric", "accuracy"),
+        answer_scope=header.get("answer_scope", AnswerScope.VOCAB.value),
+        candidates=tuple(candidates) if candidates else None,
+        description=header.get("description", ""),
+        source=header.get("source", ""),
+        prepend_bos=header.get("prepend_bos"),
+        meta=dict(header.get("meta", {})),
+        answer_tokens=header.get("answer_tokens", AnswerTokens.SINGLE.value),
+        checks=tuple(header.get("checks", ())),
+        split_by=split_by,
+        answers_in_context=header.get("answers_in_context", True),
+        per_tokenizer=header.get("per_tokenizer"),
+    )
+
+
+def load_task(
+    name_or_path: str | os.PathLike, seed: int = 0, heldout_fraction: float = 0.5
+) -> Task:
+    """Load a task from `tasks/<name>.jsonl` or a JSONL path.
+
+    Args:
+        name_or_path: a task name in `tasks/` or the path of a task file.
+        seed: seeds the split of examples that carry no `split` field.
+        heldout_fraction: the fraction of such examples (or groups) put in the held-out split.
+
+    Raises:
+        WorkbenchError: naming the line and the example, for a file that breaks a rule of the
+            format (`workbench.tasks.format`, and the rules that span a task above).
+    """
+    if not 0.0 < heldout_fraction < 1.0:
+        raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
+    path = resolve_task_path(name_or_path)
+    try:
+        # utf-8-sig: a byte-order mark (Windows editors write one) is not part of line 1.
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise WorkbenchError(
+            f"task file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); save it "
+            "as UTF-8 JSON lines"
+        ) from None
+    lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
+    if not lines:
+        raise WorkbenchError(f"task file {str(path)!r} is empty; expected JSONL examples")
+    header: dict = {}
+    examples: list[tuple[str, object]] = []
+    for lineno, line in lines:
+        where = f"{path.name} line {lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise WorkbenchError(f"{where} is not valid JSON: {e.msg}") from None
+        if isinstance(obj, dict) and "task" in obj and "prompt" not in obj:
+            if examples or header:
+                raise WorkbenchError(f"{where}: the task header must be the first line")
+            if set(obj) != {"task"}:
+                raise WorkbenchError(
+                    f"{where}: the header line holds only 'task'; got keys {sorted(obj)}"
+                )
+            header = check_header(obj["task"], where)
+            continue
+        examples.append((where, obj))
+    if not examples:
+        raise WorkbenchError(f"task file {str(path)!r} has a header but no examples")
+    task = _task_from_lines(header, examples, path.stem, seed, heldout_fraction)
+    task.file = str(path.resolve())
+    return task
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural checks: rules a task's tokenization must follow for the task to mean anything.
+# Each takes (tokenizer, example, prompt ids without BOS, answer token lists) and raises a
+# WorkbenchError naming the example when the rule fails.
+
+Check = Callable[[object, Example, list[int], list[list[int]]], None]
+
+
+def _check_year_split(tok, ex: Example, prompt_ids: list[int], answers: list[list[int]]) -> None:
+    """Greater-than (Hanna et al.): the last four-digit year of the prompt must split as its
+    century + its two last digits, and the prompt must end with that century alone, so that the
+    answer (the end year's two digits) is the next token."""
+    years = re.findall(r"(?<!\d)(\d\d)(\d\d)(?!\d)", ex.prompt)
+    if not years:
+        raise WorkbenchError(f"example {ex.id!r}: check year_split finds no four-digit year")
+    century, yy = years[-1]
+    pieces = [p.strip() for p in tok.str_tokens(prompt_ids)]
+    if not any(pieces[i : i + 2] == [century, yy] for i in range(len(pieces) - 1)):
+        raise WorkbenchError(
+            f"example {ex.id!r}: the start year {century}{yy} is not split as century "
+            f"{century!r} + {yy!r} by this tokenizer (prompt tokens {tok.str_tokens(prompt_ids)})"
+            "; greater-than needs century + two-digit tokens"
+        )
+    if not pieces or pieces[-1] != century:
+        raise WorkbenchError(
+            f"example {ex.id!r}: the prompt's last token is {pieces[-1:]}, not the century "
+            f"{century!r}; greater-than needs the end year's century as its own token"
+        )
+
+
+CHECKS: dict[str, Check] = {"year_split": _check_year_split}
