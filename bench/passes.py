@@ -7,8 +7,8 @@ first look), times `score` for each family of masks under `share_prefix=False` (
 layer's masks in passes of their own, the computation before joined passes) and
 `share_prefix=None` (auto: joined passes, and shared prefixes where `sharing_pays`):
 
-- `random 1/2/3`: 50 seeded random sets of that size (`workbench.confirmation.baseline.random_head_sets`),
-  as the random baselines draw them;
+- `random 1/2/3`: 50 seeded random sets of that size
+  (`workbench.confirmation.baseline.random_head_sets`), as the random baselines draw them;
 - `scattered singles`: every sixth head alone, as screening's later looks score the heads
   still undecided;
 - `finalists`: the sets of up to 3 among 15 heads of the upper layers (capped at 300), as

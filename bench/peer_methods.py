@@ -24,7 +24,11 @@ from workbench.scoring.scorer import MaskScorer
 from workbench.screening.screen import screen_heads
 from workbench.search.candidates import search_pool
 from workbench.search.space import SearchSpace
-from workbench.search.strategies.compressed_sensing import compressed_sensing, lasso, lasso_alpha_max
+from workbench.search.strategies.compressed_sensing import (
+    compressed_sensing,
+    lasso,
+    lasso_alpha_max,
+)
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task

@@ -5,7 +5,7 @@ singles, OR pairs and an OR triple whose members alone change nothing) at fracti
 full budget `2.5 n + 500`, for sets of up to `--max-size` heads, on selection splits of 64
 examples (the planted default, 16 fillers) and 16 (4 fillers). Screening and the search run
 as `run_cel` runs them (raced); a size is found when its best set is the planted one. This is
-what `workbench.search.space.default_budget` rests on: the budget for pairs is half the one for
+what `workbench.search.finalists.default_budget` rests on: the budget for pairs is half the one for
 triples, and it does not shrink with the examples.
 
 `--cost`: `workbench cel` with and without `--quick` on a model (default: the embedded main

@@ -1,5 +1,5 @@
-"""Random baselines drawn in looks (`workbench.confirmation.baseline`): the exact share interval, the
-stopping rule's error rate, and the drawn sets' numbers against scoring every set."""
+"""Random baselines drawn in looks (`workbench.confirmation.baseline`): the exact share interval,
+the stopping rule's error rate, and the drawn sets' numbers against scoring every set."""
 
 from __future__ import annotations
 

@@ -174,7 +174,8 @@ def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     interaction = get_strategy("interaction")
-    monkeypatch.setitem(registry_module._REGISTRY, "interaction", replace(interaction, run=interrupt))
+    monkeypatch.setitem(registry_module._REGISTRY, "interaction",
+                        replace(interaction, run=interrupt))
     with pytest.raises(KeyboardInterrupt):
         run_cel(model, task, out_dir=out, **FAST)
     names = {p.name for p in out.iterdir()}

@@ -20,6 +20,7 @@ import workbench.cli.parser as cli
 from workbench.cli.demo import write_demo
 from workbench.config import CELConfig, auto_threads, resolve_threads
 from workbench.errors import WorkbenchError
+from workbench.loading.shipped import CACHE_ENV
 from workbench.results.result import CELResult
 
 FAST = ["--n-random", "20", "--n-boot", "100", "--quiet"]
@@ -118,8 +119,9 @@ def test_no_arguments_runs_the_embedded_model_and_its_tasks(
         (["cel", "--model", "embeded"], "unknown model 'embeded'; did you mean 'embedded'"),
         (["cel", "--model", "gtp2"], "unknown model 'gtp2'; did you mean 'gpt2'?"),
         (["cel", "--model", "gtp2", "--task", "ioi"], "did you mean 'gpt2'?"),
-        (["cel", "--model", "gtp2", "--task", "ioi"], "expected a GGUF file (.gguf), a "
-         "workbench checkpoint or Hugging Face folder, an embedded model"),
+        (["cel", "--model", "gtp2", "--task", "ioi"], "expected an embedded model (embedded, "
+         "embedded_llama, embedded_neox), a shipped model (smollm2-135m, gemma-3-270m), a GGUF "
+         "file (.gguf), a workbench checkpoint folder, a Hugging Face folder"),
         (["cel", "--model", "gpt2", "--task", "ioii"], "task 'ioii' is neither a file nor a "
          "task in"),
         (["cel", "--model", "gpt2", "--task", "ioii"], "did you mean 'ioi'?"),
@@ -648,12 +650,11 @@ def test_quiet_silences_a_real_gguf_conversion(tmp_path, monkeypatch, capsys):
     """A tiny GGUF file converted for real: its bars (the workbench's and transformers')
     show without `--quiet` and not with it."""
     from tests.test_gguf import write_tiny_gguf
-    from workbench.loading import gguf as gguf_loading
     from workbench.loading import load_model
 
     path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
     for quiet in (False, True):
-        monkeypatch.setenv(gguf_loading.CACHE_ENV, str(tmp_path / f"cache-{quiet}"))
+        monkeypatch.setenv(CACHE_ENV, str(tmp_path / f"cache-{quiet}"))
         capsys.readouterr()
         with commands.bars_off(quiet):
             load_model(path, device="cpu")

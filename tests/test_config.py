@@ -13,8 +13,8 @@ import pytest
 
 from workbench.config import CELConfig
 from workbench.errors import WorkbenchError
-from workbench.search.registry import strategy_list, strategy_names
 from workbench.options import AblationKind, ClusterMode, RankBy
+from workbench.search.registry import strategy_list, strategy_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_CONFIGS = sorted((REPO_ROOT / "tests" / "golden").glob("*/config.json"))

@@ -1,5 +1,5 @@
-"""Learned head gates (`workbench.search.strategies.gates`): the gated forward against finite differences and
-against `MaskScorer`, the hard-concrete samples, and the `gates` search strategy."""
+"""Learned head gates (`workbench.search.strategies.gates`): the gated forward against finite
+differences and against `MaskScorer`, the hard-concrete samples, and the `gates` search strategy."""
 
 from __future__ import annotations
 
@@ -16,11 +16,19 @@ from workbench.metrics.scores import METRICS, answer_logits
 from workbench.scoring.scorer import MaskScorer
 from workbench.screening.screen import screen_heads
 from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.search.finalists import default_budget
+from workbench.search.gate_training import (
+    GateSettings,
+    gate_hooks,
+    gate_search,
+    gated_scores,
+    hard_concrete,
+    open_probability,
+    train_gates,
+)
 from workbench.search.registry import strategies
 from workbench.search.space import SearchSpace
-from workbench.search.finalists import default_budget
 from workbench.search.strategies.gates import FWD_BWD_COST
-from workbench.search.gate_training import GateSettings, gate_hooks, gate_search, gated_scores, hard_concrete, open_probability, train_gates
 from workbench.stats import Stats
 from workbench.tasks.encoding import encode_task
 

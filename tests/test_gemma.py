@@ -24,6 +24,7 @@ import torch
 from tests.helpers import hf_checks_batch, hf_head_removed, loop_head_effects
 from tests.test_real_model import _real, _rows
 from workbench import WorkbenchError, ablated, compute_head_means, load_model
+from workbench.loading.shipped import CACHE_ENV
 from workbench.screening.screen import screen_heads
 from workbench.stats import Stats, helpful_agreement
 from workbench.tables import table_to_matrix
@@ -247,7 +248,7 @@ def test_damaged_gemma3_files_are_one_line(gemma3_file, tmp_path, monkeypatch):
     flipped byte in a vocabulary string (was "config file ... is not a valid JSON file")."""
     import workbench.loading.gguf as gguf_loading
 
-    monkeypatch.setenv(gguf_loading.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(gguf_loading, "read_gguf", lambda p: pytest.fail("read by transformers"))
     with open(gemma3_file, "rb") as f:
         head = f.read(50 * 2**20)
@@ -266,9 +267,8 @@ def test_unconvertible_architecture_is_refused_in_under_a_second(gemma3_file, tm
                                                                  monkeypatch):
     """The real 253 MB file, its architecture renamed to one transformers reads and
     TransformerLens does not convert: refused from the header (was 77 s of reading first)."""
-    import workbench.loading.gguf as gguf_loading
 
-    monkeypatch.setenv(gguf_loading.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     data = bytearray(gemma3_file.read_bytes())
     at = data.index(b"gemma3", 0, 200)  # general.architecture's value, the header's first key
     data[at : at + 6] = b"gemma4"

@@ -30,6 +30,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 import workbench.loading.gguf as gguf_loading
 from workbench import WorkbenchError, load_model
+from workbench.loading.shipped import CACHE_ENV
 
 N_LAYERS, D_MODEL, N_HEADS, D_MLP = 2, 32, 4, 64
 # fp32 through 2 layers; measured max |ours - transformers| log-softmax 2.1e-6 over the
@@ -215,7 +216,7 @@ def transformers_reading(path: Path):
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(gguf_loading.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
 
 
 def _max_diff(model, hf, tokenizer) -> tuple[float, float]:

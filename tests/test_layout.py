@@ -167,3 +167,46 @@ def test_public_functions_take_few_parameters():
             if n > MAX_PUBLIC_PARAMS:
                 wide[f"{name}.{node.name}"] = n
     assert wide == {}
+
+
+def _readme_layout() -> dict[str, str]:
+    """The README's layout table: each path named in a row's first cell -> the row's text."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("## Layout"):].split("\n## ")[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = line.split("|")
+        if len(cells) < 3 or not cells[1].strip().startswith("`"):
+            continue
+        for path in cells[1].replace("`", "").split(","):
+            rows[path.strip()] = line
+    return rows
+
+
+def _missing_from_layout(rows: dict[str, str], modules) -> list[str]:
+    """The modules of `workbench/` (paths relative to the repository) that the layout table
+    names neither as a path nor, under their package's row, as `` `module` ``."""
+    missing = []
+    for path in modules:
+        rel = path.relative_to(ROOT)
+        if str(rel) in rows or (rel.name == "__init__.py" and f"{rel.parent}/" in rows):
+            continue
+        parts = rel.with_suffix("").parts  # ("workbench", "search", "strategies", "gates")
+        named = False
+        for k in range(len(parts) - 1, 1, -1):  # the nearest package with a row
+            row = rows.get("/".join(parts[:k]) + "/")
+            if row is not None:
+                named = f"`{parts[-1] if rel.name != '__init__.py' else parts[-2]}`" in row \
+                    or f"`{'/'.join(parts[k:])}/`" in row or f"`{parts[k]}/`" in row
+                break
+        if not named:
+            missing.append(str(rel))
+    return missing
+
+
+def test_every_module_is_in_the_readme_layout_table():
+    rows = _readme_layout()
+    assert _missing_from_layout(rows, sorted(PACKAGE.rglob("*.py"))) == []
+    # the check can fail: a module the table does not name is reported
+    ghost = PACKAGE / "search" / "strategies" / "annealing.py"
+    assert _missing_from_layout(rows, [ghost]) == ["workbench/search/strategies/annealing.py"]

@@ -10,8 +10,8 @@ import torch
 
 from tests.helpers import assert_close
 from workbench import ablated, encode_task, evaluate
-from workbench.metrics.scores import METRICS, get_metric
 from workbench.metrics.records import METRIC_RECORDS, scored_names
+from workbench.metrics.scores import METRICS, get_metric
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import METRIC_NAMES, NEEDS_WRONG, Example, Task
 

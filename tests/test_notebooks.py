@@ -72,7 +72,7 @@ def _ids(paths):
 
 def test_notebooks_exist():
     stems = {p.name[:2] for p in NOTEBOOKS}
-    assert {"01", "02", "03", "04", "05", "06", "07"} <= stems, f"missing curated notebooks: {stems}"
+    assert {"01", "02", "03", "04", "05", "06", "07"} <= stems, f"missing notebooks: {stems}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))

@@ -26,7 +26,7 @@ def test_the_quick_preset_is_a_valid_config():
     assert set(QUICK) <= fields
     config = CELConfig(model="m", task="t", **QUICK)
     assert config.max_examples == 40 and config.max_size == 2
-    assert config.strategies == ("exhaustive",) and config.method.value == "attribution"
+    assert config.strategies == ("exhaustive",) and config.method == "attribution"
 
 
 @pytest.mark.parametrize("command", ["cel", "sweep"])

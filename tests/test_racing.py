@@ -27,8 +27,8 @@ from workbench.racing import (
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.screening.screen import ScreenRace, screen_heads, screen_scorer
 from workbench.search.candidates import best_sets, search_pool, select_candidates
-from workbench.search.space import SearchSpace, _names
 from workbench.search.registry import get_strategy
+from workbench.search.space import SearchSpace, _names
 from workbench.stats import Stats, percentile_of, share_at_least
 from workbench.tables import table_to_matrix
 from workbench.tasks.encoding import encode_task

@@ -19,9 +19,9 @@ from workbench.pipeline import screen_race_rule
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.screening.screen import ScreenRace, screen_heads, screen_scorer
 from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.search.finalists import default_budget
 from workbench.search.registry import get_strategy, strategies
 from workbench.search.space import SearchSpace
-from workbench.search.finalists import default_budget
 from workbench.stats import (
     Stats,
     bootstrap_weights,
@@ -178,9 +178,9 @@ def _search(pm, heads, strategy, **kw):
 # single, the backup's A and a noise head), as on a large model where more than `top_m`
 # heads look helpful alone; the OR members (single effect exactly 0) are not among them. So
 # exhaustive, greedy and beam find the single but not the pair or the triple; compressed
-# sensing (p = 5/24, 96 masks: a pair is knocked out together about 4 times) gives the pair
-# members no positive coefficient; the interaction search finds all three, and so do the
-# learned gates (`workbench.search.strategies.gates`: their push sees the members, the gradient at g = 1 not).
+# sensing (p = 5/24, 96 masks: a pair is knocked out together about 4 times) gives the pair members
+# no positive coefficient; the interaction search finds all three, and so do the learned gates
+# (`workbench.search.strategies.gates`: their push sees the members, the gradient at g = 1 not).
 EXPECTED = {
     "exhaustive": {1},
     "greedy": {1},

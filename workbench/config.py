@@ -133,7 +133,7 @@ class CELConfig:
             when None).
         search_budget: masks the interaction search may score on the selection split
             (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads,
-            half that when `max_size` <= 2 (`workbench.search.space.default_budget`).
+            half that when `max_size` <= 2 (`workbench.search.finalists.default_budget`).
         knockout_examples: with `adaptive`, the examples each knockout mask is scored on (the
             first in racing's order; `KNOCKOUT_EXAMPLES`); None: the first racing slice, as
             before issue 32. Without `adaptive`: every example.
@@ -166,8 +166,8 @@ class CELConfig:
             found set's gain. The `n` columns say what each number rests on. False scores
             every candidate on every example and draws every random set.
         random_looks: with `adaptive`, draw each random baseline's sets in looks
-            (`workbench.confirmation.baseline`: 50, 100, ... of the `n_random`) and stop once the share of
-            random sets at least as good as the found set is decided against `1 - ci`; the
+            (`workbench.confirmation.baseline`: 50, 100, ... of the `n_random`) and stop once the
+            share of random sets at least as good as the found set is decided against `1 - ci`; the
             percentile then rests on the sets drawn (`n_random` in the confirmation table).
             False draws all `n_random` sets.
     """

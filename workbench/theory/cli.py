@@ -5,10 +5,10 @@ tables, config and figures.
     workbench theory --quick              # CI: 4 seeds, 600 steps, a few seconds on one core
     workbench theory --sweep table --seeds 16 --out theory_table
 
-This module holds the subcommand's parser (`add_parser`, which `workbench.cli.parser` calls only when
-the command is `theory`, since it imports torch) and its body (`run`). Unlike the commands
-that load a language model, `--threads` defaults to 1: the theory model is tiny, and on it
-more threads only contend.
+This module holds the subcommand's parser (`add_parser`, which `workbench.cli.parser` calls only
+when the command is `theory`, since it imports torch) and its body (`run`). Unlike the commands that
+load a language model, `--threads` defaults to 1: the theory model is tiny, and on it more threads
+only contend.
 """
 
 from __future__ import annotations
