@@ -46,9 +46,9 @@ from workbench.search.candidates import (  # noqa: E402
     search_pool,
     select_candidates,
 )
+from workbench.search.finalists import default_budget  # noqa: E402
 from workbench.search.registry import strategies  # noqa: E402
 from workbench.search.space import SearchSpace  # noqa: E402
-from workbench.search.finalists import default_budget  # noqa: E402
 from workbench.stats import Stats  # noqa: E402
 
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}

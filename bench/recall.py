@@ -52,10 +52,10 @@ from workbench.pipeline import screen_race_rule  # noqa: E402
 from workbench.scoring.scorer import MaskScorer  # noqa: E402
 from workbench.screening.screen import ScreenRace, screen_scorer  # noqa: E402
 from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
-from workbench.search.registry import strategies
-from workbench.search.space import SearchSpace
 from workbench.search.finalists import default_budget
 from workbench.search.gate_training import GateSettings, gate_search, gated_scores, train_gates  # noqa: E402
+from workbench.search.registry import strategies
+from workbench.search.space import SearchSpace
 from workbench.stats import Stats  # noqa: E402
 from workbench.tasks.encoding import encode_task  # noqa: E402
 

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 from transformer_lens import HookedTransformer
 
 from workbench.errors import WorkbenchError
-from workbench.loading.shipped import shipped_names
 from workbench.loading.sources import HUB, find_source, refusal
+
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """`"auto"` (or None) picks cuda, then mps, then cpu; anything else is checked and returned."""
