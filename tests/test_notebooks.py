@@ -72,7 +72,8 @@ def _ids(paths):
 
 def test_notebooks_exist():
     stems = {p.name[:2] for p in NOTEBOOKS}
-    assert {"01", "02", "03", "04", "05", "06", "07"} <= stems, f"missing curated notebooks: {stems}"
+    want = {"01", "02", "03", "04", "05", "06", "07"}
+    assert want <= stems, f"missing curated notebooks: {stems}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
