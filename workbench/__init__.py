@@ -21,6 +21,7 @@ _EXPORTS = {
     "HeadSet": "workbench.heads",
     "Task": "workbench.tasks.task",
     "ablated": "workbench.ablation",
+    "compare": "workbench.results.compare",
     "compute_head_means": "workbench.ablation",
     "encode_task": "workbench.tasks.encoding",
     "evaluate": "workbench.metrics.scores",
@@ -44,6 +45,7 @@ __all__ = [
     "Task",
     "WorkbenchError",
     "ablated",
+    "compare",
     "compute_head_means",
     "encode_task",
     "evaluate",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:  # static checkers and IDEs see the real imports
     from workbench.loading.model import load_model
     from workbench.metrics.scores import evaluate, one_forward, summarize
     from workbench.pipeline import run_cel
+    from workbench.results.compare import compare
     from workbench.results.export import tidy
     from workbench.results.result import CELResult
     from workbench.screening.screen import screen_heads

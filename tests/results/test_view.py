@@ -12,7 +12,6 @@ one where it can).
 from __future__ import annotations
 
 import base64
-import os
 import re
 import shutil
 import subprocess
@@ -22,12 +21,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.browser import SKIP_REASON, offline_loads
+from tests.browser import chromium, headless
 from workbench import cli
+from workbench.results.interactive import interactive_available
 from workbench.results.view import VIEW_FILE, fmt_cell, interval_columns, write_view
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "embedded_main_job"
 TABLES = ("heads", "confirmation", "side_effects", "combos")
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 
 class _Page(HTMLParser):
@@ -101,7 +102,8 @@ def folder(tmp_path):
 
 
 def test_view_holds_every_csv_number_and_no_url(folder):
-    path = write_view(folder)
+    """The page without the interactive heatmap holds no URL at all."""
+    path = write_view(folder, interactive=False)
     assert path == folder / VIEW_FILE
     text = path.read_text(encoding="ascii")  # non-ASCII text is written as references
     lowered = text.lower()
@@ -194,37 +196,18 @@ def test_run_cel_writes_the_view_and_explain_adds_its_figures(tmp_path):
         assert f"src='data:image/png;base64,{data}'" in text
 
 
-def _chromium() -> str | None:
-    found = os.environ.get("WORKBENCH_CHROMIUM")
-    for name in CHROMIUM_NAMES:
-        found = found or shutil.which(name)
-    return found
-
-
-def _headless(exe: str, tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
-    """Run chromium headless on `url`, offline in effect (no background networking, no sync,
-    no component updates; the page's own policy forbids every load)."""
-    args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}", *extra, url]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, f"chromium failed ({proc.returncode}): {proc.stderr[-2000:]}"
-    return proc
-
-
 def test_view_in_headless_chromium(folder, tmp_path):
     """In a real browser the inline script runs: the per-head table is sorted by the objective
     (the file has it in CSV order), the counts say how many rows show, and a filter from the
     address hides the other rows."""
-    exe = _chromium()
+    exe = chromium()
     if exe is None:
-        pytest.skip("no headless chromium on PATH (Debian: apt-get install chromium; .ci/run "
-                    "installs it when run as root), so the page's script is not run here")
+        pytest.skip(SKIP_REASON)
     path = write_view(folder)
     heads = pd.read_csv(folder / "heads.csv")
     static = _parse(path.read_text())
     assert [i for i, _ in static.tables["heads"]] == list(range(len(heads)))  # CSV order
-    dom = _parse(_headless(exe, tmp_path, path.as_uri(), "--dump-dom").stdout)
+    dom = _parse(headless(exe, tmp_path, path.as_uri(), "--dump-dom").stdout)
     order = heads["d_accuracy"].sort_values(ascending=False, kind="stable").index.tolist()
     assert order != list(range(len(heads)))  # so only the script can have sorted it
     assert [i for i, _ in dom.tables["heads"]] == order
@@ -232,12 +215,12 @@ def test_view_in_headless_chromium(folder, tmp_path):
     for name in TABLES:
         n = len(pd.read_csv(folder / f"{name}.csv"))
         assert dom.texts[f"{name}-count"] == f"{n} of {n} rows"
-    filtered = _parse(_headless(exe, tmp_path, path.as_uri() + "#filter=L1H0",
+    filtered = _parse(headless(exe, tmp_path, path.as_uri() + "#filter=L1H0",
                                 "--dump-dom").stdout)
     assert filtered.texts["heads-count"] == f"1 of {len(heads)} rows"
     assert filtered.hidden_rows["heads"] == len(heads) - 1
     shot = tmp_path / "view.png"
-    _headless(exe, tmp_path, path.as_uri(), f"--screenshot={shot}", "--window-size=1200,1600")
+    headless(exe, tmp_path, path.as_uri(), f"--screenshot={shot}", "--window-size=1200,1600")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
 

@@ -1,5 +1,5 @@
 """The `workbench` command line: the parser and `main`. `cel` (the main job), `sweep`,
-`explain`, `view`, `theory`, `notebooks`.
+`explain`, `view`, `compare`, `theory`, `notebooks`.
 
     workbench                                  # = workbench cel with its defaults
     workbench cel --model gpt2 --task ioi --others induction --ablation mean --out cel_ioi
@@ -9,6 +9,7 @@
     workbench cel --model smollm2-135m --task ioi --quick   # a quick look, minutes
     workbench explain cel_ioi                  # (re)explain the best set of a results folder
     workbench view cel_ioi                     # (re)build cel_ioi/view.html, opens offline
+    workbench compare cel_smollm2 cel_gemma    # results folders side by side
     workbench theory --quick
     workbench notebooks
 
@@ -36,7 +37,9 @@ import os
 import sys
 
 from workbench.cli.commands import (
+    DEFAULT_COMPARE_OUT,
     DEFAULT_OUT,
+    compare_command,
     explain_command,
     notebooks_command,
     run_cel_command,
@@ -207,7 +210,30 @@ def _add_view_parser(subparsers) -> None:
         "writes it at the end of every run.",
     )
     p.add_argument("folder", metavar="DIR", help="a CEL results folder")
+    p.add_argument("--static", action="store_true",
+                   help="leave out the interactive per-head heatmap (plotly.js inlined, about "
+                   "5 MB), which is added when the extra [interactive] is installed; the PNG "
+                   "heatmap is always there")
     p.set_defaults(func=view_command)
+
+
+def _add_compare_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="results folders side by side (model families, ablations, tasks): one table, "
+        "one figure",
+        description="Compare CEL results folders: every confirmed set of each run with its "
+        "objective, held-out accuracy and log-prob changes with intervals and n, the flags "
+        "best, significant and gamed, the side effects, and each run's environment. Runs on "
+        "another task or objective are printed in a block of their own. Writes compare.csv "
+        "(the table of workbench.compare) and compare.png to --out.",
+    )
+    p.add_argument("folders", nargs="+", metavar="DIR",
+                   help="two or more CEL results folders")
+    p.add_argument("--out", default=DEFAULT_COMPARE_OUT, metavar="DIR",
+                   help="folder for compare.csv and compare.png (default %(default)s)")
+    p.add_argument("--no-plots", action="store_true", help="write no figure")
+    p.set_defaults(func=compare_command)
 
 
 def _add_notebooks_parser(subparsers) -> None:
@@ -233,7 +259,7 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
         "With no subcommand, runs `workbench cel` with its defaults.",
     )
     subparsers = parser.add_subparsers(
-        dest="command", metavar="{cel,sweep,explain,view,theory,notebooks}"
+        dest="command", metavar="{cel,sweep,explain,view,compare,theory,notebooks}"
     )
     runs = (_add_cel_parser(subparsers), _add_sweep_parser(subparsers))
     if quick:
@@ -243,6 +269,7 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
             p.set_defaults(**preset)
     _add_explain_parser(subparsers)
     _add_view_parser(subparsers)
+    _add_compare_parser(subparsers)
     if command == "theory":
         try:
             from workbench.theory.cli import add_parser as add_theory_parser

@@ -61,6 +61,22 @@ def tidy(*runs) -> pd.DataFrame:
         >>> t = tidy("cel_ioi", "cel_greater_than")
         >>> t[t["table"] == "confirmation"].pivot_table("value", ["run", "size"], "metric")
     """
+    parts = []
+    for name, run in named_runs(runs):
+        if isinstance(run, (str, os.PathLike)):
+            data, tables = read_folder(run)
+            parts.append(tidy_table(data["config"], tables, name))
+        else:
+            parts.append(tidy_table(run.config.to_dict(), result_tables(run), name))
+    if not parts:
+        return pd.DataFrame(columns=list(TIDY_COLUMNS))
+    return pd.concat(parts, ignore_index=True)
+
+
+def named_runs(runs) -> list[tuple[str, object]]:
+    """`(name, run)` for each of `runs` as `tidy` names them: a folder (str or Path) by its
+    folder's name (its path where two names collide), a `CELResult` by its `model:task`, a
+    mapping's items by their keys."""
     named: list[tuple[str, object]] = []
     for run in runs:
         if isinstance(run, Mapping):
@@ -70,18 +86,8 @@ def tidy(*runs) -> pd.DataFrame:
         else:
             named.append((f"{run.config.model}:{run.config.task}", run))
     names = [n for n, _ in named]
-    parts = []
-    for name, run in named:
-        if isinstance(run, (str, os.PathLike)):
-            if names.count(name) > 1:
-                name = str(run)
-            data, tables = read_folder(run)
-            parts.append(tidy_table(data["config"], tables, name))
-        else:
-            parts.append(tidy_table(run.config.to_dict(), _tables(run), name))
-    if not parts:
-        return pd.DataFrame(columns=list(TIDY_COLUMNS))
-    return pd.concat(parts, ignore_index=True)
+    return [(str(run) if isinstance(run, (str, os.PathLike)) and names.count(name) > 1
+             else name, run) for name, run in named]
 
 
 def tidy_table(config: Mapping, tables: Mapping[str, pd.DataFrame], run: str = "") -> pd.DataFrame:
@@ -145,7 +151,8 @@ def _long(df: pd.DataFrame, table: str, split: str, task: str, suffix: str = "",
     return out
 
 
-def _tables(result) -> dict[str, pd.DataFrame]:
+def result_tables(result) -> dict[str, pd.DataFrame]:
+    """A `CELResult`'s tables that `tidy_table` reads, by name."""
     return {name: getattr(result, name) for name in ("heads", "combos", "confirmation",
                                                      "side_effects")}
 

@@ -14,6 +14,14 @@ base64 `data:` URIs, and a small inline script sorts (click a column's header) a
 references no URL, and its Content-Security-Policy forbids every network load, so it shows the
 same on an air-gapped machine. Without JavaScript the tables still show, in the CSV's order.
 
+With the optional extra `interactive` (plotly) installed, the per-head table is followed by
+the interactive heatmap of `workbench.results.interactive` (hover a head for its effect,
+interval and `n`), plotly.js written into the page from the installed package: the page then
+weighs about 5 MB more, and `write_view(..., interactive=False)` (`workbench view --static`)
+leaves it out; without the extra the heatmap is the PNG among the plots. The explanation's
+section shows the removed and comparison heads' attention on its single examples token by
+token (`attention_rows_html`, plain HTML, no extra needed).
+
 A cell shows its number to 4 significant digits (integers in full); the CSV's exact text is in
 the cell's `data-value` (what sorting compares) and its tooltip. An effect with an interval
 (`d_accuracy` with `d_accuracy_lo`, `d_accuracy_hi`) shows as `value [lo, hi]`; columns the
@@ -31,6 +39,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.errors import WorkbenchError
+from workbench.results.interactive import (
+    attention_rows_html,
+    heatmap_figure,
+    interactive_available,
+    offline,
+)
 from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
 from workbench.results.store import read_run_file, write_text
 
@@ -43,11 +58,13 @@ CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
        "script-src 'unsafe-inline'")
 
 
-def write_view(results_dir: str | Path) -> Path:
+def write_view(results_dir: str | Path, interactive: bool | None = None) -> Path:
     """Build `view.html` in a CEL results folder from its files and return its path.
 
     Args:
         results_dir: a results folder (`config.json`, the CSV tables, plots).
+        interactive: add the interactive per-head heatmap (plotly.js inlined, about 5 MB);
+            None: when plotly (the extra `interactive`) is installed.
 
     Returns:
         The path of `view.html` (written atomically).
@@ -60,12 +77,15 @@ def write_view(results_dir: str | Path) -> Path:
     """
     folder = Path(results_dir)
     run = read_run_file(folder)
-    text = render_view(folder, run)
+    if interactive is None:
+        interactive = interactive_available("plotly")
+    text = render_view(folder, run, interactive)
     return write_text(folder / VIEW_FILE, text.encode("ascii", "xmlcharrefreplace").decode())
 
 
-def render_view(folder: Path, run: dict) -> str:
-    """The page's HTML for `folder`, whose parsed `config.json` is `run`."""
+def render_view(folder: Path, run: dict, interactive: bool = False) -> str:
+    """The page's HTML for `folder`, whose parsed `config.json` is `run`; with `interactive`,
+    the per-head heatmap of `workbench.results.interactive` too (needs plotly)."""
     cfg = run["config"]
     objective = cfg.get("objective", "accuracy")
     tables = {n: _read_csv(folder / f"{n}.csv")
@@ -92,6 +112,8 @@ def render_view(folder: Path, run: dict) -> str:
                      "Removing one head alone, on the selection split: one row per head; "
                      "positive means removing it helps. Sorted by the objective's effect; "
                      "click a header to sort by another column.")
+    if interactive:
+        body += _heatmap(folder, run, conf)
     body += _explanation(folder / EXPLANATION_DIR)
     combos = tables["combos"]
     # the objective with the set removed (`score` in folders of older versions)
@@ -272,7 +294,37 @@ def _explanation(target: Path) -> list[str]:
         df = _read_csv(target / f"{name}.csv")
         if df is not None and not df.empty:
             out += [f"<h3>{name}</h3>", _table(df, f"explanation-{name}", None, None)]
+    examples = _read_csv(target / "attention_examples.csv")
+    if examples is not None and not examples.empty:
+        examples["attention"] = pd.to_numeric(examples["attention"], errors="coerce")
+        examples["pos"] = pd.to_numeric(examples["pos"], errors="coerce")
+        out += ["<h3>attention on single examples</h3>", attention_rows_html(examples)]
     return out
+
+
+def _heatmap(folder: Path, run: dict, conf: pd.DataFrame | None) -> list[str]:
+    """The interactive per-head heatmap (plotly), or nothing when there is no per-head table."""
+    path = folder / "heads.csv"
+    if not path.is_file():
+        return []
+    marked, label = [], "best set"
+    if conf is not None and {"best", "top_candidate", "heads"} <= set(conf.columns):
+        for column, name in (("best", "best set"), ("top_candidate", "top candidate (not "
+                                                                      "significant)")):
+            rows = conf.loc[conf[column] == "True", "heads"]
+            if len(rows):
+                marked, label = rows.iloc[0].split(","), name
+                break
+    try:
+        fig = heatmap_figure(pd.read_csv(path), run["config"], run.get("summary", {}), marked,
+                             label)
+    except WorkbenchError:  # no effect column to draw
+        return []
+    return ["<h2>Per-head heatmap (interactive)</h2>",
+            "<p>The per-head table as a heatmap: hover a head for its effect, interval and the "
+            "examples it rests on; the menu switches metric and task; the star marks the "
+            f"{_esc(label)}. Drawn by plotly, whose script is part of this file.</p>",
+            f"<div class='interactive'>{offline(fig).html}</div>"]
 
 
 def _figures(folder: Path) -> list[str]:
