@@ -4,8 +4,8 @@ views): find the browser, run it with the network cut, and record what a page tr
 `offline_loads` copies a page with a probe script first in its `<head>`: it records every
 Content-Security-Policy violation of a load (a URL the page's policy blocked) and every
 resource the page requested, fetched or not (the Resource Timing entries), and writes them
-into the DOM after the page settled, which `--dump-dom` returns. Chromium runs with every host name mapped to nothing,
-so even a load the policy allowed could not reach the network.
+into the DOM after the page settled, which `--dump-dom` returns. Chromium runs with every
+host name mapped to nothing, so even a load the policy allowed could not reach the network.
 """
 
 from __future__ import annotations

@@ -90,7 +90,9 @@ _HEAVY = ("torch", "transformer_lens", "transformers", "pandas", "matplotlib")
 @pytest.mark.parametrize(
     "argv",
     [["--help"], ["sweep", "--help"], ["cel", "--model", "gtp2"], ["cel", "--model", "embeded"],
-     ["cel", "--model", "gpt2", "--task", "ioii"], ["cel", "--model", "gpt2"]],
+     ["cel", "--model", "gpt2", "--task", "ioii"], ["cel", "--model", "gpt2"],
+     ["compare", "--help"], ["compare", "/nonexistent/a"],
+     ["compare", "/nonexistent/a", "/nonexistent/b"]],
 )
 def test_help_and_typos_import_no_torch(argv):
     """`--help` and a mistyped name answer before torch, TransformerLens, pandas or matplotlib

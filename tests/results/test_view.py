@@ -15,6 +15,7 @@ import base64
 import re
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 from tests.browser import SKIP_REASON, offline_loads
 from tests.browser import chromium, headless
 from workbench import cli
-from workbench.results.interactive import interactive_available
+from workbench.errors import WorkbenchError
 from workbench.results.view import VIEW_FILE, fmt_cell, interval_columns, write_view
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "embedded_main_job"
@@ -145,6 +146,56 @@ def test_view_holds_every_csv_number_and_no_url(folder):
     assert "extra" in best["d_accuracy_se"][2] and "extra" not in best["d_accuracy"][2]
 
 
+def _outside_scripts(text: str) -> str:
+    return re.sub(r"<script\b[^>]*>.*?</script>", "", text, flags=re.S | re.I)
+
+
+def test_view_embeds_the_interactive_heatmap_when_plotly_is_installed(folder):
+    """With plotly installed the page adds the heatmap, plotly.js inline: outside its scripts
+    the page still holds no URL, and every table is as in the static page."""
+    pytest.importorskip("plotly")
+    text = write_view(folder).read_text(encoding="ascii")
+    static = write_view(folder, interactive=False).read_text(encoding="ascii")
+    assert "<h2>Per-head heatmap (interactive)</h2>" in text and "plotly-graph-div" in text
+    assert "Per-head heatmap (interactive)" not in static and "plotly" not in static.lower()
+    assert len(text) > len(static) + 1_000_000  # plotly.js itself
+    for banned in ("http://", "https://", "//cdn", "<link", "@import", "url("):
+        assert banned not in _outside_scripts(text).lower(), banned
+    page, plain = _parse(text), _parse(static)
+    assert all(s.startswith(("data:image/png;base64,", "#")) for s in page.links)
+    assert page.tables == plain.tables and page.headers == plain.headers
+
+
+def test_view_falls_back_to_the_png_without_the_extra(folder, monkeypatch):
+    for name in [m for m in sys.modules if m.split(".")[0] == "plotly"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "plotly", None)  # `import plotly` raises ImportError
+    text = write_view(folder).read_text()
+    assert "Per-head heatmap (interactive)" not in text
+    data = base64.b64encode((folder / "heads_heatmap.png").read_bytes()).decode()
+    assert f"src='data:image/png;base64,{data}'" in text
+    with pytest.raises(WorkbenchError, match=r"extra \[interactive\]"):
+        write_view(folder, interactive=True)
+
+
+def test_view_shows_the_attention_rows_of_the_explanation(folder):
+    """explanation/attention_examples.csv becomes one row of tokens per head and example,
+    each token carrying its weight (plain HTML: no extra needed)."""
+    target = folder / "explanation"
+    target.mkdir()
+    rows = [{"id": "ex1", "layer": 1, "head": h, "head_name": f"L1H{h}", "outcome": "fixed",
+             "head_group": g, "pos": p, "token": t, "attention": w}
+            for h, g, ws in ((0, "removed", (0.1, 0.2, 0.7)), (3, "comparison", (0.5, 0.25, 0.25)))
+            for p, (t, w) in enumerate(zip(("<bos>", "NA", "x"), ws, strict=True))]
+    pd.DataFrame(rows).to_csv(target / "attention_examples.csv", index=False)
+    text = write_view(folder, interactive=False).read_text()
+    assert "<h3>attention on single examples</h3>" in text
+    assert "example ex1 (fixed by the removal)" in text
+    cells = re.findall(r"<td title='([^']*)' data-attention='([^']*)'", text)
+    assert [float(w) for _, w in cells] == [r["attention"] for r in rows]
+    assert cells[1][0] == "L1H0 -&gt; &#x27;NA&#x27; (position 1): 0.200"  # "NA" is a token
+
+
 def test_view_shows_the_best_combos_when_there_are_many(folder, monkeypatch):
     import workbench.results.view as view
 
@@ -165,9 +216,9 @@ def test_view_of_a_folder_without_tables_says_so(tmp_path):
 
 
 def test_cli_view_rebuilds_the_page_and_refuses_other_folders(folder, tmp_path, capsys):
-    assert cli.main(["view", str(folder)]) == 0
+    assert cli.main(["view", str(folder), "--static"]) == 0
     assert f"written: {folder / VIEW_FILE}" in capsys.readouterr().out
-    assert (folder / VIEW_FILE).is_file()
+    assert "Per-head heatmap (interactive)" not in (folder / VIEW_FILE).read_text()
     assert cli.main(["view", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a CEL results folder (no config.json)" in err[0]
@@ -194,6 +245,8 @@ def test_run_cel_writes_the_view_and_explain_adds_its_figures(tmp_path):
     for png in ("explanation.png", "attention_examples.png"):
         data = base64.b64encode((out / png).read_bytes()).decode()
         assert f"src='data:image/png;base64,{data}'" in text
+    examples = pd.read_csv(out / "explanation" / "attention_examples.csv")
+    assert text.count(" data-attention='") == len(examples) > 0
 
 
 def test_view_in_headless_chromium(folder, tmp_path):
@@ -222,6 +275,21 @@ def test_view_in_headless_chromium(folder, tmp_path):
     shot = tmp_path / "view.png"
     headless(exe, tmp_path, path.as_uri(), f"--screenshot={shot}", "--window-size=1200,1600")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_interactive_view_loads_nothing_in_headless_chromium(folder, tmp_path):
+    """With the interactive heatmap, the page draws it (plotly's SVG and the heatmap's image
+    in the DOM) with the network cut, and requests nothing, blocked or not."""
+    pytest.importorskip("plotly")
+    exe = chromium()
+    if exe is None:
+        pytest.skip(SKIP_REASON)
+    loads, dom = offline_loads(exe, tmp_path, write_view(folder, interactive=True))
+    assert loads == []
+    assert "main-svg" in dom and "heatmaplayer" in dom
+    heads = pd.read_csv(folder / "heads.csv")
+    order = heads["d_accuracy"].sort_values(ascending=False, kind="stable").index.tolist()
+    assert [i for i, _ in _parse(dom).tables["heads"]] == order  # the page's own script ran
 
 
 # --- the CI step that installs the browser -----------------------------------------------------

@@ -1,10 +1,10 @@
 """The bodies of the `workbench` subcommands: check the inputs, load the model, run, print.
 
 `run_cel_command`, `run_sweep_command`, `explain_command`, `view_command`, `compare_command` and
-`notebooks_command` each take the parsed arguments of `workbench.cli.parser`'s parser and return the exit status;
-`run_options` collects a run's settings from them. Names and paths are checked before torch is
-imported (`workbench.loading.sources`), so a typo answers in about a second; the heavy modules are
-imported inside the functions, once the inputs are known to be good.
+`notebooks_command` each take the parsed arguments of `workbench.cli.parser`'s parser and return
+the exit status; `run_options` collects a run's settings from them. Names and paths are checked
+before torch is imported (`workbench.loading.sources`), so a typo answers in about a second; the
+heavy modules are imported inside the functions, once the inputs are known to be good.
 
 `workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
 default task and side tasks; so does `--model embedded_llama` or another name of
@@ -447,8 +447,13 @@ def compare_command(args) -> int:
     """Run `workbench compare`; returns the exit status."""
     folders = [Path(f) for f in args.folders]
     check_compare_inputs(folders, Path(args.out))  # no pandas, no torch yet
-    from workbench.results.compare import COMPARE_FIGURE, COMPARE_FILE, compare, compare_lines
-    from workbench.results.compare import save_compare
+    from workbench.results.compare import (
+        COMPARE_FIGURE,
+        COMPARE_FILE,
+        compare,
+        compare_lines,
+        save_compare,
+    )
 
     table = compare(*folders)
     out = save_compare(table, args.out, plot=not args.no_plots)

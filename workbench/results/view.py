@@ -45,6 +45,7 @@ from workbench.results.interactive import (
     heatmap_figure,
     interactive_available,
     offline,
+    require,
 )
 from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
 from workbench.results.store import read_run_file, write_text
@@ -304,6 +305,7 @@ def _explanation(target: Path) -> list[str]:
 
 def _heatmap(folder: Path, run: dict, conf: pd.DataFrame | None) -> list[str]:
     """The interactive per-head heatmap (plotly), or nothing when there is no per-head table."""
+    require("plotly", "the interactive heatmap of view.html")  # asked for, so say what is missing
     path = folder / "heads.csv"
     if not path.is_file():
         return []
