@@ -1,10 +1,11 @@
 """The bodies of the `workbench` subcommands: check the inputs, load the model, run, print.
 
-`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command`, `compare_command` and
-`notebooks_command` each take the parsed arguments of `workbench.cli.parser`'s parser and return
-the exit status; `run_options` collects a run's settings from them. Names and paths are checked
-before torch is imported (`workbench.loading.sources`), so a typo answers in about a second; the
-heavy modules are imported inside the functions, once the inputs are known to be good.
+`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command` and `notebooks_command`
+each take the parsed arguments of `workbench.cli.parser`'s parser and return the exit status
+(`compare`'s body is in `workbench.cli.compare`); `run_options` collects a run's settings from
+them. Names and paths are checked before torch is imported (`workbench.loading.sources`), so a
+typo answers in about a second; the heavy modules are imported inside the functions, once the
+inputs are known to be good.
 
 `workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
 default task and side tasks; so does `--model embedded_llama` or another name of
@@ -32,7 +33,6 @@ from workbench.config import CELConfig, resolve_threads
 from workbench.errors import WorkbenchError
 
 DEFAULT_OUT = "cel_results"
-DEFAULT_COMPARE_OUT = "compare_results"
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # CELConfig fields given by other means than a flag of the same name (`resolve_inputs`, the
 # sweep's cells)
@@ -413,54 +413,6 @@ def view_command(args) -> int:
                       else None)
     print(f"written: {path} (one file: open it in a browser, it loads nothing from the "
           "network)")
-    return 0
-
-
-def check_compare_inputs(folders: list[Path], out: Path) -> None:
-    """Refuse, before pandas or torch is imported, what cannot be compared: fewer than two
-    folders, one given twice, one that is not a CEL results folder, an --out that is one of
-    them or a CEL results folder. (A table changed after it was written is refused when the
-    folders are read, as `CELResult.load` refuses it.)"""
-    if len(folders) < 2:
-        raise WorkbenchError(f"workbench compare needs at least two results folders; got "
-                             f"{len(folders)} ({', '.join(map(str, folders))})")
-    seen: dict[Path, Path] = {}
-    for folder in folders:
-        if not folder.exists():
-            raise WorkbenchError(f"{str(folder)!r} does not exist; expected a CEL results folder")
-        if not folder.is_dir():
-            raise WorkbenchError(f"{str(folder)!r} is a file; expected a CEL results folder")
-        if not (folder / "config.json").is_file():
-            raise WorkbenchError(f"{str(folder)!r} is not a CEL results folder (no config.json)")
-        key = folder.resolve()
-        if key in seen:
-            raise WorkbenchError(f"{str(folder)!r} is given twice (as {str(seen[key])!r} too)")
-        seen[key] = folder
-    if out.resolve() in seen or (out / "config.json").is_file():
-        raise WorkbenchError(f"--out {str(out)!r} is a CEL results folder; write the comparison "
-                             "to a folder of its own")
-    if out.exists() and not out.is_dir():
-        raise WorkbenchError(f"--out {str(out)!r} is a file; expected a folder")
-
-
-def compare_command(args) -> int:
-    """Run `workbench compare`; returns the exit status."""
-    folders = [Path(f) for f in args.folders]
-    check_compare_inputs(folders, Path(args.out))  # no pandas, no torch yet
-    from workbench.results.compare import (
-        COMPARE_FIGURE,
-        COMPARE_FILE,
-        compare,
-        compare_lines,
-        save_compare,
-    )
-
-    table = compare(*folders)
-    out = save_compare(table, args.out, plot=not args.no_plots)
-    print(f"compare: {len(folders)} runs")
-    print("\n".join(compare_lines(table)))
-    figure = "" if args.no_plots else f", figure: {out / COMPARE_FIGURE}"
-    print(f"\ntable: {out / COMPARE_FILE}{figure}")
     return 0
 
 

@@ -37,15 +37,14 @@ import os
 import sys
 
 from workbench.cli.commands import (
-    DEFAULT_COMPARE_OUT,
     DEFAULT_OUT,
-    compare_command,
     explain_command,
     notebooks_command,
     run_cel_command,
     run_sweep_command,
     view_command,
 )
+from workbench.cli.compare import DEFAULT_COMPARE_OUT, compare_command
 from workbench.cli.options import add_load_options, add_run_options
 from workbench.config import QUICK
 from workbench.errors import WorkbenchError
