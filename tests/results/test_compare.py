@@ -28,8 +28,12 @@ from workbench.tables import load_table
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 NAMES = ("embedded_main_job", "tiny_zero_exact", "tiny_mean_exact", "tiny_zero_attribution")
 METRICS = ("accuracy", "logprob", "logit_diff", "prob_diff")
-ENV = {"threads": {"n": 2, "why": "auto: 2 idle cores"}, "device": "cpu", "dtype": "float32",
-       "torch": "2.13.0", "cpu": {"model": "AMD EPYC 7763", "flags": ["avx2", "fma"]}}
+# an environment block as `workbench cel` records it beside the config (a nested value, as a
+# future field might be, is flattened too)
+ENV = {"threads": 2, "threads_reason": "2 cores idle", "device": "cpu", "dtype": "float32",
+       "gpu": None, "torch": "2.13.0", "transformer-lens": "3.9.0", "cpu": "AMD EPYC 7763",
+       "cpu_flags": ["fma", "avx2"], "cache": {"l2": "512 KiB"},
+       "note": "a value longer than forty characters stays in its own column"}
 
 
 @pytest.fixture
@@ -132,11 +136,12 @@ def test_environment_is_read_where_recorded_and_dash_elsewhere(runs):
                                 "timings": {"screen": 1.5, "search": 2.0, "confirm": 3.25}}))
     table = compare(*runs.values())
     mean = table[table["run"] == "tiny_mean_exact"].iloc[0]
-    assert mean["env_threads_n"] == 2 and mean["env_threads_why"] == "auto: 2 idle cores"
-    assert mean["env_cpu_flags"] == "avx2 fma" and mean["env_torch"] == "2.13.0"
-    assert mean["environment"] == ("threads_n 2, threads_why auto: 2 idle cores, device cpu, "
-                                   "dtype float32, torch 2.13.0, cpu_model AMD EPYC 7763, "
-                                   "cpu_flags avx2 fma")
+    assert mean["env_threads"] == 2 and mean["env_threads_reason"] == "2 cores idle"
+    assert mean["env_cpu_flags"] == "fma avx2" and mean["env_transformer-lens"] == "3.9.0"
+    assert mean["env_cache_l2"] == "512 KiB" and mean["env_note"] == ENV["note"]
+    assert mean["environment"] == ("threads 2, threads_reason 2 cores idle, device cpu, "
+                                   "dtype float32, torch 2.13.0, transformer-lens 3.9.0, "
+                                   "cpu AMD EPYC 7763, cpu_flags fma avx2, cache_l2 512 KiB")
     assert mean["time_s"] == 6.75
     others = table[table["run"] != "tiny_mean_exact"]
     assert set(others["environment"]) == {MISSING} and set(others["env_device"]) == {MISSING}
