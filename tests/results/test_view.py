@@ -22,8 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.browser import SKIP_REASON, offline_loads
-from tests.browser import chromium, headless
+from tests.browser import SKIP_REASON, chromium, headless, offline_loads
 from workbench import cli
 from workbench.errors import WorkbenchError
 from workbench.results.view import VIEW_FILE, fmt_cell, interval_columns, write_view

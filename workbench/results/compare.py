@@ -5,18 +5,27 @@ confirmed. `compare` reads each run (a results folder, checked as `CELResult.loa
 or a `CELResult`), turns its tables into the long form of `workbench.results.export.tidy`
 (`tidy_table`), and gives one row per (run, confirmed set size):
 
-| column | meaning |
-|---|---|
-| `run`, `model`, `task`, `objective`, `kind`, `method` | the run: its name (the folder's, as `tidy` names it), model, main task, the metric it improved, ablation kind, screening method |
-| `status` | `confirmed`, or `not confirmed yet` (an unfinished run: one row, no numbers) |
-| `size`, `heads` | the confirmed set |
-| `best`, `top_candidate`, `significant`, `gamed` | the run's flags (`CELResult.best`, `mark_best`): significant is `p_holm < alpha` on the objective; a gamed set's objective rose while accuracy or log-prob fell significantly |
-| `n` | the held-out examples behind the objective's change |
-| `p_holm`, `percentile`, `random_pct_ge` | the objective's Holm-corrected one-sided p-value; the rank among random sets of the same size |
-| `d_<m>`, `d_<m>_lo`, `d_<m>_hi`, `d_<m>_n` | the held-out change of every metric the run measured (ablated - clean, the metric's own units), with its interval and n; one column per metric, so runs on different objectives never share a column |
-| `side_tasks`, `side_worst_<m>`, `side_worst_<m>_task`, `side_harmed` | the side tasks; the most negative change in accuracy and log-prob among them and where; the side tasks hurt significantly (two-sided `p_holm < alpha`, negative) in either |
-| `n_select`, `n_heldout`, `task_fingerprint`, `model_fingerprint` | the examples of each split, and which task and model made the run |
-| `time_s`, `environment`, `env_*` | the run's time (its stages' timings, where recorded), and its environment block of `config.json` (threads, device, dtype, versions, CPU, GPU) in one line and per key; `-` where the run recorded none |
+- `run`, `model`, `task`, `objective`, `kind`, `method`: the run: its name (the folder's, as
+  `tidy` names it), model, main task, the metric it improved, ablation kind, screening method;
+- `status`: `confirmed`, or `not confirmed yet` (an unfinished run: one row, no numbers);
+- `size`, `heads`: the confirmed set;
+- `best`, `top_candidate`, `significant`, `gamed`: the run's flags (`CELResult.best`,
+  `mark_best`): significant is `p_holm < alpha` on the objective; a gamed set's objective rose
+  while accuracy or log-prob fell significantly;
+- `n`: the held-out examples behind the objective's change;
+- `p_holm`, `percentile`, `random_pct_ge`: the objective's Holm-corrected one-sided p-value;
+  the rank among random sets of the same size;
+- `d_<m>`, `d_<m>_lo`, `d_<m>_hi`, `d_<m>_n`: the held-out change of every metric the run
+  measured (ablated - clean, in the metric's own units) with its interval and n; one column
+  per metric, so runs on different objectives never share a column;
+- `side_worst_<m>`, `side_worst_<m>_task` (accuracy, log-prob), `side_harmed`, `side_tasks`:
+  the most negative change among the side tasks and where; the side tasks hurt significantly
+  (two-sided `p_holm < alpha`, negative) in either; the side tasks;
+- `n_select`, `n_heldout`, `task_fingerprint`, `model_fingerprint`: the examples of each
+  split, and which task and model made the run;
+- `time_s`, `environment`, `env_*`: the run's time (its stages' timings, where recorded) and
+  the environment block of its `config.json` (threads, device, dtype, versions, CPU, GPU) in
+  one line and per key; `-` where the run recorded none.
 
 Runs are never mixed silently: each row names its task and objective, the metric columns are
 per metric, `compare_lines` prints one block per (task, objective) and says when runs of one

@@ -7,7 +7,7 @@ writes each folder's as `tidy.csv` (`TIDY_FILE`). Its columns:
 
 | column   | meaning                                                                         |
 |----------|---------------------------------------------------------------------------------|
-| `run`    | the run's name: its folder's name, or the key it was given under (`model:task` in the folder's own `tidy.csv`, which must not change when the folder moves) |
+| `run`    | the run's name: its folder's name, or the key it was given under (below)         |
 | `table`  | the wide table the row comes from: `heads`, `combos`, `confirmation`, `side_effects` |
 | `split`  | `select`, `heldout`, or `all` (a side task's examples)                           |
 | `task`   | the task the effect is measured on (the main task or a side task)               |
@@ -17,6 +17,9 @@ writes each folder's as `tidy.csv` (`TIDY_FILE`). Its columns:
 | `value`  | the effect, ablated minus clean, in the metric's units                          |
 | `lo`, `hi` | its paired bootstrap interval (empty for `combos`, which has none)            |
 | `n`      | the examples (or, clustered, still examples) the value rests on                  |
+
+A folder's own `tidy.csv` names its run `model:task`, which must not change when the folder
+moves.
 
 Every value is a cell of a wide table, copied: `heads`' `d_<m>` (and each side task's
 `d_<m>_<task>`), `combos`' `d_<m>`, `confirmation`'s and `side_effects`' `d_<m>`; a cell
@@ -41,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.search.candidates import set_record
 from workbench.results.store import read_folder
+from workbench.search.candidates import set_record
 
 TIDY_FILE = "tidy.csv"
 TIDY_COLUMNS = ("run", "table", "split", "task", "metric", "heads", "size", "value", "lo", "hi",
