@@ -12,8 +12,10 @@ from workbench.lazy import lazy_package
 
 # each module -> the public names it defines
 __getattr__, __dir__, __all__ = lazy_package(globals(), {
+    "compare": "COMPARE_FILE compare compare_lines compare_plot save_compare",
     "export": "TIDY_COLUMNS TIDY_FILE single_heads tidy tidy_table",
     "fingerprint": "DIGITS digest file_digest model_fingerprint task_fingerprint",
+    "interactive": "attention_rows_html heatmap_figure interactive_available offline",
     "plots": (
         "PLOT_FUNCTIONS gain_vs_size heads_heatmap heatmap_panels save_figure save_plots "
         "side_effects_bars tradeoff_plot"
