@@ -30,11 +30,11 @@ QUICK_HELP = (
 )
 THREADS_HELP = (
     "torch's CPU threads per operation (torch.set_num_threads), set before the model loads: "
-    "an integer, or auto (the default), the cores other jobs leave idle when the command "
-    "starts (the cores less the 1-minute load average, at least 1). On a 2-core machine a "
-    "Gemma-3 forward took 1.13 s on 1 thread and 0.66-0.76 s on 2 when idle, while under "
-    "other jobs' load 2 threads ran the embedded main job 6x slower than 1 (docs/speed.md, "
-    "bench/threads.py)"
+    "an integer, or auto (the default): OMP_NUM_THREADS where it is set, else the cores idle "
+    "when the command starts, measured over 0.3 s (not the lagging load average), at least 1; "
+    "the header says how many and why. On a 2-core machine a Gemma-3 forward took 1.13 s on "
+    "1 thread and 0.66-0.76 s on 2 when idle, while under other jobs' load 2 threads ran the "
+    "embedded main job 6x slower than 1 (docs/speed.md, bench/threads.py)"
 )
 
 
@@ -85,7 +85,7 @@ def add_run_options(p, several_kinds: bool) -> None:
     )
     p.add_argument(
         "--token-budget",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="the most tokens (rows x padded length) in one forward; bounds memory "
