@@ -414,10 +414,6 @@ def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
 
 def run_sweep_command(args) -> int:
     """Run `workbench sweep`; returns the exit status."""
-    import pandas as pd
-
-    from workbench.sweep import TABLE_FILE, run_sweep, shown_table
-
     models, tasks, others = sweep_inputs(args)
     options = run_options(args)
     for kind in args.kinds:  # every option before a model loads (`workbench.cli.checks`)
@@ -434,7 +430,10 @@ def run_sweep_command(args) -> int:
         flush=True,
     )
     use_threads(args.threads)
+    import pandas as pd
+
     from workbench.environment import environment, environment_line, thread_choice
+    from workbench.sweep import TABLE_FILE, run_sweep, shown_table
 
     # each cell's config.json records its own, with its device and dtype
     print(f"environment: {environment_line(environment(choice=thread_choice(args.threads)))}",
