@@ -27,15 +27,20 @@ PARTIAL = "confirm.partial.json"
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    model, main, side = tiny_inputs(tmp_path_factory.mktemp("tiny"))
-    return model, load_task(main), load_task(side)
+    """The tiny golden model and tasks, with a second side task named to sort before the
+    first (a summary read back from JSON has its keys sorted; the report keeps run order)."""
+    folder = tmp_path_factory.mktemp("tiny")
+    model, main, side = tiny_inputs(folder)
+    aside = folder / "aside.jsonl"
+    aside.write_text(side.read_text().replace('"name": "side"', '"name": "aside"', 1))
+    return model, load_task(main), [load_task(side), load_task(aside)]
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(inputs, tmp_path_factory):
     model, main, side = inputs
     out = tmp_path_factory.mktemp("whole") / "out"
-    run_cel(model, main, others=[side], out_dir=out, **SETTINGS)
+    run_cel(model, main, others=side, out_dir=out, **SETTINGS)
     return out
 
 
@@ -84,7 +89,7 @@ def test_an_interrupted_confirmation_resumes_from_its_last_size_byte_for_byte(
     out = tmp_path / "out"
     sizes = _interrupt_after(monkeypatch, where, done)
     with pytest.raises(KeyboardInterrupt):
-        run_cel(model, main, others=[side], out_dir=out, **SETTINGS)
+        run_cel(model, main, others=side, out_dir=out, **SETTINGS)
     monkeypatch.undo()
     assert sizes == list(range(1, done + 1))
     recorded = read_run_file(out)
@@ -101,7 +106,7 @@ def test_an_interrupted_confirmation_resumes_from_its_last_size_byte_for_byte(
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(stage, name, record)
-    run_cel(model, main, others=[side], out_dir=out, **SETTINGS)
+    run_cel(model, main, others=side, out_dir=out, **SETTINGS)
     if where == "confirm_size":
         assert computed == {"confirm_size": list(range(done + 1, 4)), "tradeoff_rows": [1, 2, 3]}
     else:
@@ -116,12 +121,12 @@ def test_a_changed_checkpoint_is_refused_and_an_unrecorded_one_is_dropped(
     out = tmp_path / "out"
     _interrupt_after(monkeypatch, "confirm_size", 1)
     with pytest.raises(KeyboardInterrupt):
-        run_cel(model, main, others=[side], out_dir=out, **SETTINGS)
+        run_cel(model, main, others=side, out_dir=out, **SETTINGS)
     monkeypatch.undo()
     saved = (out / PARTIAL).read_text()
     (out / PARTIAL).write_text(saved.replace('"size": 1', '"size": 1 ', 1))
     with pytest.raises(WorkbenchError, match=f"{PARTIAL} was changed after it was written"):
-        run_cel(model, main, others=[side], out_dir=out, **SETTINGS)
+        run_cel(model, main, others=side, out_dir=out, **SETTINGS)
     # written but never recorded (the run stopped between the two writes): not taken up
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
@@ -132,5 +137,5 @@ def test_a_changed_checkpoint_is_refused_and_an_unrecorded_one_is_dropped(
     real = stage.confirm_size
     monkeypatch.setattr(stage, "confirm_size",
                         lambda *a, **k: computed.append(a[1]) or real(*a, **k))
-    run_cel(model, main, others=[side], out_dir=copy, **SETTINGS)
+    run_cel(model, main, others=side, out_dir=copy, **SETTINGS)
     assert computed == [1, 2, 3] and not (copy / PARTIAL).exists()

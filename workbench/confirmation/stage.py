@@ -93,11 +93,15 @@ def confirm_stage(run, result, store=None) -> tuple[pd.DataFrame, pd.DataFrame, 
     for name, task in run.others.items():
         data = encode_task(run.model, task)
         others[name] = run.scorer(data, run.means_of(data))
-    result.summary["n_examples"].update(
-        {"heldout": len(run.heldout), **{n: len(s.data) for n, s in others.items()}})
-    result.summary["clean"].update(
-        {"heldout": score_means(heldout.clean()),
-         **{n: score_means(s.clean()) for n, s in others.items()}})
+    # in run order (a summary read back from an interrupted run's config.json has its keys
+    # sorted, and the report lists them in this order)
+    summary = result.summary
+    summary["n_examples"] = {"select": summary["n_examples"]["select"],
+                             "heldout": len(run.heldout),
+                             **{n: len(s.data) for n, s in others.items()}}
+    summary["clean"] = {"select": summary["clean"]["select"],
+                        "heldout": score_means(heldout.clean()),
+                        **{n: score_means(s.clean()) for n, s in others.items()}}
     groups = {"heldout": cluster_labels(run.heldout, config.cluster),
               **{n: cluster_labels(s.data, config.cluster) for n, s in others.items()}}
     result.summary["clustered"] = {n: g is not None for n, g in groups.items()}
