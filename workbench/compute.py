@@ -80,7 +80,8 @@ class Compute:
             device (`device_token_budget`).
         cache_bytes: the most bytes of cached residuals a scorer keeps between calls.
         offload: keep those caches in CPU memory.
-        progress: show progress bars.
+        progress: show progress: tqdm bars at a terminal, plain lines in a log
+            (`workbench.progress`).
         threads: torch's intra-op CPU threads while a run computes, restored afterwards
             (`threads_set`); default `"auto"`, the cores idle when the process first asks,
             measured over a short window (`workbench.environment.thread_choice`); None

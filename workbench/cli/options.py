@@ -208,8 +208,10 @@ def add_run_options(p, several_kinds: bool) -> None:
                    "joined into common passes; never under torchrun, whose ranks then write "
                    "what one process writes with off, bit for bit (default %(default)s)")
     p.add_argument("--quiet", action="store_true",
-                   help="no progress bars, those of loading a model included (the GGUF "
-                   "conversion's and transformers')")
+                   help="no progress, those of loading a model included (the GGUF "
+                   "conversion's and transformers' bars, TransformerLens's 'Moving model to "
+                   "device'); without it, a log (stderr not a terminal) gets plain lines with "
+                   "the run's ETA instead of bars")
 
 
 def strategy_flag(strategy: str, setting: str) -> tuple[str, str]:
