@@ -4,9 +4,10 @@
    (and on every side task), and the candidate pool;
 2. search (`search_stage`): head sets scored jointly on the selection split by the config's
    strategies;
-3. confirm (`confirm_stage`): the best set of each size re-scored on the held-out split,
-   against random sets of the same size, with side effects on the other tasks and the
-   trade-off of found and random sets (`workbench.results.tradeoff`).
+3. confirm (`confirm_stage`, `workbench.confirmation.stage`, which saves each finished size
+   so that an interrupted confirmation resumes from it): the best set of each size re-scored
+   on the held-out split, against random sets of the same size, with side effects on the
+   other tasks and the trade-off of found and random sets (`workbench.results.tradeoff`).
 
 The config (`CELConfig`) is built and validated before any forward pass. Each stage builds
 the scorers of the split it uses and drops them when it ends, so cached activations of one
