@@ -15,14 +15,13 @@ import torch
 
 import workbench.confirmation.stage as confirm_stage_module
 import workbench.pipeline as pipeline_module
-import workbench.search.registry as registry_module
 from tests.helpers import assert_close, micro_cel, write_task
 from workbench import WorkbenchError, compute_head_means, evaluate, summarize
 from workbench.cli.demo import HARMFUL_HEAD, REDUNDANT_PAIR
 from workbench.heads import HeadSet, all_heads
 from workbench.pipeline import run_cel
 from workbench.results.result import CELResult
-from workbench.search.registry import get_strategy
+from workbench.search.registry import STRATEGIES, get_strategy
 from workbench.tasks.task import Example, Task, load_task
 
 FAST = dict(n_random=30, n_boot=200, progress=False)
@@ -161,13 +160,12 @@ def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     interaction = get_strategy("interaction")
-    monkeypatch.setitem(registry_module._REGISTRY, "interaction",
-                        replace(interaction, run=interrupt))
-    with pytest.raises(KeyboardInterrupt):
-        run_cel(model, task, out_dir=out, **FAST)
+    with STRATEGIES.swapped(replace(interaction, run=interrupt)):
+        with pytest.raises(KeyboardInterrupt):
+            run_cel(model, task, out_dir=out, **FAST)
+    assert get_strategy("interaction") is interaction
     names = {p.name for p in out.iterdir()}
     assert names == {"config.json", "heads.csv"}  # complete files only, no temporaries
-    monkeypatch.undo()
 
     def no_screening(*args, **kwargs):
         raise AssertionError("the finished screening stage was recomputed")

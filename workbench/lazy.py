@@ -12,6 +12,15 @@ import importlib
 from collections.abc import Callable
 
 
+def lazy_package(namespace: dict, modules: dict[str, str]) -> tuple[Callable, Callable, list]:
+    """`(__getattr__, __dir__, __all__)` for a package whose `modules` map each of its
+    modules (relative to it) to the public names it defines, space-separated."""
+    package = namespace["__name__"]
+    exports = {name: f"{package}.{module}" for module, names in modules.items()
+               for name in names.split()}
+    return (*lazy_exports(namespace, exports), sorted(exports))
+
+
 def lazy_exports(namespace: dict, exports: dict[str, str]) -> tuple[Callable, Callable]:
     """`(__getattr__, __dir__)` for a package whose public names `exports` maps to their
     modules; a name read once is stored in the package's `namespace` (its `globals()`)."""

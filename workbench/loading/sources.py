@@ -16,7 +16,6 @@ find (TransformerLens's list of names is read without importing it, and may be a
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from workbench.loading.gguf_file import MAGIC
 from workbench.loading.names import official_names
 from workbench.loading.shipped import EMBEDDED_NAME, REAL_MODELS
 from workbench.options import did_you_mean
+from workbench.plugins import resolve
 from workbench.tasks.names import task_names
 from workbench.zoo import EMBEDDED_FAMILY
 
@@ -61,9 +61,8 @@ class ModelSource:
         return self.loader()(target, device, dtype, **(kwargs if self.takes_kwargs else {}))
 
     def loader(self) -> Callable:
-        """The load function (imported now)."""
-        module, _, function = self.load.partition(":")
-        return getattr(importlib.import_module(module), function)
+        """The load function (imported now: `workbench.plugins.resolve`)."""
+        return resolve(self.load)
 
 
 def _path(name: str) -> Path:

@@ -17,14 +17,11 @@ and per-example effects `{metric: [n_layers * n_heads, batch]}` (`single_head_di
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from workbench.errors import WorkbenchError
-from workbench.options import choose
+from workbench.plugins import Registry, resolve
 
 
 @dataclass(frozen=True)
@@ -57,41 +54,27 @@ class ScreenMethod:
     cel: bool = True
 
     def function(self) -> Callable:
-        """The function that computes the effects (`run`, imported when a string)."""
-        if callable(self.run):
-            return self.run
-        module, _, name = self.run.partition(":")
-        return getattr(importlib.import_module(module), name)
+        """The function that computes the effects (`run`, imported when a string:
+        `workbench.plugins.resolve`)."""
+        return resolve(self.run)
 
 
-_REGISTRY: dict[str, ScreenMethod] = {}
-_DISCOVERED = False
+METHODS = Registry("screening method", "workbench.screening.methods")
 
 
 def register(method: ScreenMethod) -> ScreenMethod:
-    """Add `method` to the registry (a name may be registered once, by one record)."""
-    old = _REGISTRY.get(method.name)
-    if old is not None and old != method:
-        raise WorkbenchError(f"a screening method named {method.name!r} is already registered; "
-                             "choose another name")
-    _REGISTRY[method.name] = method
-    return method
+    """Add `method` to the registry (two methods may not share a name)."""
+    return METHODS.register(method)
 
 
 def unregister(name: str) -> None:
     """Remove a method registered by `register` (tests register toy methods)."""
-    _REGISTRY.pop(name, None)
+    METHODS.unregister(name)
 
 
 def methods() -> Mapping[str, ScreenMethod]:
     """Every registered screening method by name (read-only)."""
-    global _DISCOVERED
-    if not _DISCOVERED:
-        package = importlib.import_module("workbench.screening.methods")
-        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-            importlib.import_module(f"{package.__name__}.{info.name}")
-        _DISCOVERED = True
-    return MappingProxyType(_REGISTRY)
+    return METHODS.records()
 
 
 def cel_methods() -> tuple[str, ...]:
@@ -108,5 +91,5 @@ def get_method(name, cel: bool = False) -> ScreenMethod:
             raise WorkbenchError(
                 f"CEL screening method must be one of {list(cel_methods())}; {name!r} is the "
                 "slow reference for tests and benchmarks")
-        return known[choose(name, list(cel_methods()), "screening method")]
-    return methods()[choose(name, sorted(methods()), "screening method")]
+        return METHODS.get(name, cel_methods())
+    return METHODS.get(name)

@@ -22,15 +22,13 @@ lives in `CELConfig.strategy_settings[strategy][setting]` and gets the command-l
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from workbench.errors import WorkbenchError
 from workbench.options import choose
+from workbench.plugins import Registry, resolve
 
 
 @dataclass(frozen=True)
@@ -121,64 +119,39 @@ class Strategy:
 
     def function(self) -> Callable[..., None]:
         """The function that runs the strategy: `run` itself, or the function a
-        `"module:function"` string names (imported now: a strategy whose code needs torch
-        names it so, and listing the strategies imports nothing heavy)."""
-        if callable(self.run):
-            return self.run
-        module, _, name = self.run.partition(":")
-        return getattr(importlib.import_module(module), name)
+        `"module:function"` string names (`workbench.plugins.resolve`)."""
+        return resolve(self.run)
 
     def __call__(self, space, **settings) -> None:
         self.function()(space, self.resolve(settings))
 
 
-_REGISTRY: dict[str, Strategy] = {}
-_DISCOVERED = False
+STRATEGIES = Registry("search strategy", "workbench.search.strategies")
 
 
 def register(strategy: Strategy) -> Strategy:
-    """Add `strategy` to the registry (a second registration of one name replaces the first
-    only when it is the same record: two strategies may not share a name)."""
-    if not strategy.name.isidentifier():
-        raise WorkbenchError(f"a strategy's name must be an identifier; got {strategy.name!r}")
-    old = _REGISTRY.get(strategy.name)
-    if old is not None and old != strategy:
-        raise WorkbenchError(f"a search strategy named {strategy.name!r} is already registered; "
-                             "choose another name")
-    _REGISTRY[strategy.name] = strategy
-    return strategy
+    """Add `strategy` to the registry (two strategies may not share a name)."""
+    return STRATEGIES.register(strategy)
 
 
 def unregister(name: str) -> None:
     """Remove a strategy registered by `register` (tests register toy strategies)."""
-    _REGISTRY.pop(name, None)
-
-
-def _discover() -> None:
-    """Import every module of `workbench.search.strategies` once: each registers itself."""
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    package = importlib.import_module("workbench.search.strategies")
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        importlib.import_module(f"{package.__name__}.{info.name}")
-    _DISCOVERED = True
+    STRATEGIES.unregister(name)
 
 
 def strategies() -> Mapping[str, Strategy]:
     """Every registered strategy by name (read-only)."""
-    _discover()
-    return MappingProxyType(_REGISTRY)
+    return STRATEGIES.records()
 
 
 def strategy_list() -> tuple[str, ...]:
     """The registered strategies' names, sorted."""
-    return tuple(sorted(strategies()))
+    return STRATEGIES.names()
 
 
 def get_strategy(name: str) -> Strategy:
     """The strategy named `name`, else one `WorkbenchError` listing the known names."""
-    return strategies()[choose(name, strategy_list(), "search strategy")]
+    return STRATEGIES.get(name)
 
 
 def strategy_names(value) -> tuple[str, ...]:
