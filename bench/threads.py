@@ -11,7 +11,9 @@ prints per run and as medians over the rounds:
 - `stages_s`: the run's own timings of its stages (setup, screen, search, confirm), from
   its `config.json`;
 - `load_before`: the machine's 1-minute load average when the run started (`os.getloadavg`),
-  so a reader can tell an idle machine from a shared one.
+  so a reader can tell an idle machine from a shared one;
+- `idle_before`: the cores idle just before the run, measured as `--threads auto` measures
+  them (`workbench.environment.sample_idle_cores`), and `auto`, the threads it would take.
 
 Every run must print the same results (the held-out table is compared): threads change
 speed, never numbers.
@@ -38,6 +40,9 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from workbench.environment import idle_threads, sample_idle_cores  # noqa: E402
+
 STAGES = ("setup", "screen", "search", "confirm")
 
 
@@ -52,6 +57,7 @@ def run_once(threads: int, extra: list[str], folder: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     env["PYTHONPATH"] = str(ROOT)
     load = os.getloadavg()[0]
+    idle = sample_idle_cores()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
@@ -67,6 +73,8 @@ def run_once(threads: int, extra: list[str], folder: Path) -> dict:
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         **{f"{s}_s": timings.get(s, float("nan")) for s in STAGES},
         "load_before": load,
+        "idle_before": idle[0] if idle else float("nan"),
+        "auto": idle_threads(idle[1], idle[0]).threads if idle else float("nan"),
         "table": table.strip(),
     }
 
@@ -88,7 +96,8 @@ def main() -> None:
                 row = {"round": r, **run_once(t, args.extra, Path(tmp))}
                 rows.append(row)
                 print(f"round {r} threads {t}: wall {row['wall_s']:.1f} s, cpu "
-                      f"{row['cpu_s']:.1f} s, load before {row['load_before']:.2f}", flush=True)
+                      f"{row['cpu_s']:.1f} s, load before {row['load_before']:.2f}, idle cores "
+                      f"{row['idle_before']:.2f} (auto: {row['auto']})", flush=True)
     tables = {row["table"] for row in rows}
     df = pd.DataFrame(rows).drop(columns="table")
     print()

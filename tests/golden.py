@@ -4,8 +4,9 @@ Each case runs CEL into a folder; its `heads`, `combos`, `confirmation`, `side_e
 `tradeoff` CSVs (the last since issue 35, which also added columns to the confirmation and
 side-effects tables and left every earlier column unchanged), `tidy.csv` (since issue 33,
 which also renamed three columns, two of them put on the percent scale (x 100), and left
-every other number unchanged), `report.md` (less its timings line) and `config.json` (less
-its timings, its task files by file name) must equal the frozen copies under
+every other number unchanged), `report.md` (less its timings line and, since issue 47, the
+environment line under it) and `config.json` (less its timings and environment, its task
+files by file name) must equal the frozen copies under
 `tests/golden/<case>/` exactly on the CPU that froze them: tolerance 0, so any change to a
 number, a column, an RNG stream or the config's JSON is caught. `tests/test_golden.py`
 compares; `python -m tests.golden` re-freezes (only for a change that is meant to alter
@@ -159,17 +160,25 @@ def run_case(name: str, out: Path) -> Path:
     return out
 
 
+# report.md's lines that differ by run and machine: the timings and, under them, the
+# environment they were measured on (threads, versions, CPU: `workbench.environment`)
+VOLATILE_REPORT_LINES = ("Timings (s):", "Environment:")
+
+
 def report_text(path: Path) -> str:
-    """report.md without its timings line (wall times differ run to run)."""
+    """report.md without its timings and environment lines (wall times, threads and the
+    machine differ run to run)."""
     lines = path.read_text().splitlines()
-    return "\n".join(line for line in lines if not line.startswith("Timings (s):")) + "\n"
+    return "\n".join(line for line in lines if not line.startswith(VOLATILE_REPORT_LINES)) + "\n"
 
 
 def config_text(path: Path) -> str:
-    """config.json without its timings, and with the task files it records by file name only
-    (their folders differ by checkout and temporary folder), as JSON text with sorted keys."""
+    """config.json without its timings and environment (they differ by run and machine), and
+    with the task files it records by file name only (their folders differ by checkout and
+    temporary folder), as JSON text with sorted keys."""
     data = json.loads(path.read_text())
     data.pop("timings", None)
+    data.pop("environment", None)
     summary = data.get("summary", {})
     if summary.get("task_file"):
         summary["task_file"] = Path(summary["task_file"]).name

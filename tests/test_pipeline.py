@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+import workbench.confirmation.stage as confirm_stage_module
 import workbench.pipeline as pipeline_module
 from tests.helpers import assert_close, micro_cel, write_task
 from workbench import WorkbenchError, compute_head_means, evaluate, summarize
@@ -172,7 +173,7 @@ def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline_module, "screen_heads", no_screening)
     result = run_cel(model, task, out_dir=out, **FAST)
     assert result.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])
-    monkeypatch.setattr(pipeline_module, "confirm_sets", no_screening)
+    monkeypatch.setattr(confirm_stage_module, "confirm_size", no_screening)
     again = run_cel(model, task, out_dir=out, **FAST)  # everything loads
     _frames_equal(again.confirmation, result.confirmation)
     with pytest.raises(WorkbenchError, match="different config.*max_size"):

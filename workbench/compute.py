@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.config import DEFAULT_THREADS, resolve_threads
+from workbench.environment import DEFAULT_THREADS, check_threads, resolve_threads
 from workbench.errors import WorkbenchError
 
 DEFAULT_TOKEN_BUDGET = 16384
@@ -80,11 +80,12 @@ class Compute:
             device (`device_token_budget`).
         cache_bytes: the most bytes of cached residuals a scorer keeps between calls.
         offload: keep those caches in CPU memory.
-        progress: show progress bars.
+        progress: show progress: tqdm bars at a terminal, plain lines in a log
+            (`workbench.progress`).
         threads: torch's intra-op CPU threads while a run computes, restored afterwards
-            (`threads_set`); default `"auto"`, the cores other jobs leave idle when the
-            process first asks (`workbench.config.resolve_threads`); None leaves torch's
-            setting alone.
+            (`threads_set`); default `"auto"`, the cores idle when the process first asks,
+            measured over a short window (`workbench.environment.thread_choice`); None
+            leaves torch's setting alone.
         share_prefix: run the blocks that several masks run identically once
             (`workbench.scoring.sharing`, equal to restarting every mask to ~1e-5). None (the
             default, "auto"): in one process, for the masks of a layer whose sharing saves
@@ -110,7 +111,7 @@ class Compute:
     share_prefix: bool | None = None
 
     def __post_init__(self) -> None:
-        resolve_threads(self.threads)  # checks it (and fixes "auto" early in the process)
+        check_threads(self.threads)  # "auto" is measured when a run first computes
         for name in ("max_rows", "masks_per_pass", "token_budget"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)

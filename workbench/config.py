@@ -12,54 +12,23 @@ stores it in `config.json`, and a rerun into the same folder must have an identi
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 import types
 from dataclasses import dataclass
 from enum import Enum
 
+from workbench.environment import DEFAULT_THREADS as DEFAULT_THREADS
+from workbench.environment import auto_threads as auto_threads
+from workbench.environment import resolve_threads as resolve_threads
 from workbench.errors import WorkbenchError
 from workbench.options import AblationKind, ClusterMode, RankBy
 from workbench.screening.registry import get_method
 from workbench.search.registry import strategy_names, strategy_settings
 
 # torch's CPU threads while a run computes (`workbench.compute.Compute.threads`, `--threads`):
-# not part of a config (no number depends on it beyond float rounding), defined here because
-# the command line reads it without importing torch. `"auto"` (`resolve_threads`) takes the
-# cores that other jobs leave idle when the process first asks: measured on a 2-core machine,
-# idle, a Gemma-3 forward over 20 prompts took 1.13 s on 1 thread and 0.66-0.76 s on 2
-# (`docs/speed.md`), while with the machine loaded by other jobs (load average 3.4-6.1,
-# `bench/threads.py`, the embedded main job) 1 thread took 132 s and 2 threads 759 s.
-DEFAULT_THREADS = "auto"
-
-
-def auto_threads(cores: int, load: float) -> int:
-    """Threads for `cores` usable cores when other jobs keep `load` of them busy (the
-    1-minute load average): the idle ones, at least 1."""
-    return max(1, min(cores, cores - int(load)))
-
-
-@functools.cache
-def _threads_at_start() -> int:
-    omp = os.environ.get("OMP_NUM_THREADS", "")
-    if omp.isdigit() and int(omp) >= 1:  # set by the user, or by torchrun for each rank
-        return int(omp)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return auto_threads(cores or 1, os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
-
-
-def resolve_threads(threads: int | str | None) -> int | None:
-    """`threads` as torch takes it: an integer >= 1 as it is, None (leave torch's setting) as
-    it is, `"auto"` as `OMP_NUM_THREADS` where that is set (torchrun sets 1 for each rank),
-    else `auto_threads` of the cores this process may use and the load when the process first
-    resolved it (then fixed for the process, so a run's own work never lowers it and every
-    run of one process computes alike)."""
-    if threads == "auto":
-        return _threads_at_start()
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise WorkbenchError(f"threads must be an integer >= 1 or 'auto'; got {threads!r}")
-    return threads
+# not part of a config (no number depends on it beyond float rounding). `"auto"` takes the
+# cores idle when the run starts, measured over a short window (`workbench.environment`,
+# which imports no torch, so the command line resolves it before torch loads); re-exported
+# here, where the command line and older code read them (above).
 
 # Examples each knockout mask of the interaction search is scored on in a raced run
 # (`CELConfig.knockout_examples`): the racing minimum (`workbench.racing.MIN_SLICE`). The

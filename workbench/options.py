@@ -148,3 +148,31 @@ class AnswerScope(Option, what="answer_scope"):
 
     VOCAB = "vocab"
     CANDIDATES = "candidates"
+
+
+# The names `--dtype` and `load_model(dtype=...)` take besides `auto`, each with the name of
+# the torch dtype it means (`workbench.loading.model` maps them), and torch's device types:
+# the command line checks both before torch is imported (`check_device_name`).
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float16": "float16",
+               "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16",
+               "float64": "float64"}
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hip", "xla", "meta", "hpu", "mtia", "ipu",
+                "privateuseone")
+
+
+def check_device_name(device: str | None) -> None:
+    """Refuse a `--device` that is no torch device (`auto`, `cpu`, `cuda`, `cuda:1`, ...),
+    without importing torch; whether the device is there is checked when the model loads."""
+    text = "auto" if device is None else str(device)
+    kind, _, index = text.partition(":")
+    if text != "auto" and (kind not in DEVICE_TYPES or (index and not index.isdigit())
+                           or (":" in text and not index)):
+        raise WorkbenchError(f"device {device!r} is not a torch device; expected 'auto', 'cpu', "
+                             "'cuda', 'cuda:0', 'mps'")
+
+
+def check_dtype_name(dtype: str | None) -> None:
+    """Refuse a `--dtype` that is none of `DTYPE_NAMES` or `auto`, without importing torch."""
+    if dtype is not None and str(dtype) != "auto" and str(dtype) not in DTYPE_NAMES:
+        raise WorkbenchError(
+            f"dtype {dtype!r} is unknown; expected 'auto' or one of {sorted(DTYPE_NAMES)}")

@@ -4,9 +4,10 @@
    (and on every side task), and the candidate pool;
 2. search (`search_stage`): head sets scored jointly on the selection split by the config's
    strategies;
-3. confirm (`confirm_stage`): the best set of each size re-scored on the held-out split,
-   against random sets of the same size, with side effects on the other tasks and the
-   trade-off of found and random sets (`workbench.results.tradeoff`).
+3. confirm (`confirm_stage`, `workbench.confirmation.stage`, which saves each finished size
+   so that an interrupted confirmation resumes from it): the best set of each size re-scored
+   on the held-out split, against random sets of the same size, with side effects on the
+   other tasks and the trade-off of found and random sets (`workbench.results.tradeoff`).
 
 The config (`CELConfig`) is built and validated before any forward pass. Each stage builds
 the scorers of the split it uses and drops them when it ends, so cached activations of one
@@ -28,33 +29,27 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from workbench import progress
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
 from workbench.compute import Compute
 from workbench.config import CELConfig
-from workbench.confirmation.baseline import BaselineRace
-from workbench.confirmation.confirm import (
-    cluster_labels,
-    confirm_sets,
-    tradeoff_table,
-)
+from workbench.confirmation.stage import confirm_stage, score_means
+from workbench.environment import environment, thread_choice
 from workbench.errors import WorkbenchError
-from workbench.heads import HeadSet
-from workbench.metrics.records import base_metric
+from workbench.metrics.records import base_metric, check_objective
 from workbench.metrics.scores import multi_token_metric, task_metric
 from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
-from workbench.results.result import CELResult, flagged_heads, mark_best
+from workbench.results.result import CELResult
 from workbench.results.store import ResultStore
 from workbench.results.view import write_view
 from workbench.scoring.scorer import CustomMetric, MaskScorer
 from workbench.screening.registry import get_method
 from workbench.screening.screen import ScreenRace, resolve_task, screen_heads, single_head_diffs
 from workbench.search.candidates import (
-    best_sets,
     candidate_heads,
     rank_order,
     search_pool,
     select_candidates,
-    set_record,
 )
 from workbench.search.registry import get_strategy
 from workbench.search.space import SearchSpace
@@ -184,6 +179,8 @@ def prepare_run(
         settings["model"] = settings.pop("model_name")
     config = _settings_config(config, settings, model)
     main = resolve_task(task).sample_per_split(config.max_examples, config.seed)
+    if metric is None:  # the registered metrics: the objective is checked before any forward
+        check_objective(config.objective, main.name, any(e.wrong for e in main.examples))
     side_n = config.side_examples if config.side_examples is not None else config.max_examples
     other_tasks = {name: t.sample_per_split(side_n, config.seed)
                    for name, t in _other_tasks(others).items()}
@@ -215,14 +212,16 @@ def run_prepared(
 def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult:
     model, config, main, other_tasks = run.model, run.config, run.main, run.others
     metric, t0 = run.metric, run.started
+    # the objective is checked against the metrics the task scores before the folder is
+    # opened, so that a refused run creates none
+    if run.means is None:
+        run.means = run.means_of(run.select)
+    setup = run.scorer(run.select, run.means)
+    clean_select = setup.clean()
+    setup.release()
+    run.config = config = _resolve_metrics(config, list(clean_select), metric, main, model,
+                                           other_tasks)
     with ResultStore(out_dir, overwrite=overwrite) as store:
-        if run.means is None:
-            run.means = run.means_of(run.select)
-        setup = run.scorer(run.select, run.means)
-        clean_select = setup.clean()
-        setup.release()
-        run.config = config = _resolve_metrics(config, list(clean_select), metric, main, model,
-                                               other_tasks)
         result = CELResult(config=config, seeds={"bootstrap": config.seed,
                                                  "random_sets": config.seed,
                                                  "compressed_sensing": config.seed})
@@ -236,6 +235,7 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
                 )
             result.summary = store.previous.get("summary", {})
             result.timings = store.previous.get("timings", {})
+        result.environment = _environment(run, store.previous)
         result.summary.update({
             "objective": config.objective,
             "secondary": config.secondary,
@@ -248,7 +248,7 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
             "side_task_files": {name: t.file for name, t in other_tasks.items()},
         })
         result.summary.setdefault("n_examples", {})["select"] = len(run.select)
-        result.summary.setdefault("clean", {})["select"] = _means(clean_select)
+        result.summary.setdefault("clean", {})["select"] = score_means(clean_select)
         _add_time(result, "setup", t0)
         store.save(result.run_file())
         cfg = config.to_dict()
@@ -263,7 +263,9 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
         tradeoff = store.load("tradeoff", cfg) if other_tasks else pd.DataFrame()
         if confirmation is None or side_effects is None or tradeoff is None:
             t = time.perf_counter()
-            confirmation, side_effects, tradeoff = confirm_stage(run, result)
+            with progress.stage("confirm", run.compute.progress):
+                # resumes from the sizes an interrupted run saved
+                confirmation, side_effects, tradeoff = confirm_stage(run, result, store)
             _add_time(result, "confirm", t)
             tables = {"confirmation": confirmation}
             if not side_effects.empty:
@@ -271,7 +273,7 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
             if not tradeoff.empty:
                 tables["tradeoff"] = tradeoff
             result.confirmation, result.side_effects = confirmation, side_effects
-            store.save(result.run_file(), **tables)
+            store.save(result.run_file(), finished=("confirm",), **tables)
         result.confirmation, result.side_effects = confirmation, side_effects
         result.tradeoff = tradeoff
         if store.folder is not None:
@@ -287,7 +289,8 @@ def _resumed(store: ResultStore, cfg: dict, table: str, stage: str, run_stage, r
     df = store.load(table, cfg)
     if df is None:
         t = time.perf_counter()
-        df = run_stage(run, result)
+        with progress.stage(stage, run.compute.progress):
+            df = run_stage(run, result)
         _add_time(result, stage, t)
         store.save(result.run_file(), **{table: df})
     return df
@@ -346,56 +349,6 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     result.summary.update(space.notes)
     result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
     return pd.DataFrame(space.records)
-
-
-def confirm_stage(run: CELRun,
-                  result: CELResult) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Stage 3: held-out confirmation of the best set of each size, side effects, and the
-    trade-off table (`workbench.confirmation.confirm.tradeoff_table`)."""
-    config, combos = run.config, result.combos
-    sets, best_size = best_sets(combos, *run.order, config.max_size)
-    # each set's gain over the most selection examples it was scored on (a set raced out on
-    # a first slice and scored again later has a slice row too)
-    select_gains = {size: float(set_record(combos, names)[f"d_{config.objective}"])
-                    for size, names in sets.items()}
-    heldout = run.scorer(run.heldout, run.means)
-    others = {}
-    for name, task in run.others.items():
-        data = encode_task(run.model, task)
-        others[name] = run.scorer(data, run.means_of(data))
-    result.summary["n_examples"].update(
-        {"heldout": len(run.heldout), **{n: len(s.data) for n, s in others.items()}})
-    result.summary["clean"].update(
-        {"heldout": _means(heldout.clean()), **{n: _means(s.clean()) for n, s in others.items()}})
-    groups = {"heldout": cluster_labels(run.heldout, config.cluster),
-              **{n: cluster_labels(s.data, config.cluster) for n, s in others.items()}}
-    result.summary["clustered"] = {n: g is not None for n, g in groups.items()}
-    head_sets = {s: HeadSet.of(run.model, n) for s, n in sets.items()}
-    pool = search_pool(result.heads, run.order[0], second=run.order[1])
-    other_groups = {n: g for n, g in groups.items() if n != "heldout" and g is not None}
-    confirmation, side_effects = confirm_sets(
-        heldout, head_sets, config.objective, config.secondary, others, best_size, select_gains,
-        config.n_random, run.stats, pool=pool, groups=groups["heldout"],
-        other_groups=other_groups,
-        adaptive=BaselineRace(config.adaptive, config.adaptive and config.random_looks,
-                              config.baseline_examples))
-    # the random sets drawn into the trade-off: a quarter of the baseline, at most
-    # `tradeoff_sets`, so that a quick run (few random sets) stays quick
-    tradeoff = tradeoff_table(heldout, others, head_sets, config.objective, run.stats,
-                              n_random=config.n_random, pool=pool, groups=groups["heldout"],
-                              other_groups=other_groups,
-                              n_sets=min(config.tradeoff_sets, config.n_random // 4))
-    for scorer in (heldout, *others.values()):
-        scorer.release()
-    alpha = 1.0 - config.ci
-    confirmation = mark_best(confirmation, config.objective, alpha)
-    for key, column in (("best_heads", "best"), ("top_candidate", "top_candidate")):
-        result.summary[key] = ",".join(flagged_heads(confirmation, column))
-    significant = [int(r.size) for r in confirmation.itertuples() if r.p_holm < alpha]
-    result.summary["significant_sizes"] = significant
-    result.summary["gamed_sizes"] = [int(r.size) for r in confirmation.itertuples() if r.gamed]
-    result.summary["alpha"] = alpha
-    return confirmation, side_effects, tradeoff
 
 
 def check_counterfactuals(kind: AblationKind | str, tasks: Sequence[Task]) -> None:
@@ -483,8 +436,15 @@ def _check_heads(heads: pd.DataFrame, model, folder: Path | None) -> None:
                              f"{n} heads")
 
 
-def _means(scores: dict[str, torch.Tensor]) -> dict[str, float]:
-    return {m: float(torch.nanmean(v.float())) for m, v in scores.items()}
+def _environment(run: CELRun, previous: dict | None) -> dict:
+    """What this run computes on (`workbench.environment.environment`); a resumed run on
+    another machine or setup keeps the earlier ones it resumed from under `earlier`."""
+    env = environment(run.model, thread_choice(run.compute.threads))
+    before = dict((previous or {}).get("environment") or {})
+    earlier = before.pop("earlier", [])
+    if before and before != env:
+        earlier = [*earlier, before]
+    return {**env, "earlier": earlier} if earlier else env
 
 
 def _add_time(result: CELResult, stage: str, start: float) -> None:

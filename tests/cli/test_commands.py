@@ -188,10 +188,13 @@ def test_quiet_silences_every_bar_while_the_model_loads(quiet, demo_files, tmp_p
                                                         monkeypatch):
     """`--quiet` reaches the bars that loading shows without a switch (the GGUF conversion's
     and transformers' are bare tqdm bars): one made inside the loader is disabled, and bars
-    made after the command are not."""
+    made after the command are not. (At a terminal: in a log no loading bar shows.)"""
     from tqdm.auto import tqdm
 
     import workbench.loading.model
+    import workbench.progress
+
+    monkeypatch.setattr(workbench.progress, "plain", lambda *a: False)
 
     seen = []
 
@@ -332,16 +335,22 @@ def test_explain_command_rebuilds_the_demo(tmp_path, monkeypatch, capsys):
 def test_quiet_silences_a_real_gguf_conversion(tmp_path, monkeypatch, capsys):
     """A tiny GGUF file converted for real: its bars (the workbench's and transformers')
     show without `--quiet` and not with it."""
+    import workbench.progress
     from tests.loading.test_gguf import write_tiny_gguf
     from workbench.loading import load_model
 
     path = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
-    for quiet in (False, True):
-        monkeypatch.setenv(CACHE_ENV, str(tmp_path / f"cache-{quiet}"))
+    for quiet, terminal in ((False, True), (True, True), (False, False)):
+        # stderr at a terminal, or a log file (no bar there either: its frames are "\r"s)
+        monkeypatch.setattr(workbench.progress, "plain", lambda *a, _t=terminal: not _t)
+        monkeypatch.setenv(CACHE_ENV, str(tmp_path / f"cache-{quiet}-{terminal}"))
         capsys.readouterr()
         with commands.bars_off(quiet):
             load_model(path, device="cpu")
-        err = capsys.readouterr().err
-        assert ("converting m.gguf" in err) is not quiet, err[-500:]
-        assert ("de-quantizing" in err) is not quiet, err[-500:]
-
+        printed = capsys.readouterr()
+        bars = not quiet and terminal
+        assert ("converting m.gguf" in printed.err) is bars, printed.err[-500:]
+        assert ("de-quantizing" in printed.err) is bars, printed.err[-500:]
+        assert ("\r" in printed.err) is bars
+        # TransformerLens's own print, twice for a GGUF model: not under --quiet
+        assert printed.out.count("Moving model to device") == (0 if quiet else 2), printed.out

@@ -241,10 +241,16 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.slow
-def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(demo_files, tmp_path, capsys):
-    """A real process interrupted by SIGINT in the middle of a run: one line on stderr, no
-    traceback, status 130; the same command then resumes from the stage files."""
+@pytest.mark.parametrize("signum, status, said", [
+    ("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated (SIGTERM)")])
+def test_ctrl_c_and_sigterm_print_one_line_release_the_lock_and_the_rerun_resumes(
+        signum, status, said, demo_files, tmp_path, capsys):
+    """A real process interrupted by SIGINT (Ctrl-C) or SIGTERM (what `timeout`, SLURM and
+    torchrun send) in the middle of a run: one line on stderr, no traceback, status 130 or
+    143, the folder's lock released; the same command then resumes from the stage files."""
     import signal
+
+    from workbench.results.store import LOCK_FILE
 
     model_dir, main, _ = demo_files
     out = tmp_path / "o"
@@ -261,7 +267,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(demo_files, tmp_
         for line in proc.stdout:
             if line.strip() == "searching":
                 break
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signum))
         try:
             _, err = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:  # say where it hangs (it once did, under load)
@@ -270,13 +276,14 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_rerun_resumes(demo_files, tmp_
                 _, err = proc.communicate(timeout=20)
             except subprocess.TimeoutExpired as e:  # still running: what it wrote so far
                 err = e.stderr.decode() if isinstance(e.stderr, bytes) else str(e.stderr)
-            pytest.fail(f"no exit 120 s after SIGINT; the process's stacks:\n{err[-6000:]}")
+            pytest.fail(f"no exit 120 s after {signum}; the process's stacks:\n{err[-6000:]}")
     finally:
         proc.kill()
-    assert proc.returncode == 130
+    assert proc.returncode == status
     lines = [x for x in err.splitlines() if x.strip()]
-    assert lines == [f"interrupted; rerun the same command to resume from {out}"], err
+    assert lines == [f"{said}; rerun the same command to resume from {out}"], err
     assert (out / "heads.csv").is_file() and not (out / "combos.csv").exists()
+    assert not (out / LOCK_FILE).exists()
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "resuming from" in printed and "best set: L0H1,L0H3,L1H1" in printed

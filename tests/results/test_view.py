@@ -12,6 +12,7 @@ one where it can).
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -207,11 +208,37 @@ def test_view_shows_the_best_combos_when_there_are_many(folder, monkeypatch):
 
 
 def test_view_of_a_folder_without_tables_says_so(tmp_path):
+    """A run stopped before its first table: its config.json records none."""
     out = tmp_path / "partial"
     out.mkdir()
-    shutil.copy(GOLDEN / "config.json", out / "config.json")
+    run = json.loads((GOLDEN / "config.json").read_text())
+    run["files"] = {}
+    (out / "config.json").write_text(json.dumps(run))
     text = write_view(out).read_text()
     assert "heads.csv: not in this folder" in text and "<table" not in text
+
+
+@pytest.mark.parametrize("change", ["edit", "delete", "unrecorded"])
+def test_view_refuses_a_tampered_folder_as_cel_does(change, folder, capsys):
+    """A table changed after the run wrote it, a recorded one gone, or one the run did not
+    write: `workbench view` refuses it in one line (as `workbench cel` does) and writes no
+    page from it."""
+    run = json.loads((folder / "config.json").read_text())
+    if change == "edit":
+        text = (folder / "heads.csv").read_text()
+        (folder / "heads.csv").write_text(text.replace("0.039999", "0.049999", 1))
+        words = "heads.csv was changed, truncated or replaced after it was written"
+    elif change == "delete":
+        (folder / "heads.csv").unlink()
+        words = "records heads.csv but the file is missing"
+    else:
+        del run["files"]["tradeoff"]
+        (folder / "config.json").write_text(json.dumps(run))
+        words = "tradeoff.csv is not recorded in config.json"
+    assert cli.main(["view", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not (folder / VIEW_FILE).exists()
 
 
 def test_cli_view_rebuilds_the_page_and_refuses_other_folders(folder, tmp_path, capsys):

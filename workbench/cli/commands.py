@@ -25,11 +25,16 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from workbench.config import CELConfig, resolve_threads
+from workbench.cli.checks import (
+    bars_off,
+    check_options,
+    check_out,
+    check_task_objective,
+    use_threads,
+)
+from workbench.config import CELConfig
 from workbench.errors import WorkbenchError
 
 DEFAULT_OUT = "cel_results"
@@ -37,43 +42,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # CELConfig fields given by other means than a flag of the same name (`resolve_inputs`, the
 # sweep's cells)
 _NOT_FLAGS = ("model", "task", "others")
-
-
-def use_threads(threads: int | str | None) -> None:
-    """Set torch's intra-op CPU threads (None: leave torch's default; `"auto"`:
-    `workbench.config.resolve_threads`)."""
-    threads = resolve_threads(threads)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
-@contextmanager
-def bars_off(quiet: bool) -> Iterator[None]:
-    """No tqdm progress bar at all while `quiet` (`--quiet`), restored afterwards.
-
-    The workbench's own bars follow `Compute.progress`, but loading a GGUF file shows bars
-    that take no switch: the conversion's (`workbench.loading.gguf`) and transformers'
-    de-quantizing one, both bare `tqdm` bars. Every tqdm bar (transformers' and
-    huggingface_hub's included) is a `tqdm.std.tqdm`, so while quiet its constructor is
-    given `disable=True`."""
-    if not quiet:
-        yield
-        return
-    from tqdm import std
-
-    init = std.tqdm.__init__
-
-    def disabled(self, *args, **kwargs):
-        kwargs["disable"] = True
-        init(self, *args, **kwargs)
-
-    std.tqdm.__init__ = disabled
-    try:
-        yield
-    finally:
-        std.tqdm.__init__ = init
 
 
 def run_options(args) -> dict:
@@ -167,22 +135,32 @@ def run_cel_command(args) -> int:
     """Run `workbench cel`; returns the exit status."""
     model_name, task_name, other_names, note = resolve_inputs(args)  # no torch yet
     out = Path(args.out)
-    _check_out(out, args.overwrite)
-    check_hub_models([model_name])
+    try:  # every option, then the folder, before the model loads (`workbench.cli.checks`)
+        config = check_options(args, run_options(args), "demo" if note else model_name,
+                               task_name)
+        from workbench.tasks.task import load_task
+
+        task = load_task(task_name)
+        others = [load_task(o) for o in other_names]
+        check_task_objective(args.objective, task)
+        check_out(out, args.overwrite, config)
+        check_hub_models([model_name])
+    except BaseException:
+        if note:  # the demo's files
+            shutil.rmtree(Path(model_name).parent, ignore_errors=True)
+        raise
     if note:
         print(f"note: {note}", flush=True)
 
     import pandas as pd
 
-    from workbench import distributed
+    from workbench import distributed, progress
+    from workbench.environment import environment, environment_line, thread_choice
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
     from workbench.results.store import CONFIG_FILE
-    from workbench.tasks.task import load_task
 
-    task = load_task(task_name)
-    others = [load_task(o) for o in other_names]
     check_counterfactuals(args.kind, [task, *others])  # before the model loads
     use_threads(args.threads)
     with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
@@ -208,13 +186,20 @@ def run_cel_command(args) -> int:
         f"side tasks: {', '.join(o.name for o in others) or 'none'}",
         flush=True,
     )
+    # the threads and why, the device and the machine: what the timings were measured on
+    env = environment(model, thread_choice(args.threads))
+    print(f"environment: {environment_line(env)}", flush=True)
     resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
     if resuming:
         print(f"resuming from {out}", flush=True)
     estimate = estimate_run(run, _stages_done(out) if resuming else ())
     if estimate.seconds[1] >= LONG_RUN_S:  # a long run says what it costs before it starts
         print(estimate.line(), flush=True)
-    with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
+    # in a log (stderr not a terminal), progress is plain lines with the run's ETA
+    seconds = {stage: (c[0] * estimate.seconds_per_forward, c[1] * estimate.seconds_per_forward)
+               for stage, c in estimate.costs.items() if c is not None}
+    shown = not args.quiet and distributed.is_main()
+    with distributed.rank_out_dir(out) as run_out, progress.tracking(seconds if shown else {}):
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
     from workbench.results.report import clean_lines, console_lines
 
@@ -295,18 +280,6 @@ def check_hub_models(models) -> None:
         repo = hub_repo(name)
         if repo is not None:
             check_hub(repo)
-
-
-def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse, before loading anything (and before saying "resuming"), an --out that is a
-    file or a folder another run holds (`run_cel` checks again when it takes the lock)."""
-    if out.exists() and not out.is_dir():
-        raise WorkbenchError(f"--out {str(out)!r} is a file; expected a folder (new or a CEL "
-                             "results folder)")
-    if out.is_dir():
-        from workbench.results.store import check_unlocked
-
-        check_unlocked(out)
 
 
 def explain_command(args) -> int:
@@ -443,11 +416,15 @@ def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
 
 def run_sweep_command(args) -> int:
     """Run `workbench sweep`; returns the exit status."""
-    import pandas as pd
-
-    from workbench.sweep import TABLE_FILE, run_sweep, shown_table
-
     models, tasks, others = sweep_inputs(args)
+    options = run_options(args)
+    for kind in args.kinds:  # every option before a model loads (`workbench.cli.checks`)
+        check_options(args, {**options, "kind": kind})
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise WorkbenchError(f"--out {args.out!r} is a file; expected a sweep folder")
+    from workbench.results.store import check_writable
+
+    check_writable(Path(args.out))
     n_tasks = f"{len(tasks)} tasks" if tasks is not None else "their own tasks"
     print(
         f"sweep: {len(models)} models x {n_tasks} x {len(args.kinds)} ablation kinds"
@@ -455,10 +432,18 @@ def run_sweep_command(args) -> int:
         flush=True,
     )
     use_threads(args.threads)
+    import pandas as pd
+
+    from workbench.environment import environment, environment_line, thread_choice
+    from workbench.sweep import TABLE_FILE, run_sweep, shown_table
+
+    # each cell's config.json records its own, with its device and dtype
+    print(f"environment: {environment_line(environment(choice=thread_choice(args.threads)))}",
+          flush=True)
     with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
         table = run_sweep(models, tasks, kinds=args.kinds, out=args.out, others=others,
                           device=args.device, dtype=args.dtype, progress=not args.quiet,
-                          plot=not args.no_plots, split=args.split, **run_options(args))
+                          plot=not args.no_plots, split=args.split, **options)
     shown = shown_table(table)
     print()
     with pd.option_context(

@@ -30,11 +30,11 @@ QUICK_HELP = (
 )
 THREADS_HELP = (
     "torch's CPU threads per operation (torch.set_num_threads), set before the model loads: "
-    "an integer, or auto (the default), the cores other jobs leave idle when the command "
-    "starts (the cores less the 1-minute load average, at least 1). On a 2-core machine a "
-    "Gemma-3 forward took 1.13 s on 1 thread and 0.66-0.76 s on 2 when idle, while under "
-    "other jobs' load 2 threads ran the embedded main job 6x slower than 1 (docs/speed.md, "
-    "bench/threads.py)"
+    "an integer, or auto (the default): OMP_NUM_THREADS where it is set, else the cores idle "
+    "when the command starts, measured over 0.3 s (not the lagging load average), at least 1; "
+    "the header says how many and why. On a 2-core machine a Gemma-3 forward took 1.13 s on "
+    "1 thread and 0.66-0.76 s on 2 when idle, while under other jobs' load 2 threads ran the "
+    "embedded main job 6x slower than 1 (docs/speed.md, bench/threads.py)"
 )
 
 
@@ -223,7 +223,7 @@ def _data_options(p) -> None:
     p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     p.add_argument(
         "--token-budget",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="the most tokens (rows x padded length) in one forward; bounds memory "
@@ -237,8 +237,10 @@ def _data_options(p) -> None:
                    "joined into common passes; never under torchrun, whose ranks then write "
                    "what one process writes with off, bit for bit (default %(default)s)")
     p.add_argument("--quiet", action="store_true",
-                   help="no progress bars, those of loading a model included (the GGUF "
-                   "conversion's and transformers')")
+                   help="no progress, those of loading a model included (the GGUF "
+                   "conversion's and transformers' bars, TransformerLens's 'Moving model to "
+                   "device'); without it, a log (stderr not a terminal) gets plain lines with "
+                   "the run's ETA instead of bars")
 
 def strategy_flag(strategy: str, setting: str) -> tuple[str, str]:
     """`(flag, dest)` of a strategy's own setting: `--gates-steps`, `strategy__gates__steps`."""

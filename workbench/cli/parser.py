@@ -20,8 +20,12 @@ flag's default is the field's default and its choices are the values of its opti
 
 Under torchrun (`WORLD_SIZE > 1`) every command joins the process group first
 (`workbench.distributed`). A rerun with the same options and `--out` resumes from the stages
-already saved; Ctrl-C prints one line saying so and exits with status 130. Input errors print
-one line (`workbench: error: ...`) to stderr and exit with status 2.
+already saved; Ctrl-C prints one line saying so and exits with status 130, and SIGTERM (what
+`timeout`, SLURM and torchrun send) does the same with status 143: the folder's lock is
+released and every file written so far is complete. Input errors, the parser's included,
+print one line (`workbench: error: ...`) to stderr and exit with status 2; so does a write
+that fails for lack of space, on a read-only file system or for lack of permission, each
+with its own advice (`write_error_line`).
 
 Start-up is kept short: building the parser and checking names and paths import neither torch
 nor TransformerLens (`workbench.config`, `workbench.options`, `workbench.loading.names` and
@@ -34,7 +38,10 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from workbench.cli.commands import (
     DEFAULT_OUT,
@@ -53,8 +60,48 @@ from workbench.options import SweepSplit
 from workbench.zoo import EMBEDDED_FAMILY
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
-# a write that failed for lack of space or a read-only disk: one line, not a traceback
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what `timeout` and SLURM send
+# a write that failed for lack of space, on a read-only file system or for lack of
+# permission: one line with the advice that fits, not a traceback
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+READ_ONLY = (errno.EROFS,)
+NO_PERMISSION = (errno.EACCES, errno.EPERM)
+WRITE_ERRORS = (*NO_SPACE, *READ_ONLY, *NO_PERMISSION)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that it unwinds as Ctrl-C does: every `with`
+    releases what it holds (the results folder's lock) and no file is left half written."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose errors are one line, like every other input error."""
+
+    def error(self, message: str):
+        self.exit(2, f"workbench: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises `Terminated` while inside (in the main thread only, where Python
+    delivers signals); a second SIGTERM while the first unwinds ends the process at once."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def _add_cel_parser(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
@@ -252,7 +299,7 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
     added only when `command` is `"theory"`; otherwise it is listed with its help line.
     With `quick`, the defaults of `cel` and `sweep` are the `--quick` preset's
     (`workbench.config.QUICK`), so a flag given beside `--quick` still wins."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="workbench",
         description="Capability Enhancement Localization on TransformerLens models. "
         "With no subcommand, runs `workbench cel` with its defaults.",
@@ -291,41 +338,55 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "quick", False):  # parsed again with the preset as the defaults
         args = build_parser(argv[0], quick=True).parse_args(argv)
     try:
-        if not _launched_by_torchrun():
-            return int(args.func(args) or 0)
-        from workbench import distributed
-
-        distributed.init_from_env(getattr(args, "device", "auto"))
-        with distributed.quiet_unless_main():
-            status = int(args.func(args) or 0)
-        distributed.shutdown()
-        return status
+        with sigterm_interrupts():
+            return _run(args)
     except WorkbenchError as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        if e.errno not in DISK_FULL:
+        if e.errno not in WRITE_ERRORS:
             raise
-        print(f"workbench: error: {disk_full_line(e, getattr(args, 'out', None))}",
+        print(f"workbench: error: {write_error_line(e, getattr(args, 'out', None))}",
               file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         out = getattr(args, "out", None)
         resume = f"; rerun the same command to resume from {out}" if args.command in (
             "cel", "sweep") else ""
-        print(f"\ninterrupted{resume}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"\n{what}{resume}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
 
 
-def disk_full_line(error: OSError, out: str | None) -> str:
-    """The one line for a write that failed for lack of space. Every file is written to a
-    temporary name and renamed (`workbench.results.store`), and `config.json` records a table only
-    once it is complete, so what was saved before is intact and a rerun resumes from it."""
+def _run(args) -> int:
+    if not _launched_by_torchrun():
+        return int(args.func(args) or 0)
+    from workbench import distributed
+
+    distributed.init_from_env(getattr(args, "device", "auto"))
+    with distributed.quiet_unless_main():
+        status = int(args.func(args) or 0)
+    distributed.shutdown()
+    return status
+
+
+def write_error_line(error: OSError, out: str | None) -> str:
+    """The one line for a write that failed (`WRITE_ERRORS`), with the advice that fits the
+    fault: free space, a writable place for a read-only file system, the permissions. Every
+    file is written to a temporary name and renamed (`workbench.results.store`), and
+    `config.json` records a table only once it is complete, so what was saved before is
+    intact and a rerun resumes from it."""
     where = f" writing {error.filename}" if error.filename else ""
-    resume = f"; rerun the same command to resume from {out}" if out else ""
     code = errno.errorcode.get(error.errno, error.errno)
-    return (f"{error.strerror or 'cannot write'}{where} ({code}); the files saved before are "
-            f"intact: free space{resume}")
+    what = f"{error.strerror or 'cannot write'}{where} ({code}); the files saved before are intact"
+    elsewhere = "copy the folder to a writable place" + (", or give another --out" if out
+                                                         else "")
+    if error.errno in READ_ONLY:
+        return f"{what}: the file system is read-only; {elsewhere}"
+    if error.errno in NO_PERMISSION:
+        return f"{what}: permission denied; make the folder writable for this user, or {elsewhere}"
+    resume = f"; rerun the same command to resume from {out}" if out else ""
+    return f"{what}: free space{resume}"
 
 
 def _launched_by_torchrun() -> bool:

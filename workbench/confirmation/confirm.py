@@ -55,6 +55,7 @@ forward pass where that pays.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -187,46 +188,91 @@ def confirm_sets(
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
     """
-    stats = stats or Stats()
-    n_boot, ci, seed, n_flips = stats.n_boot, stats.ci, stats.seed, stats.n_flips
-    model = heldout.model
-    _check_clusters(groups, "held-out split")
-    for task, og in (other_groups or {}).items():
-        _check_clusters(og, f"side-effect task {task!r}")
-    clean = heldout.clean()
+    plan = ConfirmPlan(objective, secondary, best_size, dict(select_gains or {}), n_random,
+                       stats or Stats(), pool, groups, dict(other_groups or {}), adaptive)
+    check_groups(plan)
     rows, side_rows = [], []
     for size, head_set in sorted(sets.items()):
-        masks = masks_of(model, [head_set])
-        scores = heldout.score(masks)
-        diffs = {m: scores[m][0] - clean[m] for m in scores}
-        row = {"size": size, "heads": str(head_set), "best": size == best_size}
-        if select_gains is not None and size in select_gains:
-            row[f"select_d_{objective}"] = float(select_gains[size])
-        row[f"clean_{objective}"] = float(torch.nanmean(clean[objective].float()))
-        row.update(_effect_row(diffs, n_boot, seed, ci, groups))
-        row["p_value"] = sign_flip_pvalue(diffs[objective], groups, n_flips, seed)
-        if n_random > 0:
-            row.update(random_baselines(heldout, size, row, objective, secondary, n_random,
-                                        seed, ci, pool, BaselineRace.of(adaptive)))
-        # is there any effect on the main task's other metrics?
-        row.update(_two_sided(diffs, objective, groups, n_flips, seed))
+        row, sides = confirm_size(heldout, size, head_set, others or {}, plan)
         rows.append(row)
-        for task, scorer in (others or {}).items():
-            other_clean = scorer.clean()
-            other_scores = scorer.score(masks)
-            side = {"size": size, "heads": str(head_set), "task": task}
-            og = (other_groups or {}).get(task)
-            side_diffs = {m: other_scores[m][0] - other_clean[m] for m in other_scores}
-            side.update(_effect_row(side_diffs, n_boot, seed, ci, og))
-            side["p_value"] = sign_flip_pvalue(
-                side_diffs[objective], og, n_flips, seed, alternative="two-sided"
-            )
-            for m, v in other_clean.items():
-                side[f"clean_{m}"] = float(torch.nanmean(v.float()))
-            if objective in side_diffs:
-                side[f"d_{objective}_p"] = side["p_value"]
-            side.update(_two_sided(side_diffs, objective, og, n_flips, seed))
-            side_rows.append(side)
+        side_rows += sides
+    return finish_confirmation(rows, side_rows)
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    """What `confirm_sets` confirms each size with, besides the scorers and the sets (the
+    arguments of `confirm_sets` of the same names; `select_gains` and `other_groups` as
+    dicts)."""
+
+    objective: str
+    secondary: str | None = None
+    best_size: int | None = None
+    select_gains: Mapping[int, float] = field(default_factory=dict)
+    n_random: int = 200
+    stats: Stats = field(default_factory=Stats)
+    pool: object = None
+    groups: object = None
+    other_groups: Mapping[str, list] = field(default_factory=dict)
+    adaptive: bool | BaselineRace = False
+
+
+def check_groups(plan: ConfirmPlan) -> None:
+    """Refuse clustered inference on fewer than `MIN_CLUSTERS` groups (before any forward)."""
+    _check_clusters(plan.groups, "held-out split")
+    for task, og in plan.other_groups.items():
+        _check_clusters(og, f"side-effect task {task!r}")
+
+
+def confirm_size(heldout: Scorer, size: int, head_set: HeadSet, others: Mapping[str, Scorer],
+                 plan: ConfirmPlan) -> tuple[dict, list[dict]]:
+    """One size of `confirm_sets`: the found set's row of the confirmation table (before the
+    Holm correction across sizes) and its rows of the side-effects table. A size's rows do
+    not depend on the other sizes (the random sets are drawn per size and seed), so a run
+    interrupted between sizes resumes from the sizes done (`workbench.pipeline`)."""
+    stats, objective, groups = plan.stats, plan.objective, plan.groups
+    n_boot, ci, seed, n_flips = stats.n_boot, stats.ci, stats.seed, stats.n_flips
+    clean = heldout.clean()
+    masks = masks_of(heldout.model, [head_set])
+    scores = heldout.score(masks)
+    diffs = {m: scores[m][0] - clean[m] for m in scores}
+    row = {"size": size, "heads": str(head_set), "best": size == plan.best_size}
+    if size in plan.select_gains:
+        row[f"select_d_{objective}"] = float(plan.select_gains[size])
+    row[f"clean_{objective}"] = float(torch.nanmean(clean[objective].float()))
+    row.update(_effect_row(diffs, n_boot, seed, ci, groups))
+    row["p_value"] = sign_flip_pvalue(diffs[objective], groups, n_flips, seed)
+    if plan.n_random > 0:
+        row.update(random_baselines(heldout, size, row, objective, plan.secondary,
+                                    plan.n_random, seed, ci, plan.pool,
+                                    BaselineRace.of(plan.adaptive)))
+    # is there any effect on the main task's other metrics?
+    row.update(_two_sided(diffs, objective, groups, n_flips, seed))
+    side_rows = []
+    for task, scorer in others.items():
+        other_clean = scorer.clean()
+        other_scores = scorer.score(masks)
+        side = {"size": size, "heads": str(head_set), "task": task}
+        og = plan.other_groups.get(task)
+        side_diffs = {m: other_scores[m][0] - other_clean[m] for m in other_scores}
+        side.update(_effect_row(side_diffs, n_boot, seed, ci, og))
+        side["p_value"] = sign_flip_pvalue(
+            side_diffs[objective], og, n_flips, seed, alternative="two-sided"
+        )
+        for m, v in other_clean.items():
+            side[f"clean_{m}"] = float(torch.nanmean(v.float()))
+        if objective in side_diffs:
+            side[f"d_{objective}_p"] = side["p_value"]
+        side.update(_two_sided(side_diffs, objective, og, n_flips, seed))
+        side_rows.append(side)
+    return row, side_rows
+
+
+def finish_confirmation(rows: list[dict],
+                        side_rows: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The confirmation and side-effects tables of `confirm_size`'s rows: the Holm
+    corrections across sizes (across all side rows for side effects) added, the columns of
+    metrics that apply to no row left out."""
     confirmation, side_effects = pd.DataFrame(rows), pd.DataFrame(side_rows)
     if not confirmation.empty:
         confirmation["p_holm"] = holm(confirmation["p_value"])
@@ -354,44 +400,70 @@ def tradeoff_table(
         `side_d`, `side_d_lo`, `side_d_hi`, `side_n`: the change of `metric` on `task`.
         Empty without side tasks.
     """
+    rows = []
+    for size, head_set in sorted(sets.items()):
+        rows += tradeoff_rows(heldout, others, size, head_set, objective, stats,
+                              n_random=n_random, pool=pool, groups=groups,
+                              other_groups=other_groups, n_sets=n_sets,
+                              max_examples=max_examples)
+    return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))
+
+
+def tradeoff_rows(
+    heldout: Scorer,
+    others: Mapping[str, Scorer],
+    size: int,
+    head_set: HeadSet,
+    objective: str,
+    stats: Stats | None = None,
+    *,
+    n_random: int = 200,
+    pool=None,
+    groups=None,
+    other_groups: Mapping[str, list] | None = None,
+    n_sets: int = TRADEOFF_SETS,
+    max_examples: int | None = TRADEOFF_EXAMPLES,
+) -> list[dict]:
+    """One size of `tradeoff_table` (the same arguments, `size` and its confirmed
+    `head_set` for `sets`): its rows, as dicts. The random sets are drawn per size and
+    seed, so a size's rows do not depend on the others."""
     stats = stats or Stats()
     model = heldout.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    rows = []
+    rows: list[dict] = []
     if not others:
-        return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))
+        return rows
     clean = heldout.clean()
     side_clean = {task: scorer.clean() for task, scorer in others.items()}
-    for size, head_set in sorted(sets.items()):
-        chosen = [("found", list(HeadSet.of(model, head_set).heads))]
-        if n_random > 0 and n_sets > 0:
-            random_sets = random_head_sets(L, H, size, n_random, stats.seed)
-            sample = _sample(random_sets, n_sets, stats.seed, size, 0)
-            pool_sets = (pool_random_head_sets(pool, size, n_random, stats.seed,
-                                               reuse=random_sets) if pool else [])
-            chosen += [("random", s) for s in sample] + [
-                ("pool", s) for s in _sample(pool_sets, n_sets, stats.seed, size, 1, sample)]
-        unique = list(dict.fromkeys(_key(s) for _, s in chosen))
-        index = {u: i for i, u in enumerate(unique)}
-        masks = masks_of(model, [list(u) for u in unique])
-        found = torch.tensor([u == _key(chosen[0][1]) for u in unique])
-        scores = _sampled_scores(heldout, masks, found, max_examples, stats.seed)
-        gain = _summaries(scores[objective] - clean[objective], stats, groups)
-        names = [str(HeadSet.of(model, list(u))) for u in unique]
-        for task, scorer in others.items():
-            scores = _sampled_scores(scorer, masks, found, max_examples, stats.seed)
-            og = (other_groups or {}).get(task)
-            side = {m: _summaries(v - side_clean[task][m], stats, og) for m, v in scores.items()}
-            for origin, s in chosen:
-                i = index[_key(s)]
-                for m, st in side.items():
-                    if st["_n"][i] == 0:  # not defined on this task (no wrong answer)
-                        continue
-                    rows.append({
-                        "origin": origin, "size": size, "heads": names[i], "task": task,
-                        "metric": m, "gain": float(gain[""][i]), "gain_lo": float(gain["_lo"][i]),
-                        "gain_hi": float(gain["_hi"][i]), "gain_n": int(gain["_n"][i]),
-                        "side_d": float(st[""][i]), "side_d_lo": float(st["_lo"][i]),
-                        "side_d_hi": float(st["_hi"][i]), "side_n": int(st["_n"][i]),
-                    })
-    return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))
+    chosen = [("found", list(HeadSet.of(model, head_set).heads))]
+    if n_random > 0 and n_sets > 0:
+        random_sets = random_head_sets(L, H, size, n_random, stats.seed)
+        sample = _sample(random_sets, n_sets, stats.seed, size, 0)
+        pool_sets = (pool_random_head_sets(pool, size, n_random, stats.seed,
+                                           reuse=random_sets) if pool else [])
+        chosen += [("random", s) for s in sample] + [
+            ("pool", s) for s in _sample(pool_sets, n_sets, stats.seed, size, 1, sample)]
+    unique = list(dict.fromkeys(_key(s) for _, s in chosen))
+    index = {u: i for i, u in enumerate(unique)}
+    masks = masks_of(model, [list(u) for u in unique])
+    found = torch.tensor([u == _key(chosen[0][1]) for u in unique])
+    scores = _sampled_scores(heldout, masks, found, max_examples, stats.seed)
+    gain = _summaries(scores[objective] - clean[objective], stats, groups)
+    names = [str(HeadSet.of(model, list(u))) for u in unique]
+    for task, scorer in others.items():
+        scores = _sampled_scores(scorer, masks, found, max_examples, stats.seed)
+        og = (other_groups or {}).get(task)
+        side = {m: _summaries(v - side_clean[task][m], stats, og) for m, v in scores.items()}
+        for origin, s in chosen:
+            i = index[_key(s)]
+            for m, st in side.items():
+                if st["_n"][i] == 0:  # not defined on this task (no wrong answer)
+                    continue
+                rows.append({
+                    "origin": origin, "size": size, "heads": names[i], "task": task,
+                    "metric": m, "gain": float(gain[""][i]), "gain_lo": float(gain["_lo"][i]),
+                    "gain_hi": float(gain["_hi"][i]), "gain_n": int(gain["_n"][i]),
+                    "side_d": float(st[""][i]), "side_d_lo": float(st["_lo"][i]),
+                    "side_d_hi": float(st["_hi"][i]), "side_n": int(st["_n"][i]),
+                })
+    return rows

@@ -10,6 +10,7 @@ from transformer_lens import HookedTransformer
 
 from workbench.errors import WorkbenchError
 from workbench.loading.sources import HUB, find_source, refusal
+from workbench.options import DTYPE_NAMES, check_dtype_name
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -50,20 +51,8 @@ def _resolve_dtype(dtype, device: torch.device | None = None) -> torch.dtype | N
         return dtype
     if str(dtype) == "auto":
         return auto_dtype(device if device is not None else resolve_device("auto"))
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float64": torch.float64,
-    }
-    if str(dtype) not in table:
-        raise WorkbenchError(
-            f"dtype {dtype!r} is unknown; expected 'auto' or one of {sorted(table)}"
-        )
-    return table[str(dtype)]
+    check_dtype_name(dtype)
+    return getattr(torch, DTYPE_NAMES[str(dtype)])
 
 
 def load_model(

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from workbench.errors import WorkbenchError
+from workbench.options import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -150,3 +151,22 @@ def declare(*records: Metric) -> Callable:
 def help_text() -> str:
     """The registered metrics in one line for the command line's help."""
     return "; ".join(f"{m.name}: {m.summary}" for m in METRIC_RECORDS)
+
+
+def check_objective(objective: str | None, task: str | None = None,
+                    has_wrong: bool = True) -> None:
+    """Refuse an objective (`--objective`, `run_cel(objective=...)` with no custom metric)
+    that is no registered metric, or that needs wrong answers when task `task` has none
+    (`has_wrong`); None (the task's own metric) passes. Checked before a model loads."""
+    if objective is None:
+        return
+    if objective not in _BY_NAME:
+        raise WorkbenchError(
+            f"objective {objective!r} is not a metric; expected one of {', '.join(_BY_NAME)}"
+            f"{did_you_mean(objective, _BY_NAME)} (a custom metric is given from Python: "
+            "run_cel(..., metric=...))")
+    if _BY_NAME[objective].needs_wrong and not has_wrong:
+        raise WorkbenchError(
+            f"objective {objective!r} compares the answer with wrong answers, and task "
+            f"{task!r} has none; expected one of "
+            f"{', '.join(m.name for m in METRIC_RECORDS if not m.needs_wrong)}")

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from workbench.environment import environment_line
 from workbench.results.export import TIDY_FILE, single_heads, tidy_table
 from workbench.results.store import write_text
 from workbench.results.tradeoff import (
@@ -36,6 +37,9 @@ from workbench.results.tradeoff import (
 from workbench.tables import load_table, save_table
 
 REPORT_FILE = "report.md"
+# the line under the timings that says what they were measured on (`workbench.environment`);
+# a golden comparison leaves it out with the timings (`tests/golden.py`)
+ENVIRONMENT_PREFIX = "Environment:"
 EXPLANATION_DIR = "explanation"
 EXPLANATION_FIGURE = "explanation.png"
 ATTENTION_EXAMPLES_FIGURE = "attention_examples.png"
@@ -178,6 +182,8 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             "",
             "Timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()) + ".",
         ]
+        if result.environment:  # beside the timings: what they were measured on
+            lines.append(f"{ENVIRONMENT_PREFIX} {environment_line(result.environment)}.")
     if plots:
         from workbench.results.plots import PLOT_FUNCTIONS
 

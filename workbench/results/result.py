@@ -24,10 +24,10 @@
 `mark_best` never calls a `gamed` set best: one whose objective rises while the main task's
 accuracy or answer log-prob falls significantly (`workbench.results.tradeoff.gamed`).
 
-A results folder holds `config.json` (config, seeds, timings, summary), one CSV per table,
-four plots (`workbench.results.plots`) and `report.md` (rendered by `workbench.results.report`,
-which `report`, `write_report` and `save` call; it reads the result and imports nothing from
-here).
+A results folder holds `config.json` (config, seeds, timings, summary, and the `environment`
+the run computed on: `workbench.environment`), one CSV per table, four plots
+(`workbench.results.plots`) and `report.md` (rendered by `workbench.results.report`, which
+`report`, `write_report` and `save` call; it reads the result and imports nothing from here).
 Every file is written atomically (temporary file, then rename), so an interrupted run leaves
 only complete files, and `run_cel` resumes from them; each table is recorded in `config.json`
 with its hash (see `workbench.results.store`), and loading refuses a recorded table that is
@@ -72,6 +72,7 @@ class CELResult:
     summary: dict = field(default_factory=dict)
     seeds: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
 
     @property
     def alpha(self) -> float:
@@ -99,6 +100,9 @@ class CELResult:
         return bool(self.best)
 
     def run_file(self) -> dict:
+        """`config.json`'s content; `environment` beside the config, not in it (a rerun on
+        another machine resumes), and only where known."""
+        env = {"environment": self.environment} if self.environment else {}
         return {
             "format": "cel-result",
             "version": RESULT_VERSION,
@@ -106,6 +110,7 @@ class CELResult:
             "seeds": self.seeds,
             "timings": self.timings,
             "summary": self.summary,
+            **env,
         }
 
     def summary_table(self) -> pd.DataFrame:
@@ -178,6 +183,7 @@ class CELResult:
             summary=data.get("summary", {}),
             seeds=data.get("seeds", {}),
             timings=data.get("timings", {}),
+            environment=data.get("environment", {}),
             **tables,
         )
 

@@ -9,6 +9,13 @@ table is recorded in `config.json` under `files` with
 - `inputs`: a hash of what made it (the config, which carries the model's and the tasks'
   fingerprints, and the records of the stage files it was computed from).
 
+A stage that takes long also saves its finished part as it goes (`save_partial`): the
+confirmation after each size's set, its random baselines and side effects, and after each
+size of the trade-off table. That checkpoint, `<stage>.partial.json`, is recorded in
+`config.json` under `partial` with its sha256 and the inputs of the stage's table, so a rerun
+takes it up only when it was made by the same inputs (`load_partial`); it is deleted once the
+stage's tables are saved, so a finished folder holds none.
+
 `ResultStore` opens a folder for a run: it refuses a path that is a file or not writable, a
 folder holding CEL tables without a `config.json`, and any recorded file that is missing or
 changed, all before anything is written; and it holds an exclusive lock on the folder for
@@ -38,6 +45,7 @@ from workbench.tables import load_table, save_table
 
 CONFIG_FILE = "config.json"
 LOCK_FILE = ".cel.lock"
+PARTIAL_SUFFIX = ".partial.json"  # a stage's checkpoint: `confirm.partial.json`
 TABLES = ("heads", "combos", "confirmation", "side_effects", "tradeoff")
 # the stage files each table is computed from
 UPSTREAM = {"heads": (), "combos": ("heads",), "confirmation": ("combos",),
@@ -70,6 +78,13 @@ def write_text(path: Path, text: str) -> Path:
 def write_json(path: Path, obj) -> Path:
     """Write JSON atomically."""
     return write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=_json_default))
+
+
+def json_values(obj):
+    """`obj` as the JSON values it is saved as (numpy numbers as Python's, tuples as lists;
+    key order kept): what a reader of the saved file gets back, so that a result computed
+    now and one read back from a checkpoint are built from the same values."""
+    return json.loads(json.dumps(obj, default=_json_default))
 
 
 def _json_default(obj):
@@ -168,6 +183,26 @@ def read_folder(folder: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     return data, tables
 
 
+def verify_folder(folder: str | Path) -> dict:
+    """The parsed `config.json` of a results folder whose every recorded table is there with
+    its recorded sha256 (else one `WorkbenchError` saying which was changed or is missing);
+    reads nothing else. The command line checks a folder so before it loads a model."""
+    folder = Path(folder)
+    data = read_run_file(folder)
+    for name, record in data.get("files", {}).items():
+        path = folder / f"{name}.csv"
+        if not path.is_file() or file_digest(path) != record.get("sha256"):
+            read_table(folder, name, record)  # raises the precise error
+    for stage, record in data.get("partial", {}).items():
+        path = folder / f"{stage}{PARTIAL_SUFFIX}"
+        if path.is_file() and file_digest(path) != record.get("sha256"):
+            raise WorkbenchError(
+                f"{str(folder)!r}: {path.name} was changed after it was written (its sha256 "
+                f"differs from the one in {CONFIG_FILE}); delete it to redo that stage"
+            )
+    return data
+
+
 class ResultStore:
     """An opened, locked results folder (or nothing, for in-memory runs).
 
@@ -181,6 +216,7 @@ class ResultStore:
         self.overwrite = overwrite
         self.previous: dict | None = None
         self.files: dict[str, dict] = {}
+        self.partials: dict[str, dict] = {}  # stage -> record of its checkpoint
         self._lock = None
 
     def __enter__(self) -> "ResultStore":
@@ -195,8 +231,7 @@ class ResultStore:
         except OSError as e:
             raise WorkbenchError(f"cannot create results folder {str(folder)!r}: {e.strerror}") \
                 from None
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise WorkbenchError(f"results folder {str(folder)!r} is not writable")
+        check_writable(folder)
         self._acquire()
         try:
             if self.overwrite:
@@ -234,7 +269,7 @@ class ResultStore:
                     "folder or delete them"
                 )
             return
-        self.previous = read_run_file(folder)
+        self.previous = verify_folder(folder)
         files = self.previous.get("files", {})
         # `save` writes tables in pipeline order, then config.json: a run stopped in between
         # leaves tables later than every recorded one unrecorded. They were never loaded and
@@ -248,11 +283,15 @@ class ResultStore:
                     f"{str(folder)!r}: {name}.csv is not recorded in {CONFIG_FILE} (written by "
                     "another run or an older version); use another folder or delete this one"
                 )
-        for name, record in files.items():
-            path = folder / f"{name}.csv"
-            if not path.is_file() or file_digest(path) != record.get("sha256"):
-                read_table(folder, name, record)  # raises the precise error
         self.files = dict(files)
+        # a checkpoint is kept only while recorded and there (`verify_folder` checked its
+        # hash); one written but not yet recorded when its run stopped goes
+        recorded = self.previous.get("partial", {})
+        self.partials = {stage: r for stage, r in recorded.items()
+                         if (folder / f"{stage}{PARTIAL_SUFFIX}").is_file()}
+        for path in folder.glob(f"*{PARTIAL_SUFFIX}"):
+            if path.name[:-len(PARTIAL_SUFFIX)] not in self.partials:
+                path.unlink()
 
     def _acquire(self) -> None:
         path = self.folder / LOCK_FILE
@@ -311,21 +350,69 @@ class ResultStore:
                                                                           self.files))
         return upgrade_table(name, df, config)
 
-    def save(self, run_file: dict, **tables: pd.DataFrame) -> None:
+    def save(self, run_file: dict, finished: tuple[str, ...] = (),
+             **tables: pd.DataFrame) -> None:
         """Write `tables` (in pipeline order), then `config.json`: `run_file` plus the
-        record of every file."""
+        record of every file. `finished`: stages whose checkpoints (`save_partial`) these
+        tables complete: `config.json` no longer records them, and then they are deleted."""
         if self.folder is None:
             return
         for name in sorted(tables, key=TABLES.index):
             inputs = stage_inputs(name, run_file["config"], self.files)
             self.files[name] = write_table(self.folder, name, tables[name], inputs)
-        write_json(self.folder / CONFIG_FILE, {**run_file, "files": self.files})
+        for stage in finished:
+            self.partials.pop(stage, None)
+        self._write_run_file(run_file)
+        for stage in finished:
+            (self.folder / f"{stage}{PARTIAL_SUFFIX}").unlink(missing_ok=True)
+
+    def _write_run_file(self, run_file: dict) -> None:
+        partial = {"partial": self.partials} if self.partials else {}
+        write_json(self.folder / CONFIG_FILE, {**run_file, "files": self.files, **partial})
+
+    def load_partial(self, stage: str, inputs: str) -> dict | None:
+        """The checkpoint of `stage` (`save_partial`) if this folder holds one made from
+        `inputs`, else None."""
+        record = self.partials.get(stage)
+        if self.folder is None or record is None or record.get("inputs") != inputs:
+            return None
+        return json.loads((self.folder / f"{stage}{PARTIAL_SUFFIX}").read_text())
+
+    def save_partial(self, run_file: dict, stage: str, inputs: str, data: dict) -> None:
+        """Write `stage`'s checkpoint `data` (JSON values, key order kept) atomically, then
+        `config.json` recording it with its sha256 and `inputs`."""
+        if self.folder is None:
+            return
+        path = write_text(self.folder / f"{stage}{PARTIAL_SUFFIX}",
+                          json.dumps(data, default=_json_default))
+        self.partials[stage] = {"sha256": file_digest(path), "inputs": inputs}
+        self._write_run_file(run_file)
 
     def clear(self) -> None:
         """Forget and delete every recorded table (before writing a whole result anew)."""
         for name in self.files:
             (self.folder / f"{name}.csv").unlink(missing_ok=True)
         self.files = {}
+
+
+def check_writable(folder: str | Path) -> None:
+    """Raise `WorkbenchError` when a run could not write into `folder` (or, where it does not
+    exist yet, create it): one line that says whether its file system is read-only or this
+    user lacks the permission."""
+    folder = Path(folder)
+    target = folder
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    if os.access(target, os.W_OK | os.X_OK):
+        return
+    where = (f"results folder {str(folder)!r}" if target == folder else
+             f"results folder {str(folder)!r} cannot be created: {str(target)!r}")
+    read_only = hasattr(os, "statvfs") and bool(os.statvfs(target).f_flag & os.ST_RDONLY)
+    if read_only:
+        raise WorkbenchError(f"{where} is on a read-only file system; give another --out (a "
+                             "finished folder's report.md and view.html can be read where it is)")
+    raise WorkbenchError(f"{where} is not writable by this user (permission denied); make it "
+                         "writable or give another --out")
 
 
 def check_unlocked(folder: str | Path) -> None:

@@ -48,7 +48,7 @@ from workbench.results.interactive import (
     require,
 )
 from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
-from workbench.results.store import read_run_file, write_text
+from workbench.results.store import read_folder, write_text
 
 VIEW_FILE = "view.html"
 # the plots in the order the report shows them; any other PNG of the folder follows
@@ -71,13 +71,14 @@ def write_view(results_dir: str | Path, interactive: bool | None = None) -> Path
         The path of `view.html` (written atomically).
 
     Raises:
-        WorkbenchError: when the folder is not a CEL results folder.
+        WorkbenchError: when the folder is not a CEL results folder, or a table it records
+            was changed, truncated or is missing (as `workbench cel` refuses it).
 
     Example:
         >>> write_view("cel_results")   # then open cel_results/view.html in a browser
     """
     folder = Path(results_dir)
-    run = read_run_file(folder)
+    run, _ = read_folder(folder)  # refuses a folder whose recorded tables were changed
     if interactive is None:
         interactive = interactive_available("plotly")
     text = render_view(folder, run, interactive)

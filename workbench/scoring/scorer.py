@@ -28,7 +28,6 @@ from typing import Protocol
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from workbench import distributed
 from workbench.ablation import (
@@ -47,6 +46,7 @@ from workbench.metrics.scores import (
     score_logits,
     unembed_at,
 )
+from workbench.progress import progress_bar
 from workbench.scoring.batching import Chunk, Targets, answer_only_hooks, length_buckets
 from workbench.scoring.sharing import ChunkRun, score_shared, sharing_pays
 from workbench.tasks.encoding import TaskBatch
@@ -350,7 +350,7 @@ class MaskScorer:
         }
         if n == 0 or n_out == 0:
             return out
-        bar = tqdm(total=n, desc=desc, disable=not progress, leave=False)
+        bar = progress_bar(n, desc, disable=not progress)  # plain lines in a log
         try:
             if self.metric is not None and rows is not None and self._sliceable():
                 # a metric on a TaskBatch scores each row on its own: run the slice alone

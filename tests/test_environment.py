@@ -1,0 +1,177 @@
+"""`workbench.environment`: `--threads auto` takes the cores idle now (not the lagging load
+average) and says why; `OMP_NUM_THREADS` wins; the environment a run records. The sampler is
+mocked: no test here depends on how busy the machine running it is, nor on timing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import workbench.environment as environment
+from workbench.environment import (
+    ThreadChoice,
+    auto_threads,
+    choose_threads,
+    cpu_info,
+    environment_line,
+    idle_cores,
+    idle_threads,
+    read_cpu_times,
+    resolve_threads,
+    thread_choice,
+)
+from workbench.errors import WorkbenchError
+
+# /proc/stat's first lines: the total, then one line per core (user nice system idle iowait
+# irq softirq steal guest guest_nice)
+STAT = """cpu  {t}
+cpu0 {c0} 0 {s0} {i0} {w0} 0 0 0 0 0
+cpu1 {c1} 0 {s1} {i1} {w1} 0 0 0 0 0
+intr 12345
+"""
+
+
+def _stat(tmp_path, name, **ticks) -> str:
+    path = tmp_path / name
+    path.write_text(STAT.format(t="1 2 3 4 5 6 7 8 0 0", **ticks))
+    return str(path)
+
+
+def test_cpu_times_are_read_per_core(tmp_path):
+    path = _stat(tmp_path, "stat", c0=100, s0=20, i0=300, w0=5, c1=50, s1=10, i1=400, w1=0)
+    assert read_cpu_times(path) == {0: (305, 425), 1: (400, 460)}
+    assert read_cpu_times(tmp_path / "missing") is None
+
+
+def test_idle_cores_count_each_cores_idle_share_and_this_process_as_idle():
+    before = {0: (1000, 2000), 1: (1000, 2000), 2: (0, 100)}
+    # over 30 ticks per core: core 0 idle all of them, core 1 busy 20 of 30
+    after = {0: (1030, 2030), 1: (1010, 2030), 2: (0, 130)}
+    assert idle_cores(before, after, {0, 1}) == pytest.approx(40 / 30)
+    assert idle_cores(before, after, {0, 1}, own=15) == pytest.approx(55 / 30)  # 15 were ours
+    assert idle_cores(before, after, {0, 1}, own=100) == 2.0  # never more than the cores
+    assert idle_cores(before, after, {2}) == 0.0  # a core other jobs keep busy
+    assert idle_cores(before, before, {0, 1}) == 2.0  # no tick passed: none is busy
+
+
+@pytest.mark.parametrize("cores, idle, threads, line", [
+    (2, 2.0, 2, "2 threads: 2 cores idle"),
+    (2, 1.6, 2, "2 threads: 2 cores idle"),  # a core 80 % idle counts as idle
+    (2, 1.1, 1, "1 thread: 1 of 2 cores busy"),
+    (2, 0.2, 1, "1 thread: 2 of 2 cores busy"),  # at least one thread, even when all are busy
+    (16, 3.4, 3, "3 threads: 13 of 16 cores busy"),
+    (1, 1.0, 1, "1 thread: 1 core idle"),
+])
+def test_idle_threads_take_the_idle_cores_and_say_why(cores, idle, threads, line):
+    choice = idle_threads(cores, idle)
+    assert choice.threads == threads and choice.line() == line
+
+
+def _snapshots(monkeypatch, *samples, load=(3.5, 2.0, 1.1)):
+    """`read_cpu_times` returns `samples` in turn; no real sleep; a load average."""
+    it = iter(samples)
+    monkeypatch.setattr(environment, "read_cpu_times", lambda *a: next(it))
+    monkeypatch.setattr(environment.time, "sleep", lambda s: None)
+    monkeypatch.setattr(environment, "own_ticks", lambda: 0.0)
+    monkeypatch.setattr(environment, "usable_cores", lambda: {0, 1})
+    monkeypatch.setattr(environment.os, "getloadavg", lambda: load, raising=False)
+
+
+def test_a_machine_that_has_just_become_idle_gets_every_core(monkeypatch):
+    """Right after `scripts/setup.sh` the 1-minute load average stood at 1.1 and more on an
+    idle 2-core machine, and the load-average rule gave 1 thread: the cores idle now give 2."""
+    _snapshots(monkeypatch, {0: (0, 0), 1: (0, 0)}, {0: (30, 30), 1: (29, 30)}, load=(3.5, 2, 1))
+    assert auto_threads(2, os.getloadavg()[0]) == 1  # what the load average would have given
+    choice = choose_threads(environ={})
+    assert choice == ThreadChoice(2, "2 cores idle")
+    assert choice.line() == "2 threads: 2 cores idle"
+
+
+def test_a_busy_machine_gets_the_cores_left_idle(monkeypatch):
+    # one core busy with another job all the window, the other idle; the load average is low
+    _snapshots(monkeypatch, {0: (0, 0), 1: (0, 0)}, {0: (0, 30), 1: (30, 30)}, load=(0.1, 0, 0))
+    assert choose_threads(environ={}).line() == "1 thread: 1 of 2 cores busy"
+
+
+def test_omp_num_threads_wins_and_without_proc_stat_the_load_average_stands_in(monkeypatch):
+    def never():
+        raise AssertionError("sampled although OMP_NUM_THREADS is set")
+
+    assert choose_threads(never, {"OMP_NUM_THREADS": "1"}).line() == "1 thread: OMP_NUM_THREADS=1"
+    assert choose_threads(never, {"OMP_NUM_THREADS": "4"}).threads == 4
+    monkeypatch.setattr(environment, "usable_cores", lambda: {0, 1, 2, 3})
+    monkeypatch.setattr(environment.os, "getloadavg", lambda: (1.2, 0, 0), raising=False)
+    choice = choose_threads(lambda: None, {"OMP_NUM_THREADS": "x"})  # not a number: ignored
+    assert choice == ThreadChoice(3, "4 cores, 1-minute load average 1.2")
+
+
+def test_auto_is_resolved_once_and_bad_threads_are_refused():
+    """`auto` is decided once per process (a run's own work never lowers it later); under
+    the test suite `OMP_NUM_THREADS` is 1, as torchrun sets it for each rank."""
+    from workbench.compute import Compute
+
+    first = thread_choice("auto")
+    assert first == ThreadChoice(int(os.environ["OMP_NUM_THREADS"]),
+                                 f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    assert thread_choice("auto") is first and resolve_threads("auto") == first.threads
+    assert thread_choice(3).line() == "3 threads: set by threads=3"
+    assert resolve_threads(None) is None and thread_choice(None).line(4) == \
+        "4 threads: torch's setting"
+    for bad in (0, -1, "two", 1.5, True):
+        with pytest.raises(WorkbenchError, match="threads must be an integer >= 1 or 'auto'"):
+            resolve_threads(bad)
+        with pytest.raises(WorkbenchError, match="threads must be"):
+            Compute(threads=bad)
+    import torch
+
+    before = torch.get_num_threads()
+    with Compute(threads="auto").threads_set():
+        assert torch.get_num_threads() == first.threads
+    assert torch.get_num_threads() == before
+
+
+def test_compute_does_not_sample_when_it_is_made(monkeypatch):
+    """`Compute()` only checks `threads` (the library makes one at import): sampling waits
+    `SAMPLE_S` and happens when a run first computes."""
+    from workbench.compute import Compute
+
+    monkeypatch.setattr(environment, "sample_idle_cores",
+                        lambda *a: pytest.fail("sampled when a Compute was made"))
+    environment._threads_at_start.cache_clear()
+    try:
+        Compute(threads="auto")
+    finally:
+        environment._threads_at_start.cache_clear()
+
+
+def test_the_cpu_model_and_its_matmul_flags_are_read(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n"
+                    "flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile\n"
+                    "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n")
+    name, flags = cpu_info.__wrapped__(path)
+    assert name == "Intel(R) Xeon(R) Platinum 8488C"
+    assert flags == ("fma", "avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def test_the_environment_names_threads_device_versions_and_cpu(monkeypatch):
+    from tests.helpers import tiny_model
+
+    model = tiny_model(device="cpu")
+    env = environment.environment(model, ThreadChoice(2, "2 cores idle"))
+    assert env["threads"] == 2 and env["threads_reason"] == "2 cores idle"
+    assert env["device"] == "cpu" and env["dtype"] == "float32" and env["gpu"] is None
+    import torch
+    import transformer_lens
+    import transformers
+
+    assert env["torch"] == torch.__version__ and env["transformers"] == transformers.__version__
+    assert env["transformer_lens"] is not None and transformer_lens is not None
+    assert env["cpu"] == cpu_info()[0] and env["cpu_flags"] == list(cpu_info()[1])
+    line = environment_line(env)
+    assert line.startswith("2 threads: 2 cores idle; cpu, float32; torch ")
+    assert f"TransformerLens {env['transformer_lens']}" in line and "Python " in line
+    assert f"CPU {env['cpu']}" in line
+    gpu = environment_line({**env, "device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3"})
+    assert "cuda:0 (NVIDIA H100 80GB HBM3), float32" in gpu
