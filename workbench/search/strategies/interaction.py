@@ -47,6 +47,19 @@ def _main_effects(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3) -> np.ndarr
     return np.linalg.solve(gram + lam * np.eye(x.shape[1]), xc.T @ yc)
 
 
+def guarded_order(coef: np.ndarray, guard_coefs: list[np.ndarray]) -> list[int]:
+    """The heads with a positive main effect on the target, best first; with guards, those
+    whose main effect on every guard metric is not negative come first (a head that raises
+    the objective only by lowering a guard, such as one that pushes both answers down, ranks
+    after every head that raises it without), each group in order of the target's effect."""
+    order = [int(j) for j in np.argsort(-coef, kind="stable") if coef[j] > 0]
+    if not guard_coefs:
+        return order
+    keeps = [all(g[j] >= 0 for g in guard_coefs) for j in order]
+    return [j for j, k in zip(order, keeps, strict=True) if k] + \
+        [j for j, k in zip(order, keeps, strict=True) if not k]
+
+
 def interaction(space, settings: Mapping | None = None) -> None:
     """Interaction-aware search: random knockouts over the pool, then exact verification.
 
@@ -88,7 +101,8 @@ def interaction(space, settings: Mapping | None = None) -> None:
     knockout_eq = space.forward_eq
     target = space.regression_target
     coef = _main_effects(x, np.array(space.gains(sets, target)))
-    order = [j for j in np.argsort(-coef, kind="stable") if coef[j] > 0]
+    order = guarded_order(coef, [_main_effects(x, np.array(space.gains(sets, g.metric)))
+                                 for g in space.guards])
     left = budget - n_masks
     if left < 1:
         raise WorkbenchError(
