@@ -145,13 +145,6 @@ def test_the_guarded_search_never_returns_the_gamer(searched):
         assert not any(row[f"gamer_{s}"] for s in (1, 2, 3)), (seed, row)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured misses (docs/recall.md, 'A gaming head'): guarded_order demotes pair and "
-    "triple members whose guard main effects are negative by noise alone, so they are not "
-    "finalists; and not_worse's normal interval fails sets that raise accuracy on 1-3 of 64 "
-    "examples and lower it on none (at 144 heads plants 0-2 answer 1-3 of 64 wrong)",
-)
 def test_the_guarded_search_finds_the_genuine_sets(searched):
     for seed, rows in searched.items():
         (row,) = [r for r in rows if r["strategy"] != "unguarded"]

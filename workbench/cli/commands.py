@@ -235,6 +235,13 @@ def run_cel_command(args) -> int:
         f"{alpha:.2g}): "
         + (f"significant at size(s) {significant}" if significant else "none significant")
     )
+    guards = result.summary.get("guards")
+    if guards:
+        passing = result.summary.get("passing_sizes", [])
+        print(f"guards ({', '.join(guards)}; rule {result.config.guard_rule}): the search kept "
+              "only sets that pass them on the selection split; held out (one-sided, with the "
+              "objective's test, Holm across sizes) "
+              + (f"passing at size(s) {passing}" if passing else "no set passes"))
     print("\n".join(console_lines(result)))  # gamed sets, other metrics, side effects
     from workbench.results.headline import best_line
 

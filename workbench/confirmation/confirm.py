@@ -189,7 +189,8 @@ def confirm_sets(
             sign-flip p-value of "the change is above `-tolerance`" (`guard_p_<task>_<metric>`;
             a side task's on its held-out examples), `guarded_p` is the largest of those and
             the objective's `p_value` (an intersection-union test), and `guarded_p_holm` its
-            Holm correction across sizes.
+            Holm correction across sizes. With guards the table also counts the held-out
+            examples each set turns right and wrong (`fixes`, `breaks`).
 
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
@@ -217,7 +218,7 @@ def confirm_sets(
                                         seed, ci, pool, BaselineRace.of(adaptive)))
         # is there any effect on the main task's other metrics?
         row.update(_two_sided(diffs, objective, groups, n_flips, seed))
-        if "accuracy" in diffs:  # held-out examples the set turns right and wrong
+        if guards and "accuracy" in diffs:  # held-out examples the set turns right, wrong
             row["fixes"] = int((diffs["accuracy"] > 0).sum())
             row["breaks"] = int((diffs["accuracy"] < 0).sum())
         rows.append(row)

@@ -26,10 +26,10 @@ from statistics import NormalDist
 import torch
 
 from workbench.config import KNOCKOUT_EXAMPLES
-from workbench.guards import DEFAULT_RULE, decide
+from workbench.guards import DEFAULT_RULE, bounds, decide
 from workbench.heads import Head
 from workbench.metrics.records import record
-from workbench.racing import ATOL, example_order, first_slice, interval, race
+from workbench.racing import ATOL, example_order, first_slice, interval, race, row_range
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.search.candidates import rank_order, sort_key
 from workbench.search.finalists import SCREEN_SHARE, default_budget
@@ -38,7 +38,7 @@ from workbench.tables import head_name
 
 HeadTuple = tuple[Head, ...]
 # the entries of a cached set that are not a metric's gain
-_NOT_GAINS = ("score", "n", "feasible", "se")
+_NOT_GAINS = ("score", "n", "feasible", "spread")
 
 
 def _names(heads: Iterable[Head]) -> str:
@@ -159,9 +159,8 @@ class SearchSpace:
             picked = {m: c if rows is None else c[rows.to(c.device)] for m, c in clean.items()}
             diffs = {m: v - picked[m][None] for m, v in scores.items()}
             gains = {m: torch.nanmean(d, dim=-1).cpu().numpy() for m, d in diffs.items()}
-            ses = {g.metric: mean_se(diffs[g.metric])[1].cpu().numpy() for g in self.guards}
             self.forward_eq += len(new) * want / n_ex
-            self._store(new, gains, [want] * len(new), ses)
+            self._store(new, gains, [want] * len(new), self._spread(diffs))
         return self._record(sets, strategy)
 
     def score_sets(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
@@ -180,7 +179,7 @@ class SearchSpace:
             first = self.order[0]
             sizes = torch.tensor([len(s) for s in new])
 
-            def open_fn(means, ses, z, active):
+            def open_fn(means, ses, z, active, ranges=None):
                 lo, hi = interval(means[first].cpu(), ses[first].cpu(), z)
                 # with guards, a set whose guard interval lies below its tolerance is decided
                 # infeasible and stops, and only sets already shown feasible (every guard's
@@ -189,7 +188,8 @@ class SearchSpace:
                 out = torch.zeros(len(active), dtype=torch.bool)
                 sure = torch.ones(len(active), dtype=torch.bool)
                 for g in self.guards:
-                    g_lo, g_hi = interval(means[g.metric].cpu(), ses[g.metric].cpu(), z)
+                    g_lo, g_hi = bounds(means[g.metric].cpu(), ses[g.metric].cpu(), z,
+                                        *(r.cpu() for r in ranges[g.metric]))
                     out |= g_hi < -g.tolerance - ATOL
                     sure &= g_lo >= -g.tolerance - ATOL
                 of_size = sizes[active]
@@ -204,14 +204,23 @@ class SearchSpace:
                 return still
 
             result = race(self.scorer, masks_of(self.model, new), open_fn, self.seed, self.ci,
-                          progress=self.progress, desc=strategy)
+                          progress=self.progress, desc=strategy, with_range=bool(self.guards))
             self.forward_eq += result.forward_eq
-            stats = {m: mean_se(d) for m, d in result.diffs.items()}
-            self._store(new, {m: v[0].cpu().numpy() for m, v in stats.items()},
-                        result.n.tolist(), {m: v[1].cpu().numpy() for m, v in stats.items()})
+            means = {m: v.cpu().numpy() for m, v in result.means().items()}
+            self._store(new, means, result.n.tolist(), self._spread(result.diffs))
         return self._record(sets, strategy)
 
-    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int], ses: dict) -> None:
+    def _spread(self, diffs: dict) -> dict[str, tuple]:
+        """Each guard metric's per-set standard error, smallest and largest per-example change
+        (`{metric: (se, min, max)}`, numpy rows), from per-example differences."""
+        out = {}
+        for g in self.guards:
+            d = diffs[g.metric]
+            lo, hi = row_range(d)
+            out[g.metric] = tuple(v.cpu().numpy() for v in (mean_se(d)[1], lo, hi))
+        return out
+
+    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int], spread: dict) -> None:
         clean_mean = float(torch.nanmean(self.scorer.clean()[self.objective].float()))
         z = NormalDist().inv_cdf(0.5 + self.ci / 2)
         for i, s in enumerate(new):
@@ -219,13 +228,12 @@ class SearchSpace:
             entry["score"] = clean_mean + entry[self.objective]
             entry["n"] = int(ns[i])
             if self.guards:
-                guard_ses = {g.metric: float(ses[g.metric][i]) for g in self.guards}
+                entry["spread"] = {m: tuple(float(v[i]) for v in spread[m]) for m in spread}
                 entry["feasible"] = all(
                     decide(self.guard_rule, entry[g.metric],
-                           entry[g.metric] - z * guard_ses[g.metric],
-                           entry[g.metric] + z * guard_ses[g.metric], g.tolerance)
+                           *bounds(entry[g.metric], entry["spread"][g.metric][0], z,
+                                   *entry["spread"][g.metric][1:]), g.tolerance)
                     for g in self.guards)
-                entry["se"] = guard_ses
             self._cache[s] = entry
 
     def _record(self, sets: list[HeadTuple], strategy: str) -> list[tuple]:
@@ -242,7 +250,8 @@ class SearchSpace:
                 **{f"d_{m}": v for m, v in entry.items() if m not in _NOT_GAINS},
             }
             if self.guards:
-                row.update({f"d_{m}_se": v for m, v in entry["se"].items()})
+                for m, (se, smallest, largest) in entry["spread"].items():
+                    row.update({f"d_{m}_se": se, f"d_{m}_min": smallest, f"d_{m}_max": largest})
                 row["feasible"] = entry["feasible"]
             self.records.append(row)
             keys.append((entry["n"] == n_ex, entry.get("feasible", True),
@@ -276,8 +285,9 @@ class SearchSpace:
                     diff = scorer.score(masks_of(self.model, [s]))[g.metric][0] - clean
                     self.forward_eq += len(clean) / n_ex
                     mean, se = (float(v[0]) for v in mean_se(diff[None]))
-                    if not decide(self.guard_rule, mean, mean - z * se, mean + z * se,
-                                  g.tolerance):
+                    smallest, largest = (float(v[0]) for v in row_range(diff[None]))
+                    if not decide(self.guard_rule, mean,
+                                  *bounds(mean, se, z, smallest, largest), g.tolerance):
                         missed.append(g.label)
                 if not missed:
                     break
