@@ -83,7 +83,7 @@ if [ "$PHASE" = tests ] || [ "$PHASE" = all ]; then
         --dist loadfile)
     step tests 200 "$PYTHON" -m pytest tests -q -p no:cacheprovider --maxfail=25 \
         --durations=10 "${XDIST[@]}" --ignore=tests/test_notebooks.py \
-        --ignore=tests/test_view.py
+        --ignore=tests/results/test_view.py
 fi
 if [ "$PHASE" = bench ] || [ "$PHASE" = all ]; then
     # SmolLM2 on the GPU against Hugging Face's forward of the same GGUF on the GPU

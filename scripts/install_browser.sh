@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's chromium for the browser check of tests/test_view.py, only where no chromium
+# Install Debian's chromium for the browser check of tests/results/test_view.py, only where no chromium
 # is on PATH and only when running as root with apt-get (a CI container). Never fails: without
 # a browser that test is skipped with its reason, so this script always exits 0.
 for name in chromium chromium-browser google-chrome; do

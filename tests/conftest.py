@@ -17,7 +17,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # measured, whatever the machine's load when the suite starts; subprocesses inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from tests.helpers import randomize_biases, tiny_model, write_task  # noqa: E402
+from tests.helpers import greedy_decode, randomize_biases, tiny_model, write_task  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -48,6 +48,30 @@ def tiny_task(tmp_path_factory):
 
     path = write_task(tmp_path_factory.mktemp("tasks") / "tiny.jsonl")
     return load_task(path)
+
+
+@pytest.fixture(scope="module")
+def multi_task(attn_model):
+    """Multi-token answers on `attn_model`: the model's own greedy 3-token continuation (exact
+    match expected) on even examples; on odd ones the same with its last token changed, plus a
+    2-token alternative; one wrong answer each. Read by the sequence scores, the scorer and
+    attribution."""
+    from workbench.tasks.task import Example, Task
+
+    tok = attn_model.word_tokenizer
+    prompts = ["w1 w2 w3", "w4 w5", "w6 w7 w8 w9", "w0 w11", "w12 w3 w5", "w13 w14 w1"]
+    examples = []
+    for i, p in enumerate(prompts):
+        greedy = tok.str_tokens(greedy_decode(attn_model, tok.encode(p, prepend_bos=True), 3))
+        if i % 2 == 0:  # the model's own greedy continuation: exact match expected
+            answers = (" ".join(greedy),)
+        else:  # the same with the last token changed, plus a 2-token alternative
+            last = "w19" if greedy[-1] != "w19" else "w18"
+            answers = (" ".join(greedy[:2] + [last]), "w17 w16")
+        examples.append(
+            Example(id=f"m{i}", prompt=p, answers=answers, wrong=("w15",), split="select")
+        )
+    return Task(name="multi", examples=examples, answer_tokens="multi", metric="logit_diff")
 
 
 def _smollm2_gguf():

@@ -1,4 +1,5 @@
-"""Shared test helpers: one `assert_close` with stated tolerances, tiny model and task builders."""
+"""Shared test helpers: one `assert_close` with stated tolerances, tiny model and task builders,
+task files written line by line, and a naive greedy decoder."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from workbench.errors import WorkbenchError
 from workbench.tasks.tokenizer import WordTokenizer
 
 # Float32 forward passes through a few layers agree to ~1e-6; 1e-5 leaves room for
@@ -302,3 +305,35 @@ def hf_checks_batch(tokenizer, examples, name: str, prepend_bos: bool = False):
         roles=None,
         prepend_bos=prepend_bos,
     )
+
+
+def write_lines(path: Path, lines) -> Path:
+    """A task file of `lines` as given: dicts as JSON, strings as they are (a malformed line),
+    no final newline."""
+    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines))
+    return path
+
+
+def write_examples(path: Path, examples, header=None, bom: bool = False) -> Path:
+    """A task file: `{"task": header}` first when a header is given, then one example per line,
+    UTF-8, after a byte-order mark when `bom`."""
+    lines = ([{"task": header}] if header is not None else []) + examples
+    text = "\n".join(json.dumps(x) for x in lines) + "\n"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"))
+    return path
+
+
+def refusal(call) -> str:
+    """The message of the `WorkbenchError` that `call()` raises."""
+    with pytest.raises(WorkbenchError) as e:
+        call()
+    return str(e.value)
+
+
+def greedy_decode(model, ids: list[int], n: int) -> list[int]:
+    """Naive greedy decoding: one full forward per new token."""
+    out = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            out.append(int(model(torch.tensor([out]))[0, -1].argmax()))
+    return out[len(ids) :]

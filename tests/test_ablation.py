@@ -1,16 +1,22 @@
-"""Hook ablation against the slow obvious reference: zeroing the head's slice of W_O."""
+"""Hook ablation (`workbench.ablation`) against the slow obvious reference: zeroing the head's
+slice of W_O; and resample ablation against a hand-written `hook_z` replacement from
+`run_with_cache` of the counterfactual prompts."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tests.helpers import assert_close, randomize_biases, tiny_encoder, w_o_zeroed
-from workbench import HeadSet, WorkbenchError, ablated, compute_head_means
-from workbench.ablation import mask_hooks
+from workbench import HeadSet, WorkbenchError, ablated, compute_head_means, encode_task, evaluate
+from workbench.ablation import ablation_hooks, compute_resample_z, mask_hooks
+from workbench.metrics.scores import answer_logits
+from workbench.tasks.task import Example, Task
 
 HEAD_SETS = [["L0H1"], ["L1H3"], [(0, 0), (0, 2), (1, 1)], "L0H3,L1H0"]
 
@@ -180,3 +186,94 @@ def test_hook_ablation_on_transformer_bridge(tmp_path):
         hf.transformer.h[1].attn.c_proj.weight[16:24] = 0.0  # rows of head 2 (d_head 8)
         expected = hf(tokens).logits.log_softmax(-1)
     assert_close(hooked, expected, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resample ablation
+
+
+@pytest.fixture(scope="module")
+def cf_task():
+    g = torch.Generator().manual_seed(3)
+    examples = []
+    for i in range(12):
+        n = 3 + i % 4
+        words = [f"w{int(j)}" for j in torch.randint(0, 20, (n,), generator=g)]
+        cf = [f"w{int(j)}" for j in torch.randint(0, 20, (n,), generator=g)]
+        examples.append(
+            Example(
+                id=f"r{i}",
+                prompt=" ".join(words),
+                answers=(words[0],),
+                wrong=(cf[0],) if cf[0] != words[0] else ("w19" if words[0] != "w19" else "w18",),
+                split="select",
+                counterfactual=" ".join(cf),
+            )
+        )
+    return Task(name="cf", examples=examples, metric="logit_diff")
+
+
+def _replace_z(z, hook, head, new):
+    z = z.clone()
+    z[:, :, head] = new
+    return z
+
+
+@pytest.mark.parametrize("heads", [["L0H1"], ["L0H2", "L1H3"]])
+def test_resample_ablation_equals_patching_z_from_the_counterfactual_run(
+    gpt2_like_model, cf_task, heads
+):
+    model = gpt2_like_model
+    scores = evaluate(model, cf_task, heads=heads, kind="resample", batch_size=5)
+    batch = encode_task(model, cf_task)
+    # Naive: cache the counterfactual run, then write each head's cached z into the clean run.
+    hook_names = {f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)}
+    with torch.no_grad():
+        _, cache = model.run_with_cache(
+            batch.counterfactual_tokens, names_filter=lambda n: n in hook_names
+        )
+        hooks = []
+        for spec in heads:
+            layer, head = int(spec[1]), int(spec[3])
+            name = f"blocks.{layer}.attn.hook_z"
+            hooks.append((name, partial(_replace_z, head=head, new=cache[name][:, :, head])))
+        logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)
+    rows = torch.arange(len(batch))
+    at = logits[rows, batch.lengths - 1]
+    expected = at[rows, batch.answer_ids[:, 0]] - at[rows, batch.wrong_ids[:, 0]]
+    assert_close(scores["logit_diff"].to_numpy(), expected)
+    clean = evaluate(model, cf_task)
+    assert (scores["logit_diff"] - clean["logit_diff"]).abs().max() > 1e-3  # it did something
+
+
+def test_resample_in_tiled_masks_equals_one_set_at_a_time(gpt2_like_model, cf_task):
+    model = gpt2_like_model
+    batch = encode_task(model, cf_task)
+    resample = compute_resample_z(model, batch)
+    sets = [["L0H1"], ["L0H2", "L1H3"], []]
+    masks = torch.zeros(len(sets), model.cfg.n_layers, model.cfg.n_heads)
+    for m, s in enumerate(sets):
+        for spec in s:
+            masks[m, int(spec[1]), int(spec[3])] = 1.0
+    k = len(sets)  # mask-major tiling, as MaskScorer does
+    tiled = replace(batch, tokens=batch.tokens.repeat(k, 1), lengths=batch.lengths.repeat(k))
+    with torch.no_grad():
+        got = answer_logits(model, tiled, mask_hooks(model, masks, "resample", resample=resample))
+        for m, s in enumerate(sets):
+            hooks = ablation_hooks(model, s or None, "resample", resample=resample)
+            want = answer_logits(model, batch, hooks)
+            assert_close(got[m * len(batch) : (m + 1) * len(batch)], want)
+
+
+def test_resample_errors_are_clear(gpt2_like_model, tiny_task, cf_task):
+    with pytest.raises(WorkbenchError, match="has no counterfactual prompts"):
+        evaluate(gpt2_like_model, tiny_task, heads=["L0H1"], kind="resample")
+    batch = encode_task(gpt2_like_model, cf_task)
+    with pytest.raises(WorkbenchError, match="resample ablation needs the counterfactual run"):
+        ablation_hooks(gpt2_like_model, ["L0H1"], "resample")
+    short = compute_resample_z(gpt2_like_model, batch.rows(slice(0, 3)))
+    with pytest.raises(WorkbenchError, match=r"resample activations are \[batch=3"):
+        evaluate(gpt2_like_model, batch, heads=["L0H1"], kind="resample", resample=short)
+    bad = replace(cf_task.examples[0], counterfactual="w1 w2 w3 w4 w5 w6 w7 w8")
+    with pytest.raises(WorkbenchError, match="example 'r0': the counterfactual prompt is 9"):
+        encode_task(gpt2_like_model, replace(cf_task, examples=[bad]))

@@ -1,5 +1,6 @@
 """`CELConfig` and `workbench.options`: options parsed into their named types, written as
-their strings (so every results folder's `config.json` reads back the same), no torch."""
+their strings (so every results folder's `config.json` reads back the same), no torch; and
+`threads="auto"` resolved once from the idle cores."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import CELConfig
+from workbench.config import CELConfig, auto_threads, resolve_threads
 from workbench.errors import WorkbenchError
 from workbench.options import AblationKind, ClusterMode, RankBy
 from workbench.search.registry import strategy_list, strategy_names
@@ -105,3 +106,43 @@ def test_a_bad_option_names_the_option_the_value_and_the_choices(field, value, m
 def test_strategy_names_takes_one_name_or_several():
     assert strategy_names("beam") == ("beam",)
     assert strategy_names(["greedy", "beam"]) == ("greedy", "beam")
+
+
+def test_auto_threads_take_the_idle_cores_and_stay_fixed():
+    """`auto`: the cores less the whole jobs the load average counts, at least 1, at most the
+    cores; resolved once per process (a run's own load never lowers it later)."""
+    from workbench.compute import Compute
+
+    assert auto_threads(2, 0.0) == auto_threads(2, 0.9) == 2
+    assert auto_threads(2, 1.0) == auto_threads(2, 1.7) == auto_threads(2, 6.3) == 1
+    assert auto_threads(16, 3.5) == 13 and auto_threads(1, 0.0) == 1
+    first = resolve_threads("auto")
+    assert first == int(os.environ["OMP_NUM_THREADS"])  # conftest sets it; torchrun does too
+    assert resolve_threads("auto") == first and resolve_threads(3) == 3
+    assert resolve_threads(None) is None
+    for bad in (0, -1, "two", 1.5, True):
+        with pytest.raises(WorkbenchError, match="threads must be an integer >= 1 or 'auto'"):
+            resolve_threads(bad)
+        with pytest.raises(WorkbenchError, match="threads must be"):
+            Compute(threads=bad)
+    import torch
+
+    before = torch.get_num_threads()
+    with Compute(threads="auto").threads_set():
+        assert torch.get_num_threads() == first
+    assert torch.get_num_threads() == before
+
+
+def test_auto_threads_read_the_load_without_omp_num_threads(monkeypatch):
+    import workbench.config as config
+
+    monkeypatch.setattr(config.os, "getloadavg", lambda: (1.2, 0.0, 0.0))
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    try:
+        for omp, want in (("", 3), ("2", 2), ("x", 3)):
+            monkeypatch.setenv("OMP_NUM_THREADS", omp)
+            config._threads_at_start.cache_clear()
+            assert resolve_threads("auto") == want
+    finally:
+        monkeypatch.undo()
+        config._threads_at_start.cache_clear()

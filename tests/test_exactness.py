@@ -182,7 +182,8 @@ def test_per_position_means_reach_screen_heads(gpt2_like_model, tmp_path):
     averaged = loop_head_effects(model, batch, "mean", means, per_position=False)
     assert np.abs(averaged["logprob"] - loop["logprob"]).max() > 1e-3
     # attribution with per-position means: exact for a metric linear in z is covered in
-    # test_screening; here it must at least take the per-position fill (differs from averaged)
+    # tests/screening/test_attribution.py; here it must at least take the per-position fill
+    # (differs from averaged)
     _, per_pos = attribution_effects(model, batch, "mean", means, per_position=True)
     _, avg = attribution_effects(model, batch, "mean", means)
     assert (per_pos["logprob"] - avg["logprob"]).abs().max() > 1e-4

@@ -185,19 +185,21 @@ def _readme_layout() -> dict[str, str]:
 
 def _missing_from_layout(rows: dict[str, str], modules) -> list[str]:
     """The modules of `workbench/` (paths relative to the repository) that the layout table
-    names neither as a path nor, under their package's row, as `` `module` ``."""
+    names neither as a path nor, in the row of the nearest package above them, as
+    `` `module` `` (a package's `__init__` as `` `package/` `` or `` `package` ``)."""
     missing = []
     for path in modules:
         rel = path.relative_to(ROOT)
         if str(rel) in rows or (rel.name == "__init__.py" and f"{rel.parent}/" in rows):
             continue
         parts = rel.with_suffix("").parts  # ("workbench", "search", "strategies", "gates")
+        name = parts[-2] if rel.name == "__init__.py" else parts[-1]
+        forms = (f"`{name}`", f"`{name}/`")
         named = False
         for k in range(len(parts) - 1, 1, -1):  # the nearest package with a row
             row = rows.get("/".join(parts[:k]) + "/")
             if row is not None:
-                named = f"`{parts[-1] if rel.name != '__init__.py' else parts[-2]}`" in row \
-                    or f"`{'/'.join(parts[k:])}/`" in row or f"`{parts[k]}/`" in row
+                named = any(form in row for form in forms)
                 break
         if not named:
             missing.append(str(rel))

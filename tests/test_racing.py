@@ -1,10 +1,11 @@
-"""Adaptive evaluation against the exhaustive computation: slices, raced screening, raced sets,
-raced random baselines (planted models, where the answer is known, and the naive loop)."""
+"""Adaptive evaluation against the exhaustive computation: slices, raced screening, raced random
+baselines, the racing rules, tiling (planted models, where the answer is known, and the naive
+loop). The search space's racing is tested in tests/search/ (`test_space.py`, the interaction
+search's knockouts in `test_interaction.py`)."""
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
@@ -18,17 +19,14 @@ from workbench.racing import (
     MIN_SLICE,
     clearly_hurts,
     example_order,
-    first_slice,
     look_z,
     race,
     separated_from,
     slice_ends,
 )
 from workbench.scoring.scorer import MaskScorer, masks_of
-from workbench.screening.screen import ScreenRace, screen_heads, screen_scorer
-from workbench.search.candidates import best_sets, search_pool, select_candidates
-from workbench.search.registry import get_strategy
-from workbench.search.space import SearchSpace, _names
+from workbench.screening.screen import ScreenRace, screen_heads
+from workbench.search.candidates import search_pool, select_candidates
 from workbench.stats import Stats, percentile_of, share_at_least
 from workbench.tables import table_to_matrix
 from workbench.tasks.encoding import encode_task
@@ -138,43 +136,6 @@ def test_raced_screening_on_a_planted_model_closes_only_hurting_heads(micro):
     done = raced["d_logit_diff_n"] == n_select
     assert_close(raced.loc[done, "d_logit_diff"], exact.loc[done, "d_logit_diff"])
     assert raced.attrs["forward_eq"][micro.task.name] < exact.attrs["forward_eq"][micro.task.name]
-
-
-@pytest.mark.parametrize("strategy", ["interaction", "exhaustive"])
-def test_raced_search_finds_the_exhaustive_best_sets(micro, strategy):
-    heads = select_candidates(
-        screen_scorer(micro.scorer("select"), stats=Stats(n_boot=200)), FIRST, SECOND, 8
-    )
-    found = {}
-    for adaptive in (False, True):
-        space = SearchSpace(
-            micro.scorer("select"),
-            list(
-                heads[heads.candidate]
-                .sort_values("candidate_rank")[["layer", "head"]]
-                .itertuples(index=False, name=None)
-            ),
-            FIRST,
-            SECOND,
-            max_size=3,
-            seed=0,
-            pool=search_pool(heads, FIRST),
-            adaptive=adaptive,
-        )
-        get_strategy(strategy)(space)
-        combos = pd.DataFrame(space.records)
-        found[adaptive] = (best_sets(combos, FIRST, SECOND, 3), space.forward_eq, combos)
-    assert found[True][0] == found[False][0]
-    if strategy == "interaction":
-        assert found[True][0][0] == micro.best
-    assert found[True][1] < found[False][1]
-    # every best set saw every example; the sets that did not are below their size's best
-    combos = found[True][2]
-    n_select = int(combos["n"].max())
-    sets, _ = found[True][0]
-    for names in sets.values():
-        row = combos[combos["heads"] == names].iloc[-1]
-        assert row["n"] == n_select
 
 
 def test_raced_random_baseline_percentile_equals_the_exhaustive_one(micro):
@@ -348,38 +309,6 @@ def test_pool_rule_decides_membership_and_keeps_every_exhaustive_pool_head(micro
         screen_heads(micro.model, micro.task, race_on=ScreenRace(FIRST, "bogus"))
 
 
-def test_pool_random_sets_reuse_the_random_sets_and_stay_uniform():
-    """Pool sets drawn with `reuse`: the random sets inside the pool first, topped up with the
-    plain pool draws; distinct, inside the pool, seeded. Over 3000 seeds every one of the 28
-    pool pairs appears in 10/28 of the samples (binomial sd 0.009; bound 0.04)."""
-    from workbench.confirmation.confirm import pool_random_head_sets
-
-    pool = [(0, 1), (0, 3), (1, 0), (1, 2), (2, 2), (2, 3), (3, 0), (3, 1)]
-    random_sets = random_head_sets(4, 4, 2, 10, seed=5)
-    sets = pool_random_head_sets(pool, 2, 10, seed=5, reuse=random_sets)
-    inside = [s for s in random_sets if set(s) <= set(pool)]
-    assert sets[: len(inside)] == inside and len(sets) == 10
-    assert len({tuple(s) for s in sets}) == 10 and all(set(s) <= set(pool) for s in sets)
-    assert sets == pool_random_head_sets(pool, 2, 10, seed=5, reuse=random_sets)
-    plain = pool_random_head_sets(pool, 2, 10, seed=5)
-    assert [s for s in sets[len(inside) :]] == [s for s in plain if s not in inside][
-        : 10 - len(inside)
-    ]
-    # fewer pool sets than asked: all of them, as without reuse
-    assert pool_random_head_sets(pool[:4], 2, 10, 5, reuse=random_sets) == (
-        pool_random_head_sets(pool[:4], 2, 10, 5)
-    )
-    counts: dict[tuple, int] = {}
-    n_seeds = 3000
-    for seed in range(n_seeds):
-        reuse = random_head_sets(4, 4, 2, 10, seed)
-        for s in pool_random_head_sets(pool, 2, 10, seed, reuse=reuse):
-            counts[tuple(s)] = counts.get(tuple(s), 0) + 1
-    assert len(counts) == 28
-    share = np.array(list(counts.values())) / n_seeds
-    assert np.abs(share - 10 / 28).max() < 0.04
-
-
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_pool_baseline_reuses_scores_and_equals_scoring_the_pool_sets(micro, adaptive):
     """The pool baseline's percentile equals that of the pool sets' own held-out gains (the
@@ -447,40 +376,3 @@ def test_cpu_tiles_small_slices_up_to_its_token_target(gpt2_like_model, tiny_tas
         assert_close(tiled[m], one[m], msg=m)
 
 
-@pytest.mark.parametrize("knockout_examples", [4, 16, None])
-def test_knockouts_are_scored_on_their_first_examples_in_racing_order(micro, knockout_examples):
-    """Raced knockouts see the first `knockout_examples` examples of racing's order (None: the
-    first racing slice, as before issue 32); their recorded gains are those examples' means."""
-    heads = select_candidates(
-        screen_scorer(micro.scorer("select"), stats=Stats(n_boot=200)), FIRST, SECOND, 8
-    )
-    inner = micro.scorer("select")
-    calls = []
-
-    class Recording:
-        model, data, compute = inner.model, inner.data, inner.compute
-
-        def clean(self):
-            return inner.clean()
-
-        def score(self, masks, progress=False, desc="masks", rows=None):
-            calls.append((masks.clone(), None if rows is None else rows.clone()))
-            return inner.score(masks, progress, desc, rows=rows)
-
-    space = SearchSpace(Recording(), [], FIRST, SECOND, max_size=3, seed=3,
-                        pool=search_pool(heads, FIRST), adaptive=True,
-                        knockout_examples=knockout_examples)
-    get_strategy("interaction")(space)
-    n = int(inner.clean()[FIRST].shape[0])
-    want = example_order(n, 3)[: first_slice(n) if knockout_examples is None
-                               else min(n, knockout_examples)]
-    masks, rows = calls[0]  # the knockouts come first
-    assert torch.equal(rows, want)
-    assert space.notes["interaction"]["knockout_examples"] == len(want)
-    full = inner.score(masks)[FIRST] - inner.clean()[FIRST][None]
-    # the knockouts' records come first, one per mask drawn (a repeated draw is scored once)
-    knock = {r["heads"]: r for r in space.records[: space.notes["interaction"]["n_masks"]]}
-    recorded = [knock[_names(map(tuple, m.nonzero().tolist()))] for m in masks]
-    np.testing.assert_allclose([r[f"d_{FIRST}"] for r in recorded],
-                               full[:, want].mean(-1).numpy(), rtol=1e-6, atol=1e-6)
-    assert all(r["n"] == len(want) for r in recorded)

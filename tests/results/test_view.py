@@ -1,0 +1,286 @@
+"""`view.html`: one self-contained page per results folder, checked cell by cell and in a browser.
+
+The static checks read the page with `html.parser`: it references no URL (the plots are
+`data:` URIs holding the PNG files' bytes), and every cell of its tables holds the CSV's exact
+text, shown to 4 significant digits. The browser check opens the page in Debian's headless
+chromium (`--dump-dom` after the inline script ran) and checks what only the script does:
+the per-head table sorted by the objective, the row counts, a filter from the page's address.
+Without a chromium on the machine that test is skipped with its reason (`.ci/run` installs
+one where it can).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench import cli
+from workbench.results.view import VIEW_FILE, fmt_cell, interval_columns, write_view
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "embedded_main_job"
+TABLES = ("heads", "confirmation", "side_effects", "combos")
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+
+
+class _Page(HTMLParser):
+    """The tables of a view page: id -> list of rows `(data-row, {col: (value, text, cls)})`,
+    plus every `src` and `href` and the text of each element with an id."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list] = {}
+        self.headers: dict[str, list[str]] = {}
+        self.links: list[str] = []
+        self.hidden_rows: dict[str, int] = {}
+        self.texts: dict[str, str] = {}
+        self._table = self._row = self._cell = self._id = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.links += [v for k, v in attrs if k in ("src", "href") and v is not None]
+        if tag == "table":
+            self._table = a.get("id")
+            self.tables[self._table], self.headers[self._table] = [], []
+            self.hidden_rows[self._table] = 0
+        elif tag == "th" and self._table:
+            self.headers[self._table].append(a["data-col"])
+        elif tag == "tr" and self._table and "data-row" in a:
+            self._row = {}
+            self.tables[self._table].append((int(a["data-row"]), self._row))
+            self.hidden_rows[self._table] += "hidden" in a
+        elif tag == "td" and self._row is not None:
+            self._cell = [a["data-col"], a["data-value"], "", a.get("class", "")]
+        elif "id" in a:
+            self._id = a["id"]
+            self.texts[self._id] = ""
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2] += data
+        elif self._id is not None:
+            self.texts[self._id] += data
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            col, value, text, cls = self._cell
+            self._row[col] = (value, text, cls)
+            self._cell = None
+        elif tag == "tr":
+            self._row = None
+        elif tag == "table":
+            self._table = None
+        elif self._id is not None and tag in ("span", "div", "p"):
+            self._id = None
+
+
+def _parse(text: str) -> _Page:
+    page = _Page()
+    page.feed(text)
+    return page
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """The frozen embedded main job's tables and config, with a small plot beside them."""
+    from matplotlib.figure import Figure
+
+    out = tmp_path / "run"
+    shutil.copytree(GOLDEN, out)
+    fig = Figure(figsize=(2, 2))
+    fig.subplots().plot([0, 1], [1, 0])
+    fig.savefig(out / "heads_heatmap.png", format="png")
+    return out
+
+
+def test_view_holds_every_csv_number_and_no_url(folder):
+    path = write_view(folder)
+    assert path == folder / VIEW_FILE
+    text = path.read_text(encoding="ascii")  # non-ASCII text is written as references
+    lowered = text.lower()
+    for banned in ("http://", "https://", "//cdn", "<link", "@import", "url("):
+        assert banned not in lowered, f"view.html references {banned!r}"
+    page = _parse(text)
+    assert page.links and all(s.startswith("data:image/png;base64,") for s in page.links)
+    embedded = base64.b64decode(page.links[0].split(",", 1)[1])
+    assert embedded == (folder / "heads_heatmap.png").read_bytes()
+    for name in TABLES:
+        csv = pd.read_csv(folder / f"{name}.csv", dtype=str, keep_default_na=False)
+        numbers = pd.read_csv(folder / f"{name}.csv")  # as pandas reads the numbers
+        rows = page.tables[name]
+        assert page.headers[name] == list(csv.columns)
+        assert sorted(i for i, _ in rows) == list(range(len(csv))), name
+        assert page.texts[f"{name}-count"].startswith(f"{len(csv)} rows")  # before the script
+        for i, cells in rows:
+            assert list(cells) == list(csv.columns)
+            for col, (value, shown, _) in cells.items():
+                assert value == csv.at[i, col], (name, i, col)
+                if value == "":
+                    continue
+                span = interval_columns(col, csv.columns)
+                expected = fmt_cell(value)
+                if span and shown != expected:  # an effect shown with its interval
+                    lo, hi = span
+                    expected += f" [{fmt_cell(csv.at[i, lo])}, {fmt_cell(csv.at[i, hi])}]"
+                assert shown == expected, (name, i, col)
+                try:
+                    v = float(value)
+                except ValueError:
+                    continue
+                assert v == float(numbers.at[i, col]) or pd.isna(numbers.at[i, col])
+                head = float(re.split(r" \[", shown)[0])  # 4 significant digits of v
+                assert abs(head - v) <= 5e-4 * abs(v) + 1e-12, (name, i, col)
+    # an effect with an interval is shown with it: the best set's held-out gain
+    best = next(c for i, c in page.tables["confirmation"] if c["best"][0] == "True")
+    assert best["d_accuracy"][1] == "0.5117 [0.4733, 0.55]"
+    assert "extra" in best["d_accuracy_se"][2] and "extra" not in best["d_accuracy"][2]
+
+
+def test_view_shows_the_best_combos_when_there_are_many(folder, monkeypatch):
+    import workbench.results.view as view
+
+    monkeypatch.setattr(view, "MAX_COMBOS", 20)
+    page = _parse(write_view(folder).read_text())
+    combos = pd.read_csv(folder / "combos.csv")
+    assert "score" not in combos  # the objective with the set removed, named
+    top = combos["ablated_accuracy"].sort_values(ascending=False, kind="stable").index[:20]
+    assert sorted(i for i, _ in page.tables["combos"]) == sorted(top)
+
+
+def test_view_of_a_folder_without_tables_says_so(tmp_path):
+    out = tmp_path / "partial"
+    out.mkdir()
+    shutil.copy(GOLDEN / "config.json", out / "config.json")
+    text = write_view(out).read_text()
+    assert "heads.csv: not in this folder" in text and "<table" not in text
+
+
+def test_cli_view_rebuilds_the_page_and_refuses_other_folders(folder, tmp_path, capsys):
+    assert cli.main(["view", str(folder)]) == 0
+    assert f"written: {folder / VIEW_FILE}" in capsys.readouterr().out
+    assert (folder / VIEW_FILE).is_file()
+    assert cli.main(["view", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a CEL results folder (no config.json)" in err[0]
+
+
+def test_run_cel_writes_the_view_and_explain_adds_its_figures(tmp_path):
+    """The page is written at the end of every run, and again with the explanation."""
+    from workbench.cli.demo import micro_model, write_demo
+    from workbench.explain.report import explain_folder
+    from workbench.pipeline import run_cel
+    from workbench.tasks.task import load_task
+
+    _, main, _ = write_demo(tmp_path)
+    model, task = micro_model(), load_task(main)
+    out = tmp_path / "run"
+    result = run_cel(model, task, out_dir=out, n_random=10, n_boot=50, progress=False)
+    page = _parse((out / VIEW_FILE).read_text())
+    assert len(page.tables["heads"]) == model.cfg.n_layers * model.cfg.n_heads
+    assert "explanation-roles" not in page.tables
+    explain_folder(out, model, task, result)
+    text = (out / VIEW_FILE).read_text()
+    page = _parse(text)
+    assert {"explanation-roles", "explanation-dla_summary"} <= set(page.tables)
+    for png in ("explanation.png", "attention_examples.png"):
+        data = base64.b64encode((out / png).read_bytes()).decode()
+        assert f"src='data:image/png;base64,{data}'" in text
+
+
+def _chromium() -> str | None:
+    found = os.environ.get("WORKBENCH_CHROMIUM")
+    for name in CHROMIUM_NAMES:
+        found = found or shutil.which(name)
+    return found
+
+
+def _headless(exe: str, tmp_path: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
+    """Run chromium headless on `url`, offline in effect (no background networking, no sync,
+    no component updates; the page's own policy forbids every load)."""
+    args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}", *extra, url]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"chromium failed ({proc.returncode}): {proc.stderr[-2000:]}"
+    return proc
+
+
+def test_view_in_headless_chromium(folder, tmp_path):
+    """In a real browser the inline script runs: the per-head table is sorted by the objective
+    (the file has it in CSV order), the counts say how many rows show, and a filter from the
+    address hides the other rows."""
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no headless chromium on PATH (Debian: apt-get install chromium; .ci/run "
+                    "installs it when run as root), so the page's script is not run here")
+    path = write_view(folder)
+    heads = pd.read_csv(folder / "heads.csv")
+    static = _parse(path.read_text())
+    assert [i for i, _ in static.tables["heads"]] == list(range(len(heads)))  # CSV order
+    dom = _parse(_headless(exe, tmp_path, path.as_uri(), "--dump-dom").stdout)
+    order = heads["d_accuracy"].sort_values(ascending=False, kind="stable").index.tolist()
+    assert order != list(range(len(heads)))  # so only the script can have sorted it
+    assert [i for i, _ in dom.tables["heads"]] == order
+    assert dom.tables["heads"][0][1]["head_name"][0] == heads.loc[order[0], "head_name"]
+    for name in TABLES:
+        n = len(pd.read_csv(folder / f"{name}.csv"))
+        assert dom.texts[f"{name}-count"] == f"{n} of {n} rows"
+    filtered = _parse(_headless(exe, tmp_path, path.as_uri() + "#filter=L1H0",
+                                "--dump-dom").stdout)
+    assert filtered.texts["heads-count"] == f"1 of {len(heads)} rows"
+    assert filtered.hidden_rows["heads"] == len(heads) - 1
+    shot = tmp_path / "view.png"
+    _headless(exe, tmp_path, path.as_uri(), f"--screenshot={shot}", "--window-size=1200,1600")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+# --- the CI step that installs the browser -----------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL = ROOT / "scripts" / "install_browser.sh"
+
+
+def _install(tmp_path: Path, uid: int, chromium: bool = False, apt_status: int = 0):
+    """Run scripts/install_browser.sh with stand-ins for `id`, `apt-get` and `chromium` on an
+    otherwise empty PATH; returns the process and the apt-get calls it made."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir(parents=True)
+    log = tmp_path / "apt-get.log"
+    commands = {"id": f"echo {uid}", "apt-get": f'echo "$@" >> {log}\nexit {apt_status}'}
+    if chromium:
+        commands["chromium"] = "exit 0"
+    for name, body in commands.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    proc = subprocess.run([shutil.which("bash"), str(INSTALL)], env={"PATH": str(stubs)},
+                          capture_output=True, text=True, timeout=60)
+    calls = log.read_text().splitlines() if log.is_file() else []
+    return proc, calls
+
+
+def test_install_browser_only_where_missing_as_root_and_never_fails(tmp_path):
+    proc, calls = _install(tmp_path / "present", uid=0, chromium=True)
+    assert proc.returncode == 0 and calls == [] and "nothing to install" in proc.stdout
+    proc, calls = _install(tmp_path / "user", uid=1000)
+    assert proc.returncode == 0 and calls == [] and "will skip" in proc.stdout
+    proc, calls = _install(tmp_path / "root", uid=0)
+    assert proc.returncode == 0 and calls == ["update -qq", "install -y -qq chromium"]
+    proc, calls = _install(tmp_path / "broken", uid=0, apt_status=100)
+    assert proc.returncode == 0 and calls == ["update -qq"]
+    assert "could not install chromium" in proc.stdout
+
+
+def test_ci_installs_the_browser_then_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = next(line for line in readme.splitlines() if line.endswith("-m pytest"))
+    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines[-1] == command
+    assert "bash scripts/install_browser.sh || true" in lines[:-1]
