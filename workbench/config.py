@@ -285,6 +285,9 @@ class CELConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise WorkbenchError(f"CEL config has unknown keys {unknown}; expected {sorted(known)}")
+        if d.get("model_fingerprint") and "guards" not in d:
+            # a run's resolved config without guards (`to_dict` writes none): it had none
+            d = {**d, "guards": ()}
         return cls(**d)  # __post_init__ parses the options and makes the lists tuples
 
     def differences(self, other: "CELConfig") -> list[str]:

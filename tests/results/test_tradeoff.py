@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers import assert_close, micro_cel
 from workbench import compute_head_means, evaluate
-from workbench.cli.commands import best_line
+from workbench.results.headline import best_line
 from workbench.config import CELConfig
 from workbench.confirmation.confirm import (
     TRADEOFF_COLUMNS,
