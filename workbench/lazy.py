@@ -9,7 +9,25 @@ not import torch, and `from workbench.tasks import Task` works as before.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
+
+
+def lazy_package(namespace: dict, modules: dict[str, str]) -> tuple[Callable, Callable, list]:
+    """`(__getattr__, __dir__, __all__)` for a package whose `modules` map each of its
+    modules (relative to it) to the public names it defines, space-separated."""
+    package = namespace["__name__"]
+    exports = {name: f"{package}.{module}" for module, names in modules.items()
+               for name in names.split()}
+    return (*lazy_exports(namespace, exports), sorted(exports))
+
+
+def import_all(package: str) -> None:
+    """Import every module of `package` (the plug-in folders: each module registers itself
+    when imported)."""
+    folder = importlib.import_module(package)
+    for info in sorted(pkgutil.iter_modules(folder.__path__), key=lambda i: i.name):
+        importlib.import_module(f"{package}.{info.name}")
 
 
 def lazy_exports(namespace: dict, exports: dict[str, str]) -> tuple[Callable, Callable]:

@@ -155,7 +155,8 @@ def _help(command: str, option: str, capsys) -> str:
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
     text = capsys.readouterr().out
-    block = text[text.index(f"  {option} "):].split("\n  -")[0]
+    # up to the next option, or the blank line before the next argument group's title
+    block = text[text.index(f"  {option} "):].split("\n  -")[0].split("\n\n")[0]
     return " ".join(block.split())
 
 

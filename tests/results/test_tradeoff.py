@@ -35,7 +35,7 @@ from workbench.results.report import clean_lines, console_lines, render_report
 from workbench.results.result import CELResult, mark_best
 from workbench.results.tradeoff import SIDE_COLUMNS, gaming_note, side_summary, side_table
 from workbench.scoring.scorer import MaskScorer
-from workbench.stats import Stats, holm, sign_flip_pvalue, sign_flip_pvalues
+from workbench.stats import Stats, holm, sign_flip_pvalue
 from workbench.sweep import SHOWN_COLUMNS
 from workbench.tasks.encoding import encode_task
 from workbench.tasks.task import load_task

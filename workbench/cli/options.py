@@ -62,11 +62,21 @@ def positive_int(text: str) -> int:
 
 
 def add_run_options(p, several_kinds: bool) -> None:
-    """The options of a CEL run, shared by `cel` and `sweep` (`sweep` takes several kinds).
+    """The options of a CEL run, shared by `cel` and `sweep` (`sweep` takes several kinds), in
+    one argument group per stage.
 
     Each flag for a `CELConfig` field stores under the field's name with the field's default
     (`workbench.cli.commands.run_options` collects them); `sweep`'s `--ablation` stores a list as
     `kinds`."""
+    _ablation_options(p.add_argument_group("ablation"), several_kinds)
+    _screen_options(p.add_argument_group("screening (stage 1)"))
+    _search_options(p.add_argument_group("search (stage 2)"))
+    _confirm_options(p.add_argument_group("confirmation (stage 3)"))
+    _data_options(p.add_argument_group("examples and compute"))
+
+
+def _ablation_options(p, several_kinds: bool) -> None:
+    """How a head is removed."""
     d = CONFIG_DEFAULTS
     p.add_argument(
         "--ablation",
@@ -84,21 +94,17 @@ def add_run_options(p, several_kinds: bool) -> None:
         default=d["per_position"],
         help="mean ablation with the mean at each position (prompts of equal length)",
     )
-    p.add_argument(
-        "--token-budget",
-        type=int,
-        default=None,
-        metavar="N",
-        help="the most tokens (rows x padded length) in one forward; bounds memory "
-        "(default: picked per device)",
-    )
-    methods = screening_methods()
+
+
+def _screen_options(p) -> None:
+    """Stage 1: screening every head alone."""
+    d = CONFIG_DEFAULTS
     p.add_argument(
         "--method",
         choices=cel_methods(),
         default=d["method"],
         help="single-head screening: "
-        + "; ".join(f"{n}: {methods[n].summary}" for n in cel_methods())
+        + "; ".join(f"{n}: {screening_methods()[n].summary}" for n in cel_methods())
         + " (default %(default)s)",
     )
     p.add_argument(
@@ -109,6 +115,19 @@ def add_run_options(p, several_kinds: bool) -> None:
         help="with --method attribution, skip the exact screening that reports attribution's "
         "agreement with it (faster; the table then has attribution's estimates only)",
     )
+    p.add_argument(
+        "--no-side-screening",
+        dest="side_screening",
+        action="store_false",
+        default=d["side_screening"],
+        help="screen heads on the main task only (no per-head side-task columns); the found "
+        "sets' side effects are measured as always",
+    )
+
+
+def _search_options(p) -> None:
+    """Stage 2: the search over head sets."""
+    d = CONFIG_DEFAULTS
     p.add_argument(
         "--max-size",
         type=int,
@@ -129,13 +148,6 @@ def add_run_options(p, several_kinds: bool) -> None:
     )
     _add_strategy_settings(p)
     p.add_argument(
-        "--cluster",
-        choices=ClusterMode.values(),
-        default=d["cluster"],
-        help="held-out intervals and p-values resample the tasks' groups (group; auto: when a "
-        "split has at least 8) or single examples (none) (default %(default)s)",
-    )
-    p.add_argument(
         "--top-m",
         type=int,
         default=d["top_m"],
@@ -155,6 +167,18 @@ def add_run_options(p, several_kinds: bool) -> None:
         default=d["objective"],
         metavar="METRIC",
         help=f"metric to improve (default: the task's): {metric_help()}",
+    )
+
+
+def _confirm_options(p) -> None:
+    """Stage 3: the held-out confirmation."""
+    d = CONFIG_DEFAULTS
+    p.add_argument(
+        "--cluster",
+        choices=ClusterMode.values(),
+        default=d["cluster"],
+        help="held-out intervals and p-values resample the tasks' groups (group; auto: when a "
+        "split has at least 8) or single examples (none) (default %(default)s)",
     )
     p.add_argument(
         "--guard",
@@ -191,6 +215,11 @@ def add_run_options(p, several_kinds: bool) -> None:
         metavar="N",
         help="paired bootstrap resamples of the held-out intervals (default %(default)s)",
     )
+
+
+def _data_options(p) -> None:
+    """Which examples, and how the run computes."""
+    d = CONFIG_DEFAULTS
     p.add_argument(
         "--max-examples",
         type=int,
@@ -198,14 +227,6 @@ def add_run_options(p, several_kinds: bool) -> None:
         metavar="N",
         help="use only N examples of each split of every task (main and side), drawn at random "
         "with --seed before fitting to the tokenizer: a quick look (default: all)",
-    )
-    p.add_argument(
-        "--no-side-screening",
-        dest="side_screening",
-        action="store_false",
-        default=d["side_screening"],
-        help="screen heads on the main task only (no per-head side-task columns); the found "
-        "sets' side effects are measured as always",
     )
     p.add_argument(
         "--side-examples",
@@ -222,6 +243,14 @@ def add_run_options(p, several_kinds: bool) -> None:
         help="the seed every random draw of the run derives from (default %(default)s)",
     )
     p.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    p.add_argument(
+        "--token-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the most tokens (rows x padded length) in one forward; bounds memory "
+        "(default: picked per device)",
+    )
     add_load_options(p)
     p.add_argument("--share-prefix", choices=("auto", "on", "off"), default="auto",
                    help="run the blocks that several masks run identically once (equal to one "
@@ -232,7 +261,6 @@ def add_run_options(p, several_kinds: bool) -> None:
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars, those of loading a model included (the GGUF "
                    "conversion's and transformers')")
-
 
 def strategy_flag(strategy: str, setting: str) -> tuple[str, str]:
     """`(flag, dest)` of a strategy's own setting: `--gates-steps`, `strategy__gates__steps`."""

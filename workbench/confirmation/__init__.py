@@ -6,28 +6,16 @@ drawn in looks and raced).
 
 from __future__ import annotations
 
-from workbench.lazy import lazy_exports
+from workbench.lazy import lazy_package
 
-# public name -> the module that defines it
-_EXPORTS = {
-    "BaselineRace": "workbench.confirmation.baseline",
-    "Drawn": "workbench.confirmation.baseline",
-    "MIN_CLUSTERS": "workbench.confirmation.confirm",
-    "MIN_LOOK": "workbench.confirmation.baseline",
-    "ScoreFn": "workbench.confirmation.baseline",
-    "TRADEOFF_COLUMNS": "workbench.confirmation.confirm",
-    "TRADEOFF_EXAMPLES": "workbench.confirmation.confirm",
-    "cluster_labels": "workbench.confirmation.confirm",
-    "confirm_sets": "workbench.confirmation.confirm",
-    "draw_in_looks": "workbench.confirmation.baseline",
-    "example_groups": "workbench.confirmation.confirm",
-    "pool_random_head_sets": "workbench.confirmation.baseline",
-    "random_baselines": "workbench.confirmation.baseline",
-    "random_head_sets": "workbench.confirmation.baseline",
-    "set_looks": "workbench.confirmation.baseline",
-    "share_decided": "workbench.confirmation.baseline",
-    "share_interval": "workbench.confirmation.baseline",
-    "tradeoff_table": "workbench.confirmation.confirm",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+# each module -> the public names it defines
+__getattr__, __dir__, __all__ = lazy_package(globals(), {
+    "baseline": (
+        "BaselineRace Drawn MIN_LOOK ScoreFn draw_in_looks pool_random_head_sets "
+        "random_baselines random_head_sets set_looks share_decided share_interval"
+    ),
+    "confirm": (
+        "MIN_CLUSTERS TRADEOFF_COLUMNS TRADEOFF_EXAMPLES cluster_labels confirm_sets "
+        "example_groups tradeoff_table"
+    ),
+})

@@ -28,14 +28,10 @@ Face tokenizer (folders, GGUF files), `cfg.default_prepend_bos` follows that tok
 
 from __future__ import annotations
 
-from workbench.lazy import lazy_exports
+from workbench.lazy import lazy_package
 
-# public name -> the module that defines it
-_EXPORTS = {
-    "auto_dtype": "workbench.loading.model",
-    "load_model": "workbench.loading.model",
-    "resolve_device": "workbench.loading.model",
-    "shipped_names": "workbench.loading.shipped",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+# each module -> the public names it defines
+__getattr__, __dir__, __all__ = lazy_package(globals(), {
+    "model": "auto_dtype load_model resolve_device",
+    "shipped": "shipped_names",
+})

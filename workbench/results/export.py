@@ -7,7 +7,8 @@ writes each folder's as `tidy.csv` (`TIDY_FILE`). Its columns:
 
 | column   | meaning                                                                         |
 |----------|---------------------------------------------------------------------------------|
-| `run`    | the run's name: its folder's name, or the key it was given under (`model:task` in the folder's own `tidy.csv`, which must not change when the folder moves) |
+| `run`    | the run's name: its folder's name, or the key it was given under            |
+|          | (`model:task` in the folder's own `tidy.csv`, unchanged when it moves)          |
 | `table`  | the wide table the row comes from: `heads`, `combos`, `confirmation`, `side_effects` |
 | `split`  | `select`, `heldout`, or `all` (a side task's examples)                           |
 | `task`   | the task the effect is measured on (the main task or a side task)               |
@@ -41,8 +42,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.search.candidates import set_record
 from workbench.results.store import read_folder
+from workbench.search.candidates import set_record
 
 TIDY_FILE = "tidy.csv"
 TIDY_COLUMNS = ("run", "table", "split", "task", "metric", "heads", "size", "value", "lo", "hi",

@@ -18,8 +18,8 @@ calling this module changes no global state (no backend switch, no style) and wo
   log-prob), and several runs (say, two model families) side by side. It is the real-model
   counterpart of the theory model's "helps one task, hurts the other" figure.
 
-`PLOT_FUNCTIONS` names the file each one is saved as (`save_plots`); `workbench.results.report` links
-those files from `report.md`.
+`PLOT_FUNCTIONS` names the file each one is saved as (`save_plots`);
+`workbench.results.report` links those files from `report.md`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from workbench.tables import table_to_matrix
 from workbench.results.tradeoff import GUARD_METRICS
+from workbench.tables import table_to_matrix
 
 
 def heads_heatmap(result) -> Figure:

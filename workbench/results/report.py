@@ -4,7 +4,8 @@ A run's `report.md` says what the run did and found: its settings, the clean mod
 head set of each size confirmed on held-out examples with the headline and which set (if any)
 is the best, every other metric of the main task and any set that games the objective, the
 side effects on other tasks in their own metrics, the trade-off of found and random sets
-(`workbench.results.tradeoff`), the top single heads, and links to the plots (`workbench.results.plots`).
+(`workbench.results.tradeoff`), the top single heads, and links to the plots
+(`workbench.results.plots`).
 When `workbench.explain.report.explain_folder` has written `explanation/`, the report ends
 with what the best set's heads do, read back from those saved tables: so rewriting
 `report.md` (every stage of `run_cel` does, once its table is saved) never needs the model,
@@ -26,7 +27,6 @@ import pandas as pd
 from workbench.results.export import TIDY_FILE, single_heads, tidy_table
 from workbench.results.frontier import FRONTIER_FILE, frontier_table, guard_lines
 from workbench.results.store import write_text
-from workbench.tables import load_table, save_table
 from workbench.results.tradeoff import (
     GUARD_METRICS,
     format_interval,
@@ -34,6 +34,7 @@ from workbench.results.tradeoff import (
     main_metrics_table,
     side_table,
 )
+from workbench.tables import load_table, save_table
 
 REPORT_FILE = "report.md"
 EXPLANATION_DIR = "explanation"

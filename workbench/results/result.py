@@ -25,12 +25,13 @@
 accuracy or answer log-prob falls significantly (`workbench.results.tradeoff.gamed`).
 
 A results folder holds `config.json` (config, seeds, timings, summary), one CSV per table,
-four plots (`workbench.results.plots`) and `report.md` (rendered by `workbench.results.report`, which
+four plots (`workbench.results.plots`) and `report.md` (rendered by
+`workbench.results.report`, which
 `report`, `write_report` and `save` call; it reads the result and imports nothing from here).
 Every file is written atomically (temporary file, then rename), so an interrupted run leaves
 only complete files, and `run_cel` resumes from them; each table is recorded in `config.json`
-with its hash (see `workbench.results.store`), and loading refuses a recorded table that is missing or
-changed.
+with its hash (see `workbench.results.store`), and loading refuses a recorded table that is
+missing or changed.
 """
 
 from __future__ import annotations
@@ -41,9 +42,13 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.config import CELConfig
-from workbench.results.report import REPORT_FILE as REPORT_FILE  # re-exported: sweep.py reads it here
+from workbench.results.report import (
+    REPORT_FILE as REPORT_FILE,  # re-exported: sweep.py reads it here
+)
 from workbench.results.report import render_report, write_report
-from workbench.results.store import CONFIG_FILE as CONFIG_FILE  # re-exported: sweep.py reads it here
+from workbench.results.store import (
+    CONFIG_FILE as CONFIG_FILE,  # re-exported: sweep.py reads it here
+)
 from workbench.results.store import TABLES, ResultStore, read_folder
 from workbench.results.tradeoff import gamed
 

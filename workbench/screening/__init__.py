@@ -7,32 +7,15 @@ gradient estimate).
 
 from __future__ import annotations
 
-from workbench.lazy import lazy_exports
+from workbench.lazy import lazy_package
 
-# public name -> the module that defines it
-_EXPORTS = {
-    "STAT_SUFFIXES": "workbench.screening.screen",
-    "ScreenCostInputs": "workbench.screening.registry",
-    "ScreenMethod": "workbench.screening.registry",
-    "ScreenRace": "workbench.screening.screen",
-    "attribution_diffs": "workbench.screening.attribution",
-    "attribution_effects": "workbench.screening.attribution",
-    "cel_methods": "workbench.screening.registry",
-    "effect_column": "workbench.screening.screen",
-    "effect_columns": "workbench.screening.screen",
-    "exact_diffs": "workbench.screening.screen",
-    "get_method": "workbench.screening.registry",
-    "methods": "workbench.screening.registry",
-    "naive_diffs": "workbench.screening.screen",
-    "naive_effects": "workbench.screening.screen",
-    "prepare_data": "workbench.screening.screen",
-    "register": "workbench.screening.registry",
-    "resolve_task": "workbench.screening.screen",
-    "score_single_heads": "workbench.screening.screen",
-    "screen_heads": "workbench.screening.screen",
-    "screen_scorer": "workbench.screening.screen",
-    "single_head_diffs": "workbench.screening.screen",
-    "unregister": "workbench.screening.registry",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+# each module -> the public names it defines
+__getattr__, __dir__, __all__ = lazy_package(globals(), {
+    "attribution": "attribution_diffs attribution_effects",
+    "registry": "ScreenCostInputs ScreenMethod cel_methods get_method methods register unregister",
+    "screen": (
+        "STAT_SUFFIXES ScreenRace effect_column effect_columns exact_diffs naive_diffs "
+        "naive_effects prepare_data resolve_task score_single_heads screen_heads "
+        "screen_scorer single_head_diffs"
+    ),
+})

@@ -18,12 +18,12 @@ and per-example effects `{metric: [n_layers * n_heads, batch]}` (`single_head_di
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from workbench.errors import WorkbenchError
+from workbench.lazy import import_all
 from workbench.options import choose
 
 
@@ -87,9 +87,7 @@ def methods() -> Mapping[str, ScreenMethod]:
     """Every registered screening method by name (read-only)."""
     global _DISCOVERED
     if not _DISCOVERED:
-        package = importlib.import_module("workbench.screening.methods")
-        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-            importlib.import_module(f"{package.__name__}.{info.name}")
+        import_all("workbench.screening.methods")
         _DISCOVERED = True
     return MappingProxyType(_REGISTRY)
 

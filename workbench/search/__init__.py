@@ -34,25 +34,12 @@ The package's names are imported on first use, so the registry can be read witho
 
 from __future__ import annotations
 
-from workbench.lazy import lazy_exports
+from workbench.lazy import lazy_package
 
-# public name -> the module that defines it
-_EXPORTS = {
-    "CostInputs": "workbench.search.registry",
-    "SCREEN_SHARE": "workbench.search.finalists",
-    "SearchSpace": "workbench.search.space",
-    "Setting": "workbench.search.registry",
-    "Strategy": "workbench.search.registry",
-    "default_budget": "workbench.search.finalists",
-    "get_strategy": "workbench.search.registry",
-    "lasso": "workbench.search.strategies.compressed_sensing",
-    "lasso_alpha_max": "workbench.search.strategies.compressed_sensing",
-    "lasso_cv": "workbench.search.strategies.compressed_sensing",
-    "max_finalists": "workbench.search.finalists",
-    "pick_finalists": "workbench.search.finalists",
-    "register": "workbench.search.registry",
-    "strategies": "workbench.search.registry",
-    "strategy_names": "workbench.search.registry",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+# each module -> the public names it defines
+__getattr__, __dir__, __all__ = lazy_package(globals(), {
+    "finalists": "SCREEN_SHARE default_budget max_finalists pick_finalists",
+    "registry": "CostInputs Setting Strategy get_strategy register strategies strategy_names",
+    "space": "SearchSpace",
+    "strategies.compressed_sensing": "lasso lasso_alpha_max lasso_cv",
+})

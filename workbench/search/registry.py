@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import importlib
 import math
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from workbench.errors import WorkbenchError
+from workbench.lazy import import_all
 from workbench.options import choose
 
 
@@ -157,12 +157,9 @@ def unregister(name: str) -> None:
 def _discover() -> None:
     """Import every module of `workbench.search.strategies` once: each registers itself."""
     global _DISCOVERED
-    if _DISCOVERED:
-        return
-    package = importlib.import_module("workbench.search.strategies")
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        importlib.import_module(f"{package.__name__}.{info.name}")
-    _DISCOVERED = True
+    if not _DISCOVERED:
+        import_all("workbench.search.strategies")
+        _DISCOVERED = True
 
 
 def strategies() -> Mapping[str, Strategy]:

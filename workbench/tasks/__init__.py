@@ -10,49 +10,19 @@ checked without torch). The names are imported on first use, so the light module
 
 from __future__ import annotations
 
-from workbench.lazy import lazy_exports
+from workbench.lazy import lazy_package
 
-# public name -> the module that defines it
-_EXPORTS = {
-    "CHECKS": "workbench.tasks.task",
-    "Check": "workbench.tasks.task",
-    "EXAMPLE_KEYS": "workbench.tasks.format",
-    "EncodedExample": "workbench.tasks.ids",
-    "Example": "workbench.tasks.task",
-    "FITS": "workbench.tasks.fit",
-    "Fit": "workbench.tasks.fit",
-    "HEADER_KEYS": "workbench.tasks.format",
-    "HFTokenizer": "workbench.tasks.tokenizer",
-    "LIST_FIELDS": "workbench.tasks.format",
-    "METRIC_NAMES": "workbench.tasks.task",
-    "MIN_FIT_EXAMPLES": "workbench.tasks.fit",
-    "NEEDS_WRONG": "workbench.tasks.task",
-    "PER_TOKENIZER": "workbench.tasks.task",
-    "SPLITS": "workbench.tasks.format",
-    "TASKS_DIR": "workbench.tasks.names",
-    "Task": "workbench.tasks.task",
-    "TaskBatch": "workbench.tasks.encoding",
-    "WordTokenizer": "workbench.tasks.tokenizer",
-    "check_example": "workbench.tasks.format",
-    "check_header": "workbench.tasks.format",
-    "check_task_name": "workbench.tasks.names",
-    "csv_rows": "workbench.tasks.builders",
-    "dataframe_rows": "workbench.tasks.builders",
-    "encode_example": "workbench.tasks.ids",
-    "encode_task": "workbench.tasks.encoding",
-    "fit_digits": "workbench.tasks.fit",
-    "fit_drop_unfit": "workbench.tasks.fit",
-    "fit_greater_than": "workbench.tasks.fit",
-    "fit_task": "workbench.tasks.fit",
-    "get_tokenizer": "workbench.tasks.tokenizer",
-    "hf_dataset_rows": "workbench.tasks.builders",
-    "hub_task_names": "workbench.tasks.names",
-    "load_task": "workbench.tasks.task",
-    "own_tasks": "workbench.tasks.names",
-    "resolve_task_path": "workbench.tasks.task",
-    "table_records": "workbench.tasks.builders",
-    "task_names": "workbench.tasks.names",
-    "word_level_hf_tokenizer": "workbench.tasks.tokenizer",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+# each module -> the public names it defines
+__getattr__, __dir__, __all__ = lazy_package(globals(), {
+    "builders": "csv_rows dataframe_rows hf_dataset_rows table_records",
+    "encoding": "TaskBatch encode_task",
+    "fit": "FITS Fit MIN_FIT_EXAMPLES fit_digits fit_drop_unfit fit_greater_than fit_task",
+    "format": "EXAMPLE_KEYS HEADER_KEYS LIST_FIELDS SPLITS check_example check_header",
+    "ids": "EncodedExample encode_example",
+    "names": "TASKS_DIR check_task_name hub_task_names own_tasks task_names",
+    "task": (
+        "CHECKS Check Example METRIC_NAMES NEEDS_WRONG PER_TOKENIZER Task load_task "
+        "resolve_task_path"
+    ),
+    "tokenizer": "HFTokenizer WordTokenizer get_tokenizer word_level_hf_tokenizer",
+})

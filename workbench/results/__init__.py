@@ -1,0 +1,38 @@
+"""Results: what a CEL run leaves behind, and how it is read.
+
+`result` (`CELResult`), `store` (the results folder: lock, atomic writes, file records),
+`fingerprint` (model and task hashes), `tradeoff` (every metric of the main task, the `gamed`
+guard, side effects, the trade-off table's columns), `report` (`report.md`), `plots`, `export`
+(`tidy`, `single_heads`), `view` (`view.html`, one page that opens offline).
+"""
+
+from __future__ import annotations
+
+from workbench.lazy import lazy_package
+
+# each module -> the public names it defines
+__getattr__, __dir__, __all__ = lazy_package(globals(), {
+    "export": "TIDY_COLUMNS TIDY_FILE single_heads tidy tidy_table",
+    "fingerprint": "DIGITS digest file_digest model_fingerprint task_fingerprint",
+    "plots": (
+        "PLOT_FUNCTIONS gain_vs_size heads_heatmap heatmap_panels save_figure save_plots "
+        "side_effects_bars tradeoff_plot"
+    ),
+    "report": (
+        "ATTENTION_EXAMPLES_FIGURE EXPLANATION_DIR EXPLANATION_FIGURE REPORT_FILE "
+        "clean_lines console_lines explanation_section load_explanation render_report "
+        "split_order tradeoff_summary write_report"
+    ),
+    "result": "CELResult RESULT_VERSION flagged_heads mark_best select_n",
+    "store": (
+        "CONFIG_FILE LOCK_FILE RENAMED ResultStore TABLES UPSTREAM check_unlocked "
+        "read_folder read_run_file read_table stage_inputs upgrade_table write_json "
+        "write_table write_text"
+    ),
+    "tradeoff": (
+        "DIFFERENCE_METRICS GUARD_METRICS METRIC_SUFFIXES SIDE_COLUMNS applies "
+        "drop_inapplicable format_interval gamed gaming_note interval main_metrics_table "
+        "metric_names side_harms side_summary side_table"
+    ),
+    "view": "CSP FIGURES MAX_COMBOS VIEW_FILE fmt_cell interval_columns render_view write_view",
+})
