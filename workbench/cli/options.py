@@ -72,6 +72,7 @@ def add_run_options(p, several_kinds: bool) -> None:
     _screen_options(p.add_argument_group("screening (stage 1)"))
     _search_options(p.add_argument_group("search (stage 2)"))
     _confirm_options(p.add_argument_group("confirmation (stage 3)"))
+    _guard_options(p.add_argument_group("guards: enhancement, not a gamed objective"))
     _data_options(p.add_argument_group("examples and compute"))
 
 
@@ -181,6 +182,25 @@ def _confirm_options(p) -> None:
         "split has at least 8) or single examples (none) (default %(default)s)",
     )
     p.add_argument(
+        "--n-random",
+        type=int,
+        default=d["n_random"],
+        metavar="N",
+        help="random head sets per size in the held-out baseline (default %(default)s)",
+    )
+    p.add_argument(
+        "--n-boot",
+        type=int,
+        default=d["n_boot"],
+        metavar="N",
+        help="paired bootstrap resamples of the held-out intervals (default %(default)s)",
+    )
+
+
+def _guard_options(p) -> None:
+    """The guards (`workbench.guards`): which sets the search may find and confirmation pass."""
+    d = CONFIG_DEFAULTS
+    p.add_argument(
         "--guard",
         dest="guards",
         action="append",
@@ -200,20 +220,6 @@ def _confirm_options(p) -> None:
         help="how a guard decides on the selection split: not_worse (its interval's lower end "
         "is at least -TOL), no_fall (its mean), no_significant_fall (its upper end) "
         "(default %(default)s)",
-    )
-    p.add_argument(
-        "--n-random",
-        type=int,
-        default=d["n_random"],
-        metavar="N",
-        help="random head sets per size in the held-out baseline (default %(default)s)",
-    )
-    p.add_argument(
-        "--n-boot",
-        type=int,
-        default=d["n_boot"],
-        metavar="N",
-        help="paired bootstrap resamples of the held-out intervals (default %(default)s)",
     )
 
 

@@ -13,6 +13,8 @@ from workbench.lazy import lazy_package
 # each module -> the public names it defines
 __getattr__, __dir__, __all__ = lazy_package(globals(), {
     "export": "TIDY_COLUMNS TIDY_FILE single_heads tidy tidy_table",
+    "frontier": "FRONTIER_COLUMNS FRONTIER_FILE frontier_table guard_lines",
+    "headline": "COLLAPSE_SHARE best_line collapsed",
     "fingerprint": "DIGITS digest file_digest model_fingerprint task_fingerprint",
     "plots": (
         "PLOT_FUNCTIONS gain_vs_size heads_heatmap heatmap_panels save_figure save_plots "
