@@ -21,12 +21,23 @@ embeddings, so every head's contribution to the logits is a number fixed at buil
 - a *partial backup*: a harmful head `A` (mean `g_A`) that also writes to a private `p`, and
   a backup head `B` that attends to `<bos>` (no output) while `A` is present and otherwise
   writes `beta * g_A` to `D`. Removing `B` alone does nothing; removing `A` gains
-  `(1 - beta) g_A`; removing both gains `g_A`.
+  `(1 - beta) g_A`; removing both gains `g_A`;
+- *gaming* heads (`PlantSpec.gaming_gains`, none by default): a gamer reads the constant
+  direction (1 at every position, so `z = 1` under uniform attention) and writes `u` to every
+  `y` logit and `u + g` to `D`, and the unembedding's constant row (a bias) takes `u` off
+  every `y` logit and `u + g` off `D`, so the clean logits are exactly those of the model
+  without the gamer. Removing it takes `u` off every `y` and `u + g` off `D`: `logit_diff`
+  rises by exactly `g` on every example, while with `u = max_i Y_i + 8` (`Y_i` the clean `y<i>`
+  logit, which no removal raises) every `y` logit falls to <= -8, below the 26 tokens at
+  logit 0, so accuracy falls to 0 and the answer's log-prob by about 10 nats or more. A
+  difference objective rewards the removal; the task gets worse (`workbench.guards`).
 
 `PlantedModel.logit_diff(removed)` computes every example's logit difference from these
 numbers alone, which the tests compare with the model's forward pass, and `best` holds the
 set of each size with the largest expected gain (noise at its expectation 0), found by brute
-force over the planted heads (every other head has expected gain <= 0 and no interaction).
+force over the planted heads (every other head has expected gain <= 0 and no interaction);
+`best_genuine` the same among the planted heads other than gamers (equal to `best` without
+gamers).
 Zero ablation only: the construction is about what a head writes, not about its mean.
 """
 
@@ -65,6 +76,8 @@ class PlantSpec:
         pair_gains, triple_gains: one OR pair / OR triple per entry (members in distinct
             layers, the reader in a later layer).
         backup: `(g_A, beta)` for a partial backup, or None.
+        gaming_gains: one gaming head per entry (its removal's `logit_diff` gain; see the
+            module docstring); none by default, which leaves every other plant unchanged.
         helpful_fraction: the share of the remaining heads whose removal hurts.
         helpful_scale: helpful heads add `U(0.05, 1) * helpful_scale` on average.
         noise_sd: the largest per-filler standard deviation of a noise head's effect.
@@ -78,6 +91,7 @@ class PlantSpec:
     pair_gains: tuple[float, ...] = (5.0, 3.5)
     triple_gains: tuple[float, ...] = (9.0,)
     backup: tuple[float, float] | None = (2.5, 0.6)
+    gaming_gains: tuple[float, ...] = ()
     helpful_fraction: float = 0.4
     helpful_scale: float = 0.3
     noise_sd: float = 0.1
@@ -97,6 +111,8 @@ class PlantSpec:
             raise WorkbenchError(f"helpful_fraction must be in [0, 1); got {self.helpful_fraction}")
         if self.backup is not None and not 0.0 <= self.backup[1] < 1.0:
             raise WorkbenchError(f"backup beta must be in [0, 1); got {self.backup[1]}")
+        if any(not g > 0 for g in self.gaming_gains):
+            raise WorkbenchError(f"gaming gains must be > 0; got {self.gaming_gains}")
 
     @classmethod
     def null(cls, **kw) -> "PlantSpec":
@@ -113,10 +129,12 @@ class PlantedModel:
         task: the task (`select` = first half of the fillers, `group` = the filler).
         spec: what was planted.
         roles: head -> `helpful`, `single`, `noise`, `member`, `reader`, `backup_a`,
-            `backup_b` (heads of no listed role have no effect at all).
+            `backup_b`, `gamer` (heads of no listed role have no effect at all).
         groups: the OR groups, `(members, reader, G)`.
         best: size -> the head names (comma-joined, sorted) of the planted best set.
         best_gain: size -> its expected gain.
+        best_genuine, best_genuine_gain: the same among planted heads other than gamers
+            (the sets a guarded search should find; equal to `best` without gamers).
     """
 
     model: HookedTransformer
@@ -126,11 +144,14 @@ class PlantedModel:
     groups: list[tuple[tuple[Head, ...], Head, float]]
     best: dict[int, str] = field(default_factory=dict)
     best_gain: dict[int, float] = field(default_factory=dict)
+    best_genuine: dict[int, str] = field(default_factory=dict)
+    best_genuine_gain: dict[int, float] = field(default_factory=dict)
     _help: dict[Head, np.ndarray] = field(default_factory=dict, repr=False)  # per x
     _harm: dict[Head, np.ndarray] = field(default_factory=dict, repr=False)  # per x, into D
     _noise: dict[Head, np.ndarray] = field(default_factory=dict, repr=False)  # per filler
     _gate_w: list[np.ndarray] = field(default_factory=list, repr=False)  # per group, per x
     _backup: tuple[Head, Head, float] | None = None  # (A, B, beta * g_A)
+    _gamers: dict[Head, tuple[float, float]] = field(default_factory=dict, repr=False)  # (u, g)
 
     @property
     def n_heads(self) -> int:
@@ -159,6 +180,8 @@ class PlantedModel:
                 a, b, harm = self._backup
                 if a in gone and b not in gone:
                     v -= harm
+            # a removed gamer takes u off y<i> and u + g off D
+            v += sum(g for h, (_, g) in self._gamers.items() if h in gone)
             rows.append(v)
         return np.asarray(rows)
 
@@ -182,6 +205,7 @@ class PlantedModel:
             a, b, harm = self._backup
             if a in gone and b not in gone:
                 gain -= harm
+        gain += sum(g for h, (_, g) in self._gamers.items() if h in gone)
         return gain
 
 
@@ -189,9 +213,10 @@ class AnalyticScorer:
     """`MaskScorer`'s `clean()` / `score(masks)` for a planted model, without forward passes.
 
     The logits at the answer position are rebuilt from the planted numbers (every `y` logit
-    shares the helpful heads' and readers' sum, `y<i>` gets 1 more, `D` the harmful sum, every
-    other token 0) and scored by the same `score_logits` as the model's, so search strategies
-    see the numbers a forward pass would give at a tiny fraction of the cost. For benchmarks at
+    shares the helpful heads' and readers' sum, `y<i>` gets 1 more, `D` the harmful sum, a
+    removed gamer takes `u` off every `y` and `u + g` off `D`, every other token 0) and
+    scored by the same `score_logits` as the model's, so search strategies see the numbers a
+    forward pass would give at a tiny fraction of the cost. For benchmarks at
     1024 heads on a CPU; `tests/test_recall.py` checks it against `MaskScorer`.
     """
 
@@ -229,6 +254,7 @@ class AnalyticScorer:
                 planted._backup[2],
             )
         )
+        self._gamers = [(l * H + h, u, g) for (l, h), (u, g) in planted._gamers.items()]
         self._clean: dict[str, Tensor] | None = None
 
     def _logits(self, removed: Float[Tensor, "n_masks n_heads"]) -> Tensor:
@@ -243,6 +269,10 @@ class AnalyticScorer:
         if self._backup is not None:
             a, b, harm = self._backup
             d = d + (1.0 - kept[:, a : a + 1]) * kept[:, b : b + 1] * harm
+        for j, u, g in self._gamers:  # kept: its output cancels the unembedding's bias
+            gone = 1.0 - kept[:, j : j + 1]
+            yall = yall - gone * u
+            d = d - gone * (u + g)
         n_masks, batch = yall.shape
         vocab = self.model.cfg.d_vocab
         tok = self.model.word_tokenizer
@@ -365,7 +395,9 @@ def planted_model(spec: PlantSpec | None = None, device: str = "cpu") -> Planted
     model = HookedTransformer(cfg)
     pm = PlantedModel(model=model, task=None, spec=spec, roles={}, groups=[])  # type: ignore[arg-type]
     free = {(l, h) for l in range(L) for h in range(H)}
-    heads_needed = len(spec.single_gains) + sum(s + 1 for s, _ in groups_spec)
+    heads_needed = (
+        len(spec.single_gains) + len(spec.gaming_gains) + sum(s + 1 for s, _ in groups_spec)
+    )
     if heads_needed + 2 * (spec.backup is not None) > len(free):
         raise WorkbenchError(f"{L} x {H} heads are too few for what PlantSpec plants")
     scale = float(np.sqrt(d_head))  # TransformerLens divides scores by sqrt(d_head)
@@ -435,6 +467,11 @@ def planted_model(spec: PlantSpec | None = None, device: str = "cpu") -> Planted
         c = g * _centred_weights(rng, NX)
         linear_head(head, X, c, D)
         pm._harm[head] = c
+    gamers = []  # placed here, written once the helpful heads (and so u) are known
+    for g in spec.gaming_gains:
+        head = order.pop(int(rng.integers(len(order))))
+        take(head, "gamer")
+        gamers.append((head, float(g)))
     rest = sorted(free)
     rng.shuffle(rest)
     n_help = int(round(spec.helpful_fraction * len(rest)))
@@ -448,6 +485,15 @@ def planted_model(spec: PlantSpec | None = None, device: str = "cpu") -> Planted
         eps = rng.normal(0.0, spec.noise_sd * rng.uniform(0.0, 1.0), NF)
         linear_head(head, F, eps, D)
         pm._noise[head] = eps
+    # The clean y<i> logit without gamers: 1 + helpful + readers, the most any removal leaves.
+    y_top = 1.0 + sum(a for a in pm._help.values()) + sum(g + 1.0 for _, _, g in pm.groups)
+    u = float(np.max(y_top)) + 8.0 if gamers else 0.0
+    for head, g in gamers:
+        l, h = head
+        W["W_V"][l, h, CONST, 0] = 1.0  # z[0] = 1 at every position
+        W["W_O"][l, h, 0, YALL] = u
+        W["W_O"][l, h, 0, D] = u + g
+        pm._gamers[head] = (u, g)
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
@@ -464,6 +510,10 @@ def planted_model(spec: PlantSpec | None = None, device: str = "cpu") -> Planted
         for j in range(NF):
             E[ids[f"f{j}"], F + j] = 1.0
         model.unembed.W_U[D, ids["D"]] = 1.0
+        for _, (u_k, g_k) in pm._gamers.items():  # a bias that the gamers' outputs cancel
+            for i in range(NX):
+                model.unembed.W_U[CONST, ids[f"y{i}"]] -= u_k
+            model.unembed.W_U[CONST, ids["D"]] -= u_k + g_k
         for l, block in enumerate(model.blocks):
             attn = block.attn
             attn.W_Q.copy_(W["W_Q"][l])
@@ -492,13 +542,19 @@ def planted_model(spec: PlantSpec | None = None, device: str = "cpu") -> Planted
         description="answer y<i> to 'f<j> x<i>' on a planted model; D is the distractor",
         source="bench/planted.py",
     )
-    planted = [h for h, r in pm.roles.items() if r in ("single", "member", "backup_a", "backup_b")]
-    for size in (1, 2, 3):
-        scored = [(pm.expected_gain(s), s) for s in combinations(sorted(planted), size)]
-        if not scored:
-            continue
-        gain, heads = max(scored, key=lambda t: t[0])  # the first on ties: lexicographic
-        if gain > 0:
-            pm.best[size] = ",".join(head_name(*h) for h in heads)
-            pm.best_gain[size] = gain
+    kinds = ("single", "member", "backup_a", "backup_b")
+    genuine = [h for h, r in pm.roles.items() if r in kinds]
+    planted = [h for h, r in pm.roles.items() if r in (*kinds, "gamer")]
+    for heads_in, best, best_gain in (
+        (planted, pm.best, pm.best_gain),
+        (genuine, pm.best_genuine, pm.best_genuine_gain),
+    ):
+        for size in (1, 2, 3):
+            scored = [(pm.expected_gain(s), s) for s in combinations(sorted(heads_in), size)]
+            if not scored:
+                continue
+            gain, heads = max(scored, key=lambda t: t[0])  # the first on ties: lexicographic
+            if gain > 0:
+                best[size] = ",".join(head_name(*h) for h in heads)
+                best_gain[size] = gain
     return pm

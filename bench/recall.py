@@ -29,6 +29,17 @@ forwards is the forward-equivalents column.
     .venv/bin/python bench/recall.py --quick     # 144 heads, 3 plants (about a minute)
     .venv/bin/python bench/recall.py             # 144, 384, 1024 heads, 10 plants each
     .venv/bin/python bench/recall.py --variants  # the interaction search's choices, one by one
+    .venv/bin/python bench/recall.py --gaming    # a gaming head: guarded against unguarded
+
+`--gaming` (`run_gaming_plant`): the same plants plus one gaming head (`PlantSpec.
+gaming_gains`, gain `GAMING_GAIN` = 6.0): removing it raises logit_diff by 6.0 but drops every
+`y` logit below the tokens at 0, so accuracy falls to 0 and the answer's log-prob by ~10 nats.
+The planted best set of each size then contains the gamer (6.0; with the 2.0 single, 8.0; with
+the 5.0 pair, 11.0); the genuine best sets (`best_genuine`) are the usual single, pair and
+triple. The interaction search (raced, the pipeline default) runs once with the default guards
+of a difference objective (`Guard("main", "accuracy")`, `Guard("main", "logprob")`, rule
+`not_worse`, candidates from `select_candidates(..., guards=)`) and once without; a guarded
+search should find `best_genuine`, an unguarded one `best` (today's behaviour).
 """
 
 from __future__ import annotations
@@ -47,20 +58,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 from bench.planted import PlantSpec, planted_model  # noqa: E402
 from workbench.compute import Compute  # noqa: E402
 from workbench.confirmation.confirm import confirm_sets, example_groups  # noqa: E402
+from workbench.guards import Guard  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.pipeline import screen_race_rule  # noqa: E402
 from workbench.scoring.scorer import MaskScorer  # noqa: E402
 from workbench.screening.screen import ScreenRace, screen_scorer  # noqa: E402
-from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
+from workbench.search.candidates import (  # noqa: E402
+    best_sets,
+    candidate_heads,
+    search_pool,
+    select_candidates,
+)
 from workbench.search.finalists import default_budget
 from workbench.search.gate_training import GateSettings, gate_search, gated_scores, train_gates  # noqa: E402
 from workbench.search.registry import strategies
 from workbench.search.space import SearchSpace
 from workbench.stats import Stats  # noqa: E402
+from workbench.tables import head_name  # noqa: E402
 from workbench.tasks.encoding import encode_task  # noqa: E402
 
 SHAPES = {144: (12, 12), 384: (24, 16), 1024: (32, 32)}
 FIRST, SECOND = "logit_diff", "logprob"
+# The gaming plant (`--gaming`): one gaming head of this gain (larger than the 2.0 single, and
+# with the 2.0 single or the 5.0 pair larger than the 5.0 pair or the 9.0 triple).
+GAMING_GAIN = 6.0
+# A difference objective's default guards (`workbench.guards.default_guards`).
+GUARDS = (Guard("main", "accuracy"), Guard("main", "logprob"))
+# label -> (guards, guard rule, oracle). Diagnostic rows: `no_fall` (the guards' point
+# estimates), and the oracle (unguarded, the gamer struck from screening's table and so from
+# the candidates and the pool: what a guard that knew the gamer would leave to the search).
+GAMING_ROWS = {
+    "guarded (default guards, not_worse)": (GUARDS, "not_worse", False),
+    "guarded, rule no_fall": (GUARDS, "no_fall", False),
+    "oracle: unguarded, gamer struck from the pool": ((), "not_worse", True),
+    "unguarded": ((), "not_worse", False),
+}
 ROWS = {
     "exhaustive, top_m 8": ("exhaustive", {}),
     "greedy": ("greedy", {}),
@@ -182,6 +214,119 @@ def run_plant(
             row[f"hit_{size}"] = sets.get(size) == pm.best.get(size)
         out.append(row)
     return out
+
+
+def run_gaming_plant(
+    n_heads: int,
+    seed: int,
+    rows: dict[str, tuple] | None = None,
+    gaming_gain: float = GAMING_GAIN,
+    max_size: int = 3,
+    noise_sd: float = 0.1,
+) -> list[dict]:
+    """One gaming plant (`--gaming`), the interaction search raced as `run_cel` runs it, once
+    per row of `rows` (default `GAMING_ROWS`: label -> (guards, guard rule, oracle)). A
+    guarded or oracle row hits a size when its best (feasible) set is `best_genuine`, the
+    unguarded row when its best set is `best` (the gamer's). `why_<size>` says what became
+    of the set a row should find: `found`, `infeasible` (scored on every example but failing
+    a guard), `outranked`, `raced out` (dropped on a slice) or `not scored` (its heads were
+    not all finalists)."""
+    L, H = SHAPES[n_heads]
+    spec = PlantSpec(n_layers=L, n_heads=H, seed=seed, noise_sd=noise_sd,
+                     gaming_gains=(gaming_gain,))
+    pm = planted_model(spec)
+    gamer = next(head_name(*h) for h, r in pm.roles.items() if r == "gamer")
+    screen = CountingScorer(pm.scorer("select"))
+    t0 = time.process_time()
+    heads = screen_scorer(
+        screen,
+        race_on=ScreenRace(FIRST, screen_race_rule(["interaction"])),
+        stats=Stats(n_boot=200, seed=seed),
+    )
+    t_screen = time.process_time() - t0
+    out = []
+    for label, (guards, rule, oracle) in (rows or GAMING_ROWS).items():
+        table = heads
+        if oracle:
+            table = heads[[head_name(l, h) != gamer for l, h in zip(heads["layer"], heads["head"],
+                                                                     strict=True)]]
+        cands = select_candidates(table.reset_index(drop=True), FIRST, SECOND, 8, guards=guards)
+        pool = search_pool(cands, FIRST)
+        scorer = CountingScorer(pm.scorer("select"))
+        scorer.clean()
+        space = SearchSpace(
+            scorer, candidate_heads(cands), FIRST, SECOND, max_size=max_size, seed=seed,
+            pool=pool, adaptive=True, guards=guards, guard_rule=rule,
+        )
+        t0 = time.process_time()
+        strategies()["interaction"](space)
+        cpu = time.process_time() - t0
+        combos = pd.DataFrame(space.records)
+        sets, _ = best_sets(combos, FIRST, SECOND, max_size)
+        target = pm.best_genuine if guards or oracle else pm.best
+        finalists = set(space.notes["interaction"]["finalists"])
+        row = {
+            "heads": n_heads,
+            "strategy": label,
+            "seed": seed,
+            "forward_eq": screen.count + scorer.count,
+            "screen_eq": screen.count,
+            "cpu_s": cpu + t_screen,
+            "pool": len(pool),
+            "gamer_in_pool": _head(gamer) in pool,
+            "gamer_finalist": gamer in finalists,
+            "finalists": len(finalists),
+        }
+        for size in range(1, max_size + 1):
+            found = sets.get(size)
+            row[f"hit_{size}"] = found == target.get(size)
+            row[f"gamer_{size}"] = found is not None and gamer in found.split(",")
+            row[f"why_{size}"] = _why(combos, target.get(size), found, finalists)
+        out.append(row)
+    return out
+
+
+def _why(combos: pd.DataFrame, want: str | None, found: str | None, finalists: set) -> str:
+    """What became of the set `want` in a search's records (`run_gaming_plant`)."""
+    if want is None:
+        return "none planted"
+    if found == want:
+        return "found"
+    rows = combos[combos["heads"] == want]
+    if rows.empty:
+        return "not scored" if not set(want.split(",")) <= finalists else "never recorded"
+    size = len(want.split(","))
+    top = rows[rows["n"] == rows["n"].max()].iloc[0]
+    if int(top["n"]) < int(combos.loc[combos["size"] == size, "n"].max()):
+        return "raced out"
+    if "feasible" in top and not bool(top["feasible"]):
+        return "infeasible"
+    return "outranked"
+
+
+def gaming_table(df: pd.DataFrame, max_size: int = 3) -> str:
+    """Hits per size (`best_genuine` guarded, `best` unguarded), how many found sets hold the
+    gamer, and what became of the missed sets (`_why`), per model size and row."""
+    lines = [
+        "| heads | search | should find | "
+        + " | ".join(f"size {s} found" for s in range(1, max_size + 1))
+        + " | found sets with the gamer (sizes 1-3) | misses | fwd-eq mean (max) "
+        "| of which screening | CPU s / plant | n plants |",
+        "|---|---|---|" + "---|" * max_size + "---|---|---|---|---|---|",
+    ]
+    for (n, label), g in df.groupby(["heads", "strategy"], sort=False):
+        hits = " | ".join(f"{int(g[f'hit_{s}'].sum())}/{len(g)}" for s in range(1, max_size + 1))
+        gamer = " / ".join(str(int(g[f"gamer_{s}"].sum())) for s in range(1, max_size + 1))
+        why = pd.Series([w for s in range(1, max_size + 1) for w in g[f"why_{s}"]])
+        why = why[why != "found"].value_counts()
+        misses = ", ".join(f"{k} {v}" for k, v in why.items()) or "none"
+        should = "best (with the gamer)" if label == "unguarded" else "best_genuine"
+        lines.append(
+            f"| {n} | {label} | {should} | {hits} | {gamer} | {misses} "
+            f"| {g['forward_eq'].mean():.0f} ({g['forward_eq'].max():.0f}) "
+            f"| {g['screen_eq'].mean():.0f} | {g['cpu_s'].mean():.1f} | {len(g)} |"
+        )
+    return "\n".join(lines)
 
 
 def gradient_check(n_heads: int, seed: int, noise_sd: float = 0.1) -> dict:
@@ -319,6 +464,11 @@ def main() -> None:
         action="store_true",
         help="only the gradient check: gate gradients at g = 1 and planted sets' push ranks",
     )
+    p.add_argument(
+        "--gaming",
+        action="store_true",
+        help="only the gaming plant: guarded and unguarded interaction search (run_gaming_plant)",
+    )
     p.add_argument("--noise-sd", type=float, default=0.1, help="noise heads' largest sd")
     p.add_argument("--check", action="store_true", help="check analytic scores by forwards")
     p.add_argument("--csv", default=None, help="also write the per-plant rows here")
@@ -347,6 +497,28 @@ def main() -> None:
                     "null models declare a significant gain",
                     flush=True,
                 )
+        return
+    if args.gaming:
+        if args.check:
+            for n in sizes:
+                L, H = SHAPES[n]
+                spec = PlantSpec(n_layers=L, n_heads=H, seed=0, gaming_gains=(GAMING_GAIN,))
+                err = check_forward(planted_model(spec))
+                print(f"{n} heads, gaming plant: max |analytic - forward| = {err:.2e}")
+        found = []
+        for n in sizes:
+            for seed in range(n_seeds):
+                done = run_gaming_plant(n, seed, noise_sd=args.noise_sd)
+                found += done
+                for r in done:
+                    hits = "".join("x" if r[f"hit_{s}"] else "." for s in (1, 2, 3))
+                    whys = ", ".join(r[f"why_{s}"] for s in (1, 2, 3))
+                    print(f"{n} heads, plant {seed}, {r['strategy']}: sizes 1-3 found {hits} "
+                          f"({whys}), fwd-eq {r['forward_eq']:.0f}", flush=True)
+        df = pd.DataFrame(found)
+        if args.csv:
+            df.to_csv(args.csv, index=False)
+        print(gaming_table(df))
         return
     if args.gradients:
         found = []

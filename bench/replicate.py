@@ -11,7 +11,9 @@ neither of the cell's recorded splits (`summary.splits`), with the cell's own mo
 kind, objective, mean-ablation means (over the cell's selection split), random-set count and
 racing, against random sets of the same size from all heads and from the cell's search pool
 (`confirm_sets`, the same code as stage 3). It prints one row per cell and size; `p_holm` is
-Holm over the sizes of one cell, and `p_holm_all` Holm over every row printed.
+Holm over the sizes of one cell, and `p_holm_all` Holm over every row printed; a guarded cell's
+rows add its main-task guards' held-out test (`guarded_p_holm`) and the accuracy and log-prob
+changes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
 from workbench.compute import Compute  # noqa: E402
 from workbench.confirmation.confirm import cluster_labels, confirm_sets  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.guards import parse_guards  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
 from workbench.metrics.scores import task_metric  # noqa: E402
@@ -42,6 +45,9 @@ from workbench.tasks.task import load_task  # noqa: E402
 
 COLUMNS = ["cell", "size", "heads", "n", "clean", "gain", "lo", "hi", "p_value", "p_holm",
            "percentile", "pool_percentile", "secondary", "secondary_gain"]
+# a guarded cell's rows also hold the main task's accuracy and log-prob changes, and the
+# guards' held-out test (`workbench.guards`), Holm over the cell's sizes
+GUARD_COLUMNS = ["accuracy", "logprob", "guarded_p_holm"]
 
 
 def fresh_examples(task, splits: dict[str, list[str]]):
@@ -92,10 +98,18 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
     n_random = cfg["n_random"] if n_random is None else n_random
     groups = cluster_labels(fresh, cfg["cluster"])  # as the cell clustered
     stats = Stats(n_boot=cfg["n_boot"], ci=cfg["ci"], seed=cfg["seed"])
+    # the cell's main-task guards (a side task's would need its unused examples too)
+    guards = [g for g in parse_guards(cfg.get("guards")) or () if g.on_main]
     table, _ = confirm_sets(scorer, sets, objective, secondary, n_random=n_random, stats=stats,
                             pool=search_pool(heads, objective, second=secondary),
-                            groups=groups, adaptive=cfg["adaptive"])
+                            groups=groups, adaptive=cfg["adaptive"], guards=guards)
     scorer.release()
+    if table.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    extra = {}
+    if guards:
+        extra = {"accuracy": table.get("d_accuracy"), "logprob": table.get("d_logprob"),
+                 "guarded_p_holm": holm(table["guarded_p"].to_numpy())}
     return pd.DataFrame({
         "cell": folder.name, "size": table["size"], "heads": table["heads"],
         "n": table[f"d_{objective}_n"], "clean": table[f"clean_{objective}"],
@@ -104,6 +118,7 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
         "p_holm": holm(table["p_value"].to_numpy()), "percentile": table["percentile"],
         "pool_percentile": table.get("pool_percentile"), "secondary": secondary,
         "secondary_gain": table[f"d_{secondary}"] if secondary else float("nan"),
+        **extra,
     })
 
 
@@ -121,7 +136,8 @@ def main(argv=None) -> None:
             models[cfg["model"]] = load_model(cfg["model"])
         rows.append(replicate(folder, models[cfg["model"]], load_task(cfg["task"]),
                               args.n_random))
-    table = pd.concat(rows, ignore_index=True)[COLUMNS]
+    table = pd.concat(rows, ignore_index=True)
+    table = table[COLUMNS + [c for c in GUARD_COLUMNS if c in table]]
     table["p_holm_all"] = holm(table["p_value"].to_numpy())
     if args.out:
         table.to_csv(args.out, index=False)

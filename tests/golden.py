@@ -63,13 +63,18 @@ from pathlib import Path
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 TABLES = ("heads.csv", "combos.csv", "confirmation.csv", "side_effects.csv", "tradeoff.csv",
-          "tidy.csv")
+          "tidy.csv", "frontier.csv")
 SIGNATURE_FILE = "cpu.json"
 
 # run_cel settings of the tiny cases: every stage runs, in seconds
 # (one torch thread, as the goldens were frozen: sums split over threads round differently)
+# The tiny task's objective is `logit_diff`, a difference, so its runs would be guarded by
+# default (issue 48, `workbench.guards`): the cases frozen before guards existed run without
+# them (`guards=()`, the command line's `--no-guard`), and `tiny_zero_exact_guarded` freezes a
+# guarded run (side-task guard and tolerances included, rule `no_fall`: on this random model
+# 15 of its 74 sets pass, so every part of the guarded search and confirmation runs).
 TINY = dict(max_size=2, top_m=4, n_random=30, n_boot=200, progress=False, plots=False,
-            threads=1)
+            threads=1, guards=())
 CASES = {
     "tiny_zero_exact": dict(kind="zero", method="exact"),
     "tiny_mean_exact": dict(kind="mean", method="exact"),
@@ -79,6 +84,9 @@ CASES = {
     "tiny_zero_exact_no_racing": dict(kind="zero", method="exact", adaptive=False),
     "tiny_mean_exact_no_racing": dict(kind="mean", method="exact", adaptive=False,
                                       strategies=("exhaustive", "greedy", "beam")),
+    "tiny_zero_exact_guarded": dict(kind="zero", method="exact", guard_rule="no_fall",
+                                    guards=("main:accuracy:0.05", "main:logprob:0.05",
+                                            "side:accuracy:0.1")),
 }
 MAIN_JOB = "embedded_main_job"
 
@@ -156,7 +164,7 @@ def run_case(name: str, out: Path) -> Path:
 
     model, main_path, side_path = tiny_inputs(out.parent / f"{name}_tasks")
     run_cel(model, load_task(main_path), others=[load_task(side_path)], out_dir=out,
-            **TINY, **CASES[name])
+            **{**TINY, **CASES[name]})
     return out
 
 

@@ -80,6 +80,8 @@ def _other(got: str, want: str, run: float) -> list[str]:
 def test_noise_of_the_measured_size_passes_on_another_cpu_only(case):
     run = _run(case)
     for table in TABLES:
+        if not (GOLDEN_DIR / case / table).exists():  # frontier.csv: guarded cases only
+            continue
         want = _frozen(case, table)
         assert not _other(want, want, run), table
         noisy = _noisy(want, run, MEASURED_ULPS)

@@ -20,6 +20,7 @@ from workbench.environment import DEFAULT_THREADS as DEFAULT_THREADS
 from workbench.environment import auto_threads as auto_threads
 from workbench.environment import resolve_threads as resolve_threads
 from workbench.errors import WorkbenchError
+from workbench.guards import DEFAULT_RULE, GuardRule, labels, parse_guards
 from workbench.options import AblationKind, ClusterMode, RankBy
 from workbench.screening.registry import get_method
 from workbench.search.registry import strategy_names, strategy_settings
@@ -139,6 +140,13 @@ class CELConfig:
             share of random sets at least as good as the found set is decided against `1 - ci`; the
             percentile then rests on the sets drawn (`n_random` in the confirmation table).
             False draws all `n_random` sets.
+        guards: `TASK:METRIC[:TOLERANCE]` specs (`workbench.guards.Guard`; TASK `main` for the
+            main task): the search maximises the objective over sets that pass every guard,
+            and a confirmed set must pass them on held-out examples. None: the defaults,
+            chosen once the objective is known (the main task's accuracy and answer log-prob
+            when the objective is a difference, else none); `()`: no guards. A run records
+            the guards it used; a config without any writes no such key.
+        guard_rule: a `GuardRule`: how a guard decides on the selection split.
     """
 
     model: str
@@ -172,6 +180,8 @@ class CELConfig:
     cluster: ClusterMode = ClusterMode.AUTO
     adaptive: bool = True
     random_looks: bool = True
+    guards: tuple[str, ...] | None = None
+    guard_rule: GuardRule = DEFAULT_RULE
     model_fingerprint: str = ""
     task_fingerprint: str = ""
     others_fingerprint: str = ""
@@ -183,6 +193,9 @@ class CELConfig:
         self.cluster = ClusterMode.parse(self.cluster)
         self.strategies = strategy_names(self.strategies)
         self.strategy_settings = strategy_settings(self.strategies, self.strategy_settings)
+        guards = parse_guards(self.guards)
+        self.guards = None if guards is None else tuple(labels(guards))
+        self.guard_rule = GuardRule.parse(self.guard_rule)
         for name in ("per_position", "adaptive", "side_screening", "random_looks"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkbenchError(f"{name} must be true or false; got {getattr(self, name)!r}")
@@ -221,10 +234,13 @@ class CELConfig:
 
     def to_dict(self) -> dict:
         """The fields as JSON values: options as their strings, tuples as lists; no
-        `strategy_settings` when there are none (so configs from before it are unchanged)."""
+        `strategy_settings` and no `guards` when there are none (so configs from before they
+        existed are unchanged)."""
         d = dataclasses.asdict(self)
         if not d["strategy_settings"]:
             del d["strategy_settings"]
+        if not d["guards"]:  # unguarded runs write what they wrote before guards existed
+            del d["guards"], d["guard_rule"]
         for key, value in d.items():
             if isinstance(value, Enum):
                 d[key] = value.value
@@ -238,6 +254,9 @@ class CELConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise WorkbenchError(f"CEL config has unknown keys {unknown}; expected {sorted(known)}")
+        if d.get("model_fingerprint") and "guards" not in d:
+            # a run's resolved config without guards (`to_dict` writes none): it had none
+            d = {**d, "guards": ()}
         return cls(**d)  # __post_init__ parses the options and makes the lists tuples
 
     def differences(self, other: "CELConfig") -> list[str]:

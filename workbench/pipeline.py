@@ -36,6 +36,15 @@ from workbench.config import CELConfig
 from workbench.confirmation.stage import confirm_stage, score_means
 from workbench.environment import environment, thread_choice
 from workbench.errors import WorkbenchError
+from workbench.guards import (
+    MAIN,
+    Guard,
+    check_guards,
+    default_guards,
+    labels,
+    parse_guards,
+    task_metrics,
+)
 from workbench.metrics.records import base_metric, check_objective
 from workbench.metrics.scores import multi_token_metric, task_metric
 from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
@@ -94,6 +103,11 @@ class CELRun:
     @property
     def order(self) -> tuple[str, str | None]:
         return rank_order(self.config.objective, self.config.secondary, self.config.rank_by)
+
+    @property
+    def guards(self) -> tuple[Guard, ...]:
+        """The run's guards (resolved when the run starts; `workbench.guards`)."""
+        return parse_guards(self.config.guards) or ()
 
     def scorer(self, data, means: HeadMeans | None = None) -> MaskScorer:
         return MaskScorer(self.model, data, kind=self.config.kind, means=means,
@@ -319,7 +333,8 @@ def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
             agreement[m] = helpful_agreement(heads, exact_table, m)
         result.summary["attribution_rank_correlation"] = rho
         result.summary["attribution_agreement"] = agreement
-    heads = select_candidates(heads, *run.order, config.top_m)
+    heads = select_candidates(heads, *run.order, config.top_m,
+                              guards=[g for g in run.guards if g.on_main])
     result.summary["candidates"] = [head_name(*h) for h in candidate_heads(heads)]
     return heads
 
@@ -342,10 +357,16 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
                         knockout_examples=config.knockout_examples,
                         seed=config.seed, adaptive=config.adaptive, ci=config.ci,
                         progress=run.compute.progress,
-                        pool=search_pool(result.heads, run.order[0], second=run.order[1]))
+                        pool=search_pool(result.heads, run.order[0], second=run.order[1]),
+                        guards=tuple(g for g in run.guards if g.on_main),
+                        guard_rule=config.guard_rule)
     for name in config.strategies:
         get_strategy(name)(space, **config.strategy_settings.get(name, {}))
     space.scorer.release()
+    side_guards = [g for g in run.guards if not g.on_main]
+    if side_guards:  # the best sets' side-task guards, on each side task's selection split
+        space.check_side_guards(side_guards, {
+            g.task: run.scorer(*_split_data(run, g.task, "select")) for g in side_guards})
     result.summary.update(space.notes)
     result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
     return pd.DataFrame(space.records)
@@ -414,8 +435,16 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
             f"objective {objective!r} is not a metric of this run; expected one of {names}"
         )
     secondary = config.secondary or _default_secondary(objective, names)
+    guards = parse_guards(config.guards)
+    if guards is None:
+        guards = default_guards(objective, names, metric)
+    main_metrics = names if metric is not None and metric is not multi_token_metric else [
+        m for m in names if m in task_metrics(main)]
+    check_guards(guards, {MAIN: main_metrics,
+                          **{n: task_metrics(t) for n, t in others.items()}})
     return dataclasses.replace(
         config, task=main.name, others=tuple(others), objective=objective, secondary=secondary,
+        guards=tuple(labels(guards)),
         model_fingerprint=model_fingerprint(model), task_fingerprint=task_fingerprint(main),
         others_fingerprint=digest([task_fingerprint(t) for t in others.values()]),
     )
@@ -427,6 +456,13 @@ def _default_secondary(objective: str, names: Sequence[str]) -> str | None:
             return candidate
     others = [n for n in names if n != objective]
     return others[0] if others else None
+
+
+def _split_data(run: CELRun, task: str, split: str) -> tuple[TaskBatch, HeadMeans | None]:
+    """A side task's split, encoded for the run's model, and its mean-ablation means (over its
+    own prompts, as side tasks are ablated)."""
+    data = encode_task(run.model, run.others[task], split)
+    return data, run.means_of(data)
 
 
 def _check_heads(heads: pd.DataFrame, model, folder: Path | None) -> None:

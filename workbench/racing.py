@@ -133,6 +133,7 @@ def race(
     progress: bool = False,
     desc: str = "masks",
     max_examples: int | None = None,
+    with_range: bool = False,
 ) -> Race:
     """Score head masks look by look, each look on the next slice of examples, keeping only
     the masks `open_fn` leaves open.
@@ -146,6 +147,9 @@ def race(
         ci: the level the looks' intervals are corrected to (`look_z`).
         first: examples in the first look (default `first_slice`).
         max_examples: stop after this many examples even for open masks (None: all).
+        with_range: also pass `open_fn` each metric's smallest and largest per-example
+            difference so far, `{metric: (min, max)}` (a fifth argument): no resampled mean
+            lies outside them (`workbench.guards.bounds`).
 
     Returns:
         A `Race`; masks never decided have the exhaustive numbers.
@@ -179,10 +183,22 @@ def race(
         if k == len(ends) - 1 or not len(active):
             break
         stats = {m: mean_se(d[active.to(device)]) for m, d in diffs.items()}
+        extra = ()
+        if with_range:
+            extra = ({m: row_range(d[active.to(device)]) for m, d in diffs.items()},)
         still = open_fn({m: s[0] for m, s in stats.items()}, {m: s[1] for m, s in stats.items()},
-                        z, active)
+                        z, active, *extra)
         active = active[still.cpu().bool()]
     return Race(diffs, n, rows_scored, n_ex, ends)
+
+
+def row_range(diffs: Float[Tensor, "n_rows batch"]) -> tuple[Tensor, Tensor]:
+    """Each row's smallest and largest value, NaN ignored (NaN for a row with none)."""
+    valid = ~torch.isnan(diffs)
+    lo = torch.where(valid, diffs, torch.full_like(diffs, float("inf"))).amin(-1)
+    hi = torch.where(valid, diffs, torch.full_like(diffs, float("-inf"))).amax(-1)
+    none = ~valid.any(-1)
+    return lo.masked_fill(none, float("nan")), hi.masked_fill(none, float("nan"))
 
 
 def interval(mean: Tensor, se: Tensor, z: float) -> tuple[Tensor, Tensor]:

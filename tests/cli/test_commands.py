@@ -19,6 +19,7 @@ import workbench.cli.parser as cli
 from workbench.config import resolve_threads
 from workbench.errors import WorkbenchError
 from workbench.loading.shipped import CACHE_ENV
+from workbench.results.headline import best_line
 from workbench.results.result import CELResult
 
 FAST = ["--n-random", "20", "--n-boot", "100", "--quiet"]
@@ -238,7 +239,7 @@ def test_best_is_only_a_significant_set(p_holm, best, line):
                        confirmation=_confirmation(p_holm))
     assert result.best == best
     assert result.top_candidate == ["L0H1", "L0H3", "L1H1"]
-    assert commands.best_line(result).startswith(line)
+    assert best_line(result).startswith(line)
     marked = mark_best(result.confirmation, "accuracy", 0.05)
     assert marked["best"].sum() == (1 if best else 0)
     assert list(marked["top_candidate"]) == [False, False, True]

@@ -168,7 +168,7 @@ def test_flag_defaults_are_the_config_defaults():
     defaults = {f.name: f.default for f in dataclasses.fields(CELConfig)}
     flagged = {"kind", "per_position", "method", "check_attribution", "max_size", "strategies",
                "cluster", "top_m", "search_budget", "objective", "n_random", "n_boot",
-               "max_examples", "side_screening", "side_examples", "seed"}
+               "max_examples", "side_screening", "side_examples", "seed", "guards", "guard_rule"}
     for command in ("cel", "sweep"):
         args = cli.build_parser(command).parse_args([command])
         options = commands.run_options(args)

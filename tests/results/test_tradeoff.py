@@ -18,7 +18,6 @@ import pytest
 
 from tests.helpers import assert_close, micro_cel
 from workbench import compute_head_means, evaluate
-from workbench.cli.commands import best_line
 from workbench.config import CELConfig
 from workbench.confirmation.confirm import (
     TRADEOFF_COLUMNS,
@@ -30,6 +29,7 @@ from workbench.confirmation.confirm import (
 )
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
+from workbench.results.headline import best_line
 from workbench.results.plots import tradeoff_plot
 from workbench.results.report import clean_lines, console_lines, render_report
 from workbench.results.result import CELResult, mark_best

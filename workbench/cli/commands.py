@@ -64,6 +64,10 @@ def run_options(args) -> dict:
             own.setdefault(strategy, {})[setting] = value
     if own:
         options["strategy_settings"] = own
+    if getattr(args, "no_guard", False):
+        if getattr(args, "guards", None):
+            raise WorkbenchError("--guard and --no-guard contradict each other; give one")
+        options["guards"] = ()
     share = getattr(args, "share_prefix", "auto")
     if share != "auto":
         options["share_prefix"] = share == "on"
@@ -143,6 +147,7 @@ def run_cel_command(args) -> int:
         task = load_task(task_name)
         others = [load_task(o) for o in other_names]
         check_task_objective(args.objective, task)
+        _check_guards(config, task, others)
         check_out(out, args.overwrite, config)
         check_hub_models([model_name])
     except BaseException:
@@ -216,7 +221,16 @@ def run_cel_command(args) -> int:
         f"{alpha:.2g}): "
         + (f"significant at size(s) {significant}" if significant else "none significant")
     )
+    guards = result.summary.get("guards")
+    if guards:
+        passing = result.summary.get("passing_sizes", [])
+        print(f"guards ({', '.join(guards)}; rule {result.config.guard_rule}): the search kept "
+              "only sets that pass them on the selection split; held out (one-sided, with the "
+              "objective's test, Holm across sizes) "
+              + (f"passing at size(s) {passing}" if passing else "no set passes"))
     print("\n".join(console_lines(result)))  # gamed sets, other metrics, side effects
+    from workbench.results.headline import best_line
+
     print("\n" + best_line(result))
     if "attribution_rank_correlation" in result.summary:
         rho = result.summary["attribution_rank_correlation"]
@@ -235,28 +249,15 @@ def run_cel_command(args) -> int:
     return 0
 
 
-def best_line(result) -> str:
-    """The CLI's line on the best set: only a significant set is called best."""
-    obj = result.config.objective
-    baseline = (
-        f"positive d_{obj} = removing the heads helps; percentile and random_pct_ge (0-100) "
-        f"against up to {result.config.n_random} random sets of the same size, or all of them "
-        "where there are fewer"
-    )
-    if result.best:
-        return f"best set: {','.join(result.best)}  ({baseline})"
-    top = result.top_candidate
-    if not top:
-        return "best set: (none): no head set was confirmed"
-    gamed = [k for k in result.summary.get("gamed_sizes", [])
-             if k in result.summary.get("significant_sizes", [])]
-    if gamed:
-        return (f"best set: none: the significant set(s) of size(s) {gamed} game the objective "
-                f"(above); top candidate: {','.join(top)} ({baseline})")
-    return (
-        f"best set: none: no significant enhancement (p_holm >= {result.alpha:.2g} at every "
-        f"size); top candidate: {','.join(top)} ({baseline})"
-    )
+def _check_guards(config, task, others) -> None:
+    """`--guard` specs checked against the tasks before the model loads: a known task (main
+    or a side task) and a metric that task can compute (`workbench.guards`)."""
+    from workbench.guards import MAIN, check_guards, parse_guards, task_metrics
+
+    guards = parse_guards(config.guards)
+    if guards:
+        check_guards(guards, {MAIN: task_metrics(task),
+                              **{o.name: task_metrics(o) for o in others}})
 
 
 def _stages_done(out: Path) -> tuple[str, ...]:

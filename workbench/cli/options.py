@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 
 from workbench.config import DEFAULT_THREADS, CELConfig
+from workbench.guards import GuardRule
 from workbench.metrics.records import help_text as metric_help
 from workbench.options import AblationKind, ClusterMode
 from workbench.screening.registry import cel_methods
@@ -71,6 +72,7 @@ def add_run_options(p, several_kinds: bool) -> None:
     _screen_options(p.add_argument_group("screening (stage 1)"))
     _search_options(p.add_argument_group("search (stage 2)"))
     _confirm_options(p.add_argument_group("confirmation (stage 3)"))
+    _guard_options(p.add_argument_group("guards: enhancement, not a gamed objective"))
     _data_options(p.add_argument_group("examples and compute"))
 
 
@@ -192,6 +194,32 @@ def _confirm_options(p) -> None:
         default=d["n_boot"],
         metavar="N",
         help="paired bootstrap resamples of the held-out intervals (default %(default)s)",
+    )
+
+
+def _guard_options(p) -> None:
+    """The guards (`workbench.guards`): which sets the search may find and confirmation pass."""
+    d = CONFIG_DEFAULTS
+    p.add_argument(
+        "--guard",
+        dest="guards",
+        action="append",
+        default=None,
+        metavar="TASK:METRIC[:TOL]",
+        help="search only sets that do not lower METRIC on TASK ('main' or a side task) by "
+        "more than TOL (default 0; 0.02 = two points of accuracy), and confirm them so held "
+        "out; repeatable. Default: with a difference objective (logit_diff, prob_diff) the "
+        "main task's accuracy and answer log-prob, else none",
+    )
+    p.add_argument("--no-guard", action="store_true",
+                   help="no guards: the unconstrained search of earlier versions")
+    p.add_argument(
+        "--guard-rule",
+        choices=GuardRule.values(),
+        default=d["guard_rule"],
+        help="how a guard decides on the selection split: not_worse (its interval's lower end "
+        "is at least -TOL), no_fall (its mean), no_significant_fall (its upper end) "
+        "(default %(default)s)",
     )
 
 

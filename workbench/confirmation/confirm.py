@@ -54,7 +54,7 @@ forward pass where that pays.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +69,7 @@ from workbench.confirmation.baseline import (
     random_head_sets,
 )
 from workbench.errors import WorkbenchError
+from workbench.guards import Guard
 from workbench.heads import HeadSet
 from workbench.options import ClusterMode
 from workbench.racing import example_order
@@ -157,6 +158,7 @@ def confirm_sets(
     groups=None,
     other_groups: Mapping[str, list] | None = None,
     adaptive: bool | BaselineRace = False,
+    guards: Sequence[Guard] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
 
@@ -184,12 +186,19 @@ def confirm_sets(
             at 50, 100, ... of the `n_random` sets once the share of sets at least as good as the
             found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count the sets
             scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
+        guards: the run's guards (`workbench.guards`), the safety test: each gets a one-sided
+            sign-flip p-value of "the change is above `-tolerance`" (`guard_p_<task>_<metric>`;
+            a side task's on its held-out examples), `guarded_p` is the largest of those and
+            the objective's `p_value` (an intersection-union test), and `guarded_p_holm` its
+            Holm correction across sizes. With guards the table also counts the held-out
+            examples each set turns right and wrong (`fixes`, `breaks`).
 
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
     """
     plan = ConfirmPlan(objective, secondary, best_size, dict(select_gains or {}), n_random,
-                       stats or Stats(), pool, groups, dict(other_groups or {}), adaptive)
+                       stats or Stats(), pool, groups, dict(other_groups or {}), adaptive,
+                       tuple(guards))
     check_groups(plan)
     rows, side_rows = [], []
     for size, head_set in sorted(sets.items()):
@@ -215,6 +224,7 @@ class ConfirmPlan:
     groups: object = None
     other_groups: Mapping[str, list] = field(default_factory=dict)
     adaptive: bool | BaselineRace = False
+    guards: tuple[Guard, ...] = ()
 
 
 def check_groups(plan: ConfirmPlan) -> None:
@@ -248,6 +258,9 @@ def confirm_size(heldout: Scorer, size: int, head_set: HeadSet, others: Mapping[
                                     BaselineRace.of(plan.adaptive)))
     # is there any effect on the main task's other metrics?
     row.update(_two_sided(diffs, objective, groups, n_flips, seed))
+    if plan.guards and "accuracy" in diffs:  # held-out examples the set turns right, wrong
+        row["fixes"] = int((diffs["accuracy"] > 0).sum())
+        row["breaks"] = int((diffs["accuracy"] < 0).sum())
     side_rows = []
     for task, scorer in others.items():
         other_clean = scorer.clean()
@@ -265,6 +278,20 @@ def confirm_size(heldout: Scorer, size: int, head_set: HeadSet, others: Mapping[
             side[f"d_{objective}_p"] = side["p_value"]
         side.update(_two_sided(side_diffs, objective, og, n_flips, seed))
         side_rows.append(side)
+        for g in plan.guards:
+            if g.task == task:  # the safety test on the side task's held-out examples
+                rows = _heldout_rows(scorer.data)
+                sub = None if og is None else [og[i] for i in rows.tolist()]
+                row[f"guard_p_{task}_{g.metric}"] = sign_flip_pvalue(
+                    side_diffs[g.metric][rows.to(side_diffs[g.metric].device)] + g.tolerance,
+                    sub, n_flips, seed)
+    for g in plan.guards:
+        if g.on_main:
+            row[f"guard_p_main_{g.metric}"] = sign_flip_pvalue(
+                diffs[g.metric] + g.tolerance, groups, n_flips, seed)
+    if plan.guards:
+        row["guarded_p"] = max(row["p_value"], *(row[f"guard_p_{g.task}_{g.metric}"]
+                                                 for g in plan.guards))
     return row, side_rows
 
 
@@ -276,11 +303,21 @@ def finish_confirmation(rows: list[dict],
     confirmation, side_effects = pd.DataFrame(rows), pd.DataFrame(side_rows)
     if not confirmation.empty:
         confirmation["p_holm"] = holm(confirmation["p_value"])
+        if "guarded_p" in confirmation:  # a guarded run's safety test, Holm across sizes
+            confirmation["guarded_p_holm"] = holm(confirmation["guarded_p"])
         _add_holm(confirmation)
     if not side_effects.empty:
         side_effects["p_holm"] = holm(side_effects["p_value"])
         _add_holm(side_effects)
     return drop_inapplicable(confirmation), drop_inapplicable(side_effects)
+
+
+def _heldout_rows(data) -> torch.Tensor:
+    """The rows of a task's encoded examples in its held-out split (every row when it has
+    none: a side task written without splits)."""
+    examples = data.task.examples
+    rows = [i for i, e in enumerate(examples) if e.split == "heldout"]
+    return torch.tensor(rows or list(range(len(examples))), dtype=torch.long)
 
 
 def _two_sided(diffs: dict[str, torch.Tensor], skip: str, groups, n_flips: int,

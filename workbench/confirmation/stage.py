@@ -31,6 +31,7 @@ from workbench.confirmation.confirm import (
     finish_confirmation,
     tradeoff_rows,
 )
+from workbench.guards import closest_infeasible, labels
 from workbench.heads import HeadSet
 from workbench.results.result import flagged_heads, mark_best
 from workbench.results.store import json_values, stage_inputs
@@ -111,7 +112,7 @@ def confirm_stage(run, result, store=None) -> tuple[pd.DataFrame, pd.DataFrame, 
     plan = ConfirmPlan(config.objective, config.secondary, best_size, select_gains,
                        config.n_random, run.stats, pool, groups["heldout"], other_groups,
                        BaselineRace(config.adaptive, config.adaptive and config.random_looks,
-                                    config.baseline_examples))
+                                    config.baseline_examples), run.guards)
     check_groups(plan)
     saved = _Checkpoint(store, run, result)
     for size, head_set in sorted(head_sets.items()):
@@ -143,6 +144,11 @@ def confirm_stage(run, result, store=None) -> tuple[pd.DataFrame, pd.DataFrame, 
         result.summary[key] = ",".join(flagged_heads(confirmation, column))
     significant = [int(r.size) for r in confirmation.itertuples() if r.p_holm < alpha]
     result.summary["significant_sizes"] = significant
+    if run.guards:  # the guards' held-out verdict (`workbench.guards`)
+        result.summary["guards"] = labels(run.guards)
+        result.summary["passing_sizes"] = [int(r.size) for r in confirmation.itertuples()
+                                           if r.guarded_p_holm < alpha]
+        result.summary["infeasible"] = closest_infeasible(combos, run.guards, config, sets)
     result.summary["gamed_sizes"] = [int(r.size) for r in confirmation.itertuples() if r.gamed]
     result.summary["alpha"] = alpha
     return confirmation, side_effects, tradeoff

@@ -14,6 +14,8 @@ from workbench.lazy import lazy_package
 __getattr__, __dir__, __all__ = lazy_package(globals(), {
     "compare": "COMPARE_FILE compare compare_lines compare_plot save_compare",
     "export": "TIDY_COLUMNS TIDY_FILE single_heads tidy tidy_table",
+    "frontier": "FRONTIER_COLUMNS FRONTIER_FILE frontier_table guard_lines",
+    "headline": "COLLAPSE_SHARE best_line collapsed",
     "fingerprint": "DIGITS digest file_digest model_fingerprint task_fingerprint",
     "interactive": "attention_rows_html heatmap_figure interactive_available offline",
     "plots": (

@@ -135,7 +135,7 @@ def _long(df: pd.DataFrame, table: str, split: str, task: str, suffix: str = "",
     `suffix`) that have an `n` (`d_<m>_n<suffix>`, or the shared `n_column`)."""
     if n_column is not None:
         metrics = [c[2:] for c in df.columns if c.startswith("d_") and not c.endswith(
-            ("_se", "_lo", "_hi", "_n", "_p", "_p_holm"))]
+            ("_se", "_lo", "_hi", "_n", "_p", "_p_holm", "_min", "_max"))]
     else:
         metrics = [c[2:-len(f"_n{suffix}")] for c in df.columns
                    if c.startswith("d_") and c.endswith(f"_n{suffix}")

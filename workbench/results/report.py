@@ -26,6 +26,7 @@ import pandas as pd
 
 from workbench.environment import environment_line
 from workbench.results.export import TIDY_FILE, single_heads, tidy_table
+from workbench.results.frontier import FRONTIER_FILE, frontier_table, guard_lines
 from workbench.results.store import write_text
 from workbench.results.tradeoff import (
     GUARD_METRICS,
@@ -57,6 +58,9 @@ def write_report(result, folder: str | Path, plots: bool = True) -> None:
     # the same (`workbench.tidy` names folders by their names when it stacks them)
     run = f"{result.config.model}:{result.config.task}"
     save_table(tidy_table(result.config.to_dict(), tables, run), folder / TIDY_FILE)
+    frontier = frontier_table(result.combos, result.config.objective, result.config.guards)
+    if not frontier.empty:
+        save_table(frontier, folder / FRONTIER_FILE)
     if plots:
         from workbench.results.plots import save_plots
 
@@ -141,6 +145,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
                       "across sizes. `gamed` marks a set whose objective rises while "
                       f"{' or '.join(m for m in GUARD_METRICS if m != obj)} falls significantly "
                       "(`p_holm` < alpha): such a set is never called best."]
+    lines += guard_lines(result)
     if not result.side_effects.empty:
         lines += ["", "## Side effects on other tasks", ""]
         lines += _markdown(side_table(result.side_effects))

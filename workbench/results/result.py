@@ -138,6 +138,7 @@ class CELResult:
             "heldout_n",
             "p_value",
             "p_holm",
+            "guarded_p_holm",
             "random_mean",
             "percentile",
             "pool_random_mean",
@@ -198,15 +199,18 @@ def mark_best(confirmation: pd.DataFrame, objective: str, alpha: float) -> pd.Da
     """The confirmation table with `top_candidate` (the set the search ranks first on the
     selection split: the `best` flag of `confirm_sets`), `gamed` (the objective rises while
     the main task's accuracy or answer log-prob falls significantly: `workbench.results.tradeoff`)
-    and `best` (the set to report): the top candidate when its `p_holm < alpha` and it is
-    not gamed, else the significant set not gamed with the largest selection-split gain (the
-    smallest such size on ties), else none. Idempotent."""
+    and `best` (the set to report): the top candidate when its `p_holm < alpha` (in a guarded
+    run its `guarded_p_holm`: it also passes every guard held out) and it is not gamed, else
+    the significant set not gamed with the largest selection-split gain (the smallest such
+    size on ties), else none. Idempotent."""
     c = confirmation.copy()
     if c.empty or "best" not in c:
         return c
     c["top_candidate"] = (c["top_candidate"] if "top_candidate" in c else c["best"]).astype(bool)
     c["gamed"] = gamed(c, objective, alpha)
-    significant = (c["p_holm"] < alpha) if "p_holm" in c else pd.Series(False, index=c.index)
+    # a guarded run's sets must also pass every guard held out (`workbench.guards`)
+    column = "guarded_p_holm" if "guarded_p_holm" in c else "p_holm"
+    significant = (c[column] < alpha) if column in c else pd.Series(False, index=c.index)
     significant &= ~c["gamed"]
     best = c["top_candidate"] & significant
     if not best.any() and significant.any():

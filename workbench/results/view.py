@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.results.frontier import FRONTIER_FILE
 from workbench.results.interactive import (
     attention_rows_html,
     heatmap_figure,
@@ -108,6 +109,14 @@ def render_view(folder: Path, run: dict, interactive: bool = False) -> str:
                      _side_columns(metrics), None,
                      "The same sets on each side task, in that task's metrics, with intervals "
                      "and two-sided p-values (Holm across all side rows per metric).")
+    frontier = _read_csv(folder / FRONTIER_FILE)
+    if frontier is not None:
+        body += _section("What enhancement costs: the guards' frontier", "frontier", frontier,
+                         None, None,
+                         "For each guard, the sets the search scored that no other beats on "
+                         "both the objective's gain and the guard metric's change (selection "
+                         "split), from the least guard loss down; `feasible` sets passed every "
+                         "guard there.")
     heads = tables["heads"]
     body += _section("Per-head table", "heads", heads, _head_columns(heads, metrics, objective),
                      (f"d_{objective}", True),

@@ -74,11 +74,13 @@ def rank_order(objective: str, secondary: str | None, rank_by: str) -> tuple[str
 
 
 def select_candidates(
-    heads: pd.DataFrame, first: str, second: str | None, top_m: int
+    heads: pd.DataFrame, first: str, second: str | None, top_m: int, guards=()
 ) -> pd.DataFrame:
     """Mark candidates in a screening table (see the module docstring for the rule), ranking
     heads by their gain on `first`, ties broken by `second` (see `rank_order`); by `second`
-    alone when no head has a number for `first`.
+    alone when no head has a number for `first`. With `guards` (`workbench.guards.Guard`s of
+    the main task) the candidates whose single removal does not lower a guard metric beyond
+    its tolerance (point estimates) rank before those that do, each group in the same order.
 
     Returns:
         A copy of `heads` with `candidate` (bool) and `candidate_rank` (0 = best, -1 = none).
@@ -98,6 +100,11 @@ def select_candidates(
     order = [i for i in order if not math.isnan(d_obj[i])]
     chosen = [i for i in order if beyond[i]]
     chosen += [i for i in order if not beyond[i]][: max(0, top_m - len(chosen))]
+    if guards:
+        keeps = [all(not (df[f"d_{g.metric}"].iloc[i] < -g.tolerance) for g in guards)
+                 for i in chosen]
+        chosen = [i for i, k in zip(chosen, keeps, strict=True) if k] + \
+            [i for i, k in zip(chosen, keeps, strict=True) if not k]
     df["candidate"] = False
     df["candidate_rank"] = -1
     for rank, i in enumerate(chosen):
@@ -118,14 +125,19 @@ def best_sets(
     """The best set of each size (by `sort_key`) and the size of the overall best: the
     smallest size whose best set has the largest gain on `first`. Where `combos` has an `n`
     column (examples a score rests on), only the sets of a size scored on the most examples
-    compete: a set a race dropped early keeps a slice estimate, not a score to rank by."""
+    compete: a set a race dropped early keeps a slice estimate, not a score to rank by. Where
+    it has a `feasible` column (a guarded search, `workbench.guards`), only feasible sets
+    compete: a size with none has no best set."""
     most = combos.groupby("size")["n"].max().to_dict() if "n" in combos and len(combos) else {}
+    guarded = "feasible" in combos
     best: dict[int, tuple[tuple, str]] = {}
     for row in combos.itertuples(index=False):
         size = int(row.size)
         if not 1 <= size <= max_size:
             continue
         if most and int(row.n) < most[size]:
+            continue
+        if guarded and not _true(row.feasible):
             continue
         gains = {first: getattr(row, f"d_{first}")}
         if second:
@@ -144,6 +156,11 @@ def best_sets(
     # but does not justify removing more heads. `max` keeps the smallest size on ties.
     overall = max(sorted(best), key=lambda s: best[s][0][0])
     return {s: heads for s, (_, heads) in sorted(best.items())}, overall
+
+
+def _true(value) -> bool:
+    """A table's boolean, also as read back from CSV (`"True"`)."""
+    return bool(value) if isinstance(value, (bool, np.bool_)) else str(value) == "True"
 
 
 def set_record(combos: pd.DataFrame, heads: str) -> pd.Series | None:

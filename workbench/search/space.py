@@ -21,19 +21,24 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import torch
 
 from workbench.config import KNOCKOUT_EXAMPLES
+from workbench.guards import DEFAULT_RULE, bounds, decide
 from workbench.heads import Head
 from workbench.metrics.records import record
-from workbench.racing import ATOL, example_order, first_slice, interval, race
+from workbench.racing import ATOL, example_order, first_slice, interval, race, row_range
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.search.candidates import rank_order, sort_key
 from workbench.search.finalists import SCREEN_SHARE, default_budget
+from workbench.stats import mean_se
 from workbench.tables import head_name
 
 HeadTuple = tuple[Head, ...]
+# the entries of a cached set that are not a metric's gain
+_NOT_GAINS = ("score", "n", "feasible", "spread")
 
 
 def _names(heads: Iterable[Head]) -> str:
@@ -45,7 +50,10 @@ class SearchSpace:
     """What a strategy works with: the candidate pool, the scorer, and the record of sets.
 
     Strategies call `evaluate(sets, strategy)`, which scores new sets on the selection split
-    in batches, records every requested set and returns their sort keys.
+    in batches, records every requested set and returns their sort keys. With `guards` (the
+    main task's `workbench.guards.Guard`s) every set's feasibility is decided by
+    `guard_rule` from its guard metrics' changes on the same passes, recorded (`feasible`),
+    and ranks first in the sort keys: a strategy maximises the objective over feasible sets.
     """
 
     scorer: MaskScorer
@@ -66,6 +74,8 @@ class SearchSpace:
     knockout_examples: int | None = KNOCKOUT_EXAMPLES
     adaptive: bool = False
     ci: float = 0.95
+    guards: tuple = ()
+    guard_rule: str = DEFAULT_RULE
     records: list[dict] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
     forward_eq: float = 0.0
@@ -147,9 +157,10 @@ class SearchSpace:
             kw = {} if rows is None else {"rows": rows}
             scores = self.scorer.score(masks_of(self.model, new), self.progress, strategy, **kw)
             picked = {m: c if rows is None else c[rows.to(c.device)] for m, c in clean.items()}
-            gains = {m: torch.nanmean(v - picked[m][None], dim=-1) for m, v in scores.items()}
+            diffs = {m: v - picked[m][None] for m, v in scores.items()}
+            gains = {m: torch.nanmean(d, dim=-1).cpu().numpy() for m, d in diffs.items()}
             self.forward_eq += len(new) * want / n_ex
-            self._store(new, {m: g.cpu().numpy() for m, g in gains.items()}, [want] * len(new))
+            self._store(new, gains, [want] * len(new), self._spread(diffs))
         return self._record(sets, strategy)
 
     def score_sets(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
@@ -168,29 +179,61 @@ class SearchSpace:
             first = self.order[0]
             sizes = torch.tensor([len(s) for s in new])
 
-            def open_fn(means, ses, z, active):
+            def open_fn(means, ses, z, active, ranges=None):
                 lo, hi = interval(means[first].cpu(), ses[first].cpu(), z)
+                # with guards, a set whose guard interval lies below its tolerance is decided
+                # infeasible and stops, and only sets already shown feasible (every guard's
+                # interval above its tolerance) set the bar the others must reach: a set that
+                # may yet fail a guard does not push out one that passes
+                out = torch.zeros(len(active), dtype=torch.bool)
+                sure = torch.ones(len(active), dtype=torch.bool)
+                for g in self.guards:
+                    g_lo, g_hi = bounds(means[g.metric].cpu(), ses[g.metric].cpu(), z,
+                                        *(r.cpu() for r in ranges[g.metric]))
+                    out |= g_hi < -g.tolerance - ATOL
+                    sure &= g_lo >= -g.tolerance - ATOL
                 of_size = sizes[active]
-                still = torch.ones(len(active), dtype=torch.bool)
+                still = ~out
                 for k in of_size.unique().tolist():
                     mine = of_size == k
-                    best_lo = torch.nan_to_num(lo[mine], nan=-math.inf).max()
-                    still[mine] = ~(hi[mine] < best_lo - ATOL)
+                    bar = mine & sure
+                    if not bool(bar.any()):
+                        continue
+                    best_lo = torch.nan_to_num(lo[bar], nan=-math.inf).max()
+                    still[mine] &= ~(hi[mine] < best_lo - ATOL)
                 return still
 
             result = race(self.scorer, masks_of(self.model, new), open_fn, self.seed, self.ci,
-                          progress=self.progress, desc=strategy)
+                          progress=self.progress, desc=strategy, with_range=bool(self.guards))
             self.forward_eq += result.forward_eq
             means = {m: v.cpu().numpy() for m, v in result.means().items()}
-            self._store(new, means, result.n.tolist())
+            self._store(new, means, result.n.tolist(), self._spread(result.diffs))
         return self._record(sets, strategy)
 
-    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int]) -> None:
+    def _spread(self, diffs: dict) -> dict[str, tuple]:
+        """Each guard metric's per-set standard error, smallest and largest per-example change
+        (`{metric: (se, min, max)}`, numpy rows), from per-example differences."""
+        out = {}
+        for g in self.guards:
+            d = diffs[g.metric]
+            lo, hi = row_range(d)
+            out[g.metric] = tuple(v.cpu().numpy() for v in (mean_se(d)[1], lo, hi))
+        return out
+
+    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int], spread: dict) -> None:
         clean_mean = float(torch.nanmean(self.scorer.clean()[self.objective].float()))
+        z = NormalDist().inv_cdf(0.5 + self.ci / 2)
         for i, s in enumerate(new):
             entry = {m: float(gains[m][i]) for m in gains}
             entry["score"] = clean_mean + entry[self.objective]
             entry["n"] = int(ns[i])
+            if self.guards:
+                entry["spread"] = {m: tuple(float(v[i]) for v in spread[m]) for m in spread}
+                entry["feasible"] = all(
+                    decide(self.guard_rule, entry[g.metric],
+                           *bounds(entry[g.metric], entry["spread"][g.metric][0], z,
+                                   *entry["spread"][g.metric][1:]), g.tolerance)
+                    for g in self.guards)
             self._cache[s] = entry
 
     def _record(self, sets: list[HeadTuple], strategy: str) -> list[tuple]:
@@ -198,15 +241,63 @@ class SearchSpace:
         n_ex = self.n_examples
         for s in sets:
             entry = self._cache[s]
-            self.records.append(
-                {
-                    "strategy": strategy,
-                    "size": len(s),
-                    "heads": _names(s),
-                    f"ablated_{self.objective}": entry["score"],
-                    "n": entry["n"],
-                    **{f"d_{m}": v for m, v in entry.items() if m not in ("score", "n")},
-                }
-            )
-            keys.append((entry["n"] == n_ex, *sort_key(entry, *self.order)))
+            row = {
+                "strategy": strategy,
+                "size": len(s),
+                "heads": _names(s),
+                f"ablated_{self.objective}": entry["score"],
+                "n": entry["n"],
+                **{f"d_{m}": v for m, v in entry.items() if m not in _NOT_GAINS},
+            }
+            if self.guards:
+                for m, (se, smallest, largest) in entry["spread"].items():
+                    row.update({f"d_{m}_se": se, f"d_{m}_min": smallest, f"d_{m}_max": largest})
+                row["feasible"] = entry["feasible"]
+            self.records.append(row)
+            keys.append((entry["n"] == n_ex, entry.get("feasible", True),
+                         *sort_key(entry, *self.order)))
         return keys
+
+    def feasible(self, heads: Iterable[Head]) -> bool:
+        """Whether a scored set passes every guard (True without guards)."""
+        return bool(self._cache[tuple(sorted(set(heads)))].get("feasible", True))
+
+    def check_side_guards(self, guards, scorers: dict) -> None:
+        """Hold the best set of each size to `guards` on side tasks (`scorers`: task name ->
+        a scorer of that task's selection split): the sets of each size that saw every
+        example are taken in rank order, each scored on the guards' tasks, until one passes;
+        those that fail are marked infeasible (`feasible`, and `guard_failed` naming the
+        guards), so the best feasible set of a size passes every guard. A set is scored on a
+        side task only when every better set of its size failed: usually once per size."""
+        n_ex = self.n_examples
+        z = NormalDist().inv_cdf(0.5 + self.ci / 2)
+        failed: dict[HeadTuple, list[str]] = {}
+        for size in range(1, self.max_size + 1):
+            ranked = sorted((s for s, e in self._cache.items()
+                             if len(s) == size and e["n"] == n_ex and e.get("feasible", True)),
+                            key=lambda s: (sort_key(self._cache[s], *self.order), _names(s)),
+                            reverse=True)
+            for s in ranked:
+                missed = []
+                for g in guards:
+                    scorer = scorers[g.task]
+                    clean = scorer.clean()[g.metric]
+                    diff = scorer.score(masks_of(self.model, [s]))[g.metric][0] - clean
+                    self.forward_eq += len(clean) / n_ex
+                    mean, se = (float(v[0]) for v in mean_se(diff[None]))
+                    smallest, largest = (float(v[0]) for v in row_range(diff[None]))
+                    if not decide(self.guard_rule, mean,
+                                  *bounds(mean, se, z, smallest, largest), g.tolerance):
+                        missed.append(g.label)
+                if not missed:
+                    break
+                failed[s] = missed
+                self._cache[s]["feasible"] = False
+        names = {_names(s): ",".join(m) for s, m in failed.items()}
+        for row in self.records:
+            row.setdefault("feasible", True)
+            if row["heads"] in names:
+                row["feasible"] = False
+                row["guard_failed"] = names[row["heads"]]
+        self.notes["side_guards"] = {"checked": [g.label for g in guards],
+                                     "failed": names}

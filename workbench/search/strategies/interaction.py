@@ -13,6 +13,7 @@ masks (half that when the sets searched have at most 2 heads).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from statistics import NormalDist
 
 import numpy as np
 
@@ -45,6 +46,43 @@ def _main_effects(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3) -> np.ndarr
     gram = xc.T @ xc
     lam = ridge * max(float(np.trace(gram)) / max(x.shape[1], 1), 1e-12)
     return np.linalg.solve(gram + lam * np.eye(x.shape[1]), xc.T @ yc)
+
+
+def guard_effects(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
+    """`_main_effects` of `y` (a guard metric's gains) with their standard errors, from the
+    residual variance of the same ridge fit: `se_j = sigma sqrt([(G + lam I)^-1]_jj)`."""
+    finite = np.isfinite(y)
+    x, y = x[finite].astype(float), y[finite]
+    xc, yc = x - x.mean(0), y - y.mean()
+    gram = xc.T @ xc
+    lam = ridge * max(float(np.trace(gram)) / max(x.shape[1], 1), 1e-12)
+    inv = np.linalg.inv(gram + lam * np.eye(x.shape[1]))
+    coef = inv @ (xc.T @ yc)
+    dof = max(1, len(y) - x.shape[1] - 1)
+    sigma2 = float(((yc - xc @ coef) ** 2).sum()) / dof
+    return coef, np.sqrt(np.maximum(sigma2 * np.diag(inv), 0.0))
+
+
+def guarded_order(coef: np.ndarray, guard_fits: list[tuple[np.ndarray, np.ndarray, float]],
+                  alpha: float = 0.05) -> list[int]:
+    """The heads with a positive main effect on the target, best first; with guards
+    (`guard_fits`: each guard's `(effects, standard errors, tolerance)` from `guard_effects`),
+    a head whose main effect on a guard metric is clearly below `-tolerance` (its upper
+    bound, Bonferroni-corrected over the heads and guards at level `alpha`, is below it)
+    ranks after every other: a head that raises the objective only by lowering a guard, such
+    as one that pushes both answers down, comes after every head that raises it without.
+    Only a clear fall demotes a head: most heads' guard effects are 0 plus regression noise,
+    and demoting on the sign of noise pushed planted pair and triple members out of the
+    finalists (`docs/recall.md`)."""
+    order = [int(j) for j in np.argsort(-coef, kind="stable") if coef[j] > 0]
+    if not guard_fits:
+        return order
+    z = NormalDist().inv_cdf(1 - alpha / max(1, len(coef) * len(guard_fits)))
+    falls = np.zeros(len(coef), dtype=bool)
+    for effects, se, tolerance in guard_fits:
+        falls |= effects + z * se < -tolerance
+    return [j for j in order if not falls[j]] + [j for j in order if falls[j]]
 
 
 def interaction(space, settings: Mapping | None = None) -> None:
@@ -88,7 +126,8 @@ def interaction(space, settings: Mapping | None = None) -> None:
     knockout_eq = space.forward_eq
     target = space.regression_target
     coef = _main_effects(x, np.array(space.gains(sets, target)))
-    order = [j for j in np.argsort(-coef, kind="stable") if coef[j] > 0]
+    order = guarded_order(coef, [(*guard_effects(x, np.array(space.gains(sets, g.metric))),
+                                  g.tolerance) for g in space.guards], 1.0 - space.ci)
     left = budget - n_masks
     if left < 1:
         raise WorkbenchError(
