@@ -30,7 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
 from workbench.compute import Compute  # noqa: E402
-from workbench.confirmation.confirm import cluster_labels, confirm_sets  # noqa: E402
+from workbench.confirmation.confirm import (  # noqa: E402
+    ConfirmPlan,
+    check_groups,
+    cluster_labels,
+    confirm_size,
+    finish_confirmation,
+)
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.guards import parse_guards  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
@@ -100,9 +106,14 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
     stats = Stats(n_boot=cfg["n_boot"], ci=cfg["ci"], seed=cfg["seed"])
     # the cell's main-task guards (a side task's would need its unused examples too)
     guards = [g for g in parse_guards(cfg.get("guards")) or () if g.on_main]
-    table, _ = confirm_sets(scorer, sets, objective, secondary, n_random=n_random, stats=stats,
-                            pool=search_pool(heads, objective, second=secondary),
-                            groups=groups, adaptive=cfg["adaptive"], guards=guards)
+    # as `confirm_sets` confirms, with the guards' safety test (`ConfirmPlan.guards`)
+    plan = ConfirmPlan(objective, secondary, n_random=n_random, stats=stats,
+                       pool=search_pool(heads, objective, second=secondary), groups=groups,
+                       adaptive=cfg["adaptive"], guards=tuple(guards))
+    check_groups(plan)
+    rows = [confirm_size(scorer, size, head_set, {}, plan)[0]
+            for size, head_set in sorted(sets.items())]
+    table, _ = finish_confirmation(rows, [])
     scorer.release()
     if table.empty:
         return pd.DataFrame(columns=COLUMNS)

@@ -34,15 +34,14 @@ model's other tasks as side tasks; so `run_sweep(["smollm2-135m", "embedded"])` 
 on its own tasks.
 With named tasks the grid is every model x every task, and a cell whose task the model's
 tokenizer cannot encode (an embedded-language task on SmolLM2, IOI's English on the embedded
-vocabulary) is skipped with the reason, as are side tasks that do not fit. Gains are ablated
-minus clean (positive = removing the heads helps), in the objective's units.
+vocabulary) is skipped with the reason, as are side tasks that do not fit.
 
 A sweep resumes per cell: a cell whose folder holds a complete result (`CELResult.load` finds
 every table and the report) is not run again, and an unfinished cell resumes from its stage
 files (`run_cel`). Under torchrun the unfinished cells are dealt to the ranks in turn
 (`workbench.distributed`), each rank runs its cells alone, and rank 0 writes the table once
-every rank is done. When there are fewer unfinished cells than ranks (`split="auto"`), every
-rank runs every cell together instead, with each cell's head masks split across the ranks.
+every rank is done; with fewer unfinished cells than ranks (`split="auto"`), every rank runs
+every cell together, each cell's head masks split across the ranks.
 """
 
 from __future__ import annotations
@@ -194,8 +193,8 @@ def finished_result(folder: str | Path) -> CELResult | None:
 
 
 def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
-    """The config fields in which a finished cell differs from what the sweep asks of it (an
-    option given as None is the run's own choice, except the example counts)."""
+    """The config fields in which a finished cell differs from what the sweep asks of it (None:
+    the run's own choice, except the example counts)."""
     wanted = {"kind": cell.kind}
     for key in _CONFIG_OPTIONS:
         if options.get(key) is not None:
@@ -207,6 +206,7 @@ def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
     if "strategies" in wanted:
         wanted["strategies"] = strategy_names(wanted["strategies"])
     have = result.config.to_dict()  # options as strings, which equal the `Option` members
+    have.update({k: getattr(result.config, k) for k in wanted.keys() - have.keys()})
     have["strategies"] = tuple(have["strategies"])
     return [k for k, v in wanted.items() if have.get(k) != v]
 

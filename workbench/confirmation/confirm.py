@@ -54,7 +54,7 @@ forward pass where that pays.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,7 +158,6 @@ def confirm_sets(
     groups=None,
     other_groups: Mapping[str, list] | None = None,
     adaptive: bool | BaselineRace = False,
-    guards: Sequence[Guard] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
 
@@ -186,19 +185,11 @@ def confirm_sets(
             at 50, 100, ... of the `n_random` sets once the share of sets at least as good as the
             found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count the sets
             scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
-        guards: the run's guards (`workbench.guards`), the safety test: each gets a one-sided
-            sign-flip p-value of "the change is above `-tolerance`" (`guard_p_<task>_<metric>`;
-            a side task's on its held-out examples), `guarded_p` is the largest of those and
-            the objective's `p_value` (an intersection-union test), and `guarded_p_holm` its
-            Holm correction across sizes. With guards the table also counts the held-out
-            examples each set turns right and wrong (`fixes`, `breaks`).
-
     Returns:
         `(confirmation, side_effects)`: one row per size; one row per size and other task.
     """
     plan = ConfirmPlan(objective, secondary, best_size, dict(select_gains or {}), n_random,
-                       stats or Stats(), pool, groups, dict(other_groups or {}), adaptive,
-                       tuple(guards))
+                       stats or Stats(), pool, groups, dict(other_groups or {}), adaptive)
     check_groups(plan)
     rows, side_rows = [], []
     for size, head_set in sorted(sets.items()):
@@ -224,6 +215,11 @@ class ConfirmPlan:
     groups: object = None
     other_groups: Mapping[str, list] = field(default_factory=dict)
     adaptive: bool | BaselineRace = False
+    # the run's guards (`workbench.guards`), the safety test: each gets a one-sided sign-flip
+    # p-value of "the change is above -tolerance" (`guard_p_<task>_<metric>`; a side task's on
+    # its held-out examples), `guarded_p` is the largest of those and the objective's
+    # `p_value` (an intersection-union test), Holm across sizes in `guarded_p_holm`; the
+    # table then also counts the held-out examples each set turns right and wrong
     guards: tuple[Guard, ...] = ()
 
 

@@ -208,6 +208,13 @@ def _from_result(result: CELResult, kind, per_position: bool):
     if result.best:
         return result.best, kind, per_position, True, ""
     top = result.top_candidate
+    infeasible = result.summary.get("infeasible") or {}
+    if not top and infeasible:  # no set passed the guards: the closest one, said so
+        closest = max(infeasible.values(), key=lambda c: c[f"d_{cfg.objective}"])
+        note = (f"no set passed the guards ({', '.join(result.summary.get('guards', []))}), so "
+                f"this explains the closest candidate {closest['heads']}, which fails "
+                f"{', '.join(closest['failed'])}: not an enhancement")
+        return closest["heads"].split(","), kind, per_position, False, note
     if not top:
         raise WorkbenchError("this CEL result has no confirmed head set to explain (its "
                              "confirmation table is empty; finish the run first)")

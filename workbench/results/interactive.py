@@ -295,11 +295,14 @@ def heads_heatmap(source):
     return heatmap_figure(source.heads, source.config.to_dict(), source.summary, best, label)
 
 
-def offline(fig, title: str = "workbench view") -> OfflineHTML:
+def offline(fig, title: str = "workbench view", div_id: str = "workbench-figure") -> OfflineHTML:
     """A plotly figure as an `OfflineHTML` fragment with plotly.js inlined from the installed
-    package (never its CDN), shown by Jupyter and savable as a page of its own."""
+    package (never its CDN), shown by Jupyter and savable as a page of its own. The figure's
+    element is `div_id` (plotly's default is a random id, which made the same folder's
+    `view.html` differ byte for byte between a resumed and a fresh run)."""
     pio = require("plotly.io", "an interactive figure")
-    fragment = pio.to_html(fig, full_html=False, include_plotlyjs=True, config=PLOTLY_CONFIG)
+    fragment = pio.to_html(fig, full_html=False, include_plotlyjs=True, config=PLOTLY_CONFIG,
+                           div_id=div_id)
     return OfflineHTML(fragment, title)
 
 
