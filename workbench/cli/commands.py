@@ -215,38 +215,56 @@ def run_cel_command(args) -> int:
         print(estimate.line(), flush=True)
     with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
-    from workbench.results.report import clean_lines, console_lines
-
-    print()
-    print("\n".join(clean_lines(result.summary, result.config.objective)))
-    with pd.option_context(
-        "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
-    ):
-        print(result.summary_table().to_string(index=False))
-    significant = result.summary.get("significant_sizes", [])
-    alpha = result.summary.get("alpha", 0.05)
-    print(
-        f"\nheld-out enhancement (one-sided sign-flip p, Holm-corrected across sizes, alpha "
-        f"{alpha:.2g}): "
-        + (f"significant at size(s) {significant}" if significant else "none significant")
-    )
-    print("\n".join(console_lines(result)))  # gamed sets, other metrics, side effects
-    print("\n" + best_line(result))
-    if "attribution_rank_correlation" in result.summary:
-        rho = result.summary["attribution_rank_correlation"]
-        print(
-            "attribution vs exact rank correlation: "
-            + ", ".join(f"{k} {v:.3f}" for k, v in rho.items())
-        )
+    print("\n".join(result_lines(result)))
     if not args.no_explain and distributed.is_main() and result.complete:
         from workbench.explain.report import explain_folder
 
         # on the examples the run used (`--max-examples` samples them)
         ex = explain_folder(out, model, sampled, result)
         if ex is not None:
-            print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
-    print(f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)")
+            print(explained_line(str(ex.heads), out))
+    print(results_line(out))
     return 0
+
+
+def result_lines(result) -> list[str]:
+    """What `workbench cel` prints when a run ends, before the explanation: the clean scores,
+    the confirmation table, the significant sizes, gamed sets, the other metrics, side
+    effects and the best set. The README's example output is these lines of the embedded
+    main job's golden folder (`tests/test_readme.py`)."""
+    import pandas as pd
+
+    from workbench.results.report import clean_lines, console_lines
+
+    lines = ["", *clean_lines(result.summary, result.config.objective, result.config.others)]
+    with pd.option_context(
+        "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
+    ):
+        lines.append(result.summary_table().to_string(index=False))
+    significant = result.summary.get("significant_sizes", [])
+    alpha = result.summary.get("alpha", 0.05)
+    lines.append(
+        f"\nheld-out enhancement (one-sided sign-flip p, Holm-corrected across sizes, alpha "
+        f"{alpha:.2g}): "
+        + (f"significant at size(s) {significant}" if significant else "none significant")
+    )
+    lines += console_lines(result)  # gamed sets, other metrics, side effects
+    lines.append("\n" + best_line(result))
+    if "attribution_rank_correlation" in result.summary:
+        rho = result.summary["attribution_rank_correlation"]
+        lines.append("attribution vs exact rank correlation: "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in rho.items()))
+    return lines
+
+
+def explained_line(heads: str, out: Path) -> str:
+    """The line naming where the explanation of `heads` was written."""
+    return f"explanation of {heads}: {out}/report.md, {out}/explanation/"
+
+
+def results_line(out: Path) -> str:
+    """The last line of `workbench cel`: where the results are."""
+    return f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)"
 
 
 def best_line(result) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -259,11 +260,12 @@ def console_lines(result) -> list[str]:
     return lines
 
 
-def clean_lines(summary: dict, objective: str) -> list[str]:
+def clean_lines(summary: dict, objective: str, others: Sequence[str] = ()) -> list[str]:
     """The command line's clean scores: the objective on every split and task it applies
-    to, then each task it does not apply to (no wrong answer) in its own metrics."""
+    to, then each task it does not apply to (no wrong answer) in its own metrics; the side
+    tasks in the order `others` gives (else as recorded)."""
     clean = summary.get("clean", {})
-    order = split_order(clean)
+    order = split_order(clean, others)
     has = [k for k in order if _finite(clean[k].get(objective))]
     lines = [f"clean {objective}: " + ", ".join(f"{k} {clean[k][objective]:.3f}" for k in has)]
     for k in order:
@@ -277,12 +279,12 @@ def _finite(v) -> bool:
     return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def split_order(clean: dict) -> list[str]:
+def split_order(clean: dict, others: Sequence[str] = ()) -> list[str]:
     """The keys of a run's clean scores in report order: `select`, then `heldout`, then the
-    side tasks in their recorded order."""
-    return [k for k in ("select", "heldout") if k in clean] + [
-        k for k in clean if k not in ("select", "heldout")
-    ]
+    side tasks in the order `others` gives, then any other in their recorded order (a run
+    records them in its config's order; a JSON copy with sorted keys does not)."""
+    first = [k for k in ("select", "heldout", *others) if k in clean]
+    return first + [k for k in clean if k not in first]
 
 
 def _model_title(result) -> str:
