@@ -71,7 +71,7 @@ def output_problems(readme: str, printed: str) -> list[str]:
     """The lines where the README's block and the printed output differ."""
     a, b = readme.splitlines(), printed.splitlines()
     problems = [f"line {i + 1}: README {x!r}, printed {y!r}"
-                for i, (x, y) in enumerate(zip(a, b)) if x != y]
+                for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
     if len(a) != len(b):
         problems.append(f"README has {len(a)} lines, the command prints {len(b)}")
     return problems

@@ -171,7 +171,6 @@ def run_cel_command(args) -> int:
     if note:
         print(f"note: {note}", flush=True)
 
-    import pandas as pd
 
     from workbench import distributed
     from workbench.estimate import LONG_RUN_S, estimate_run
