@@ -16,8 +16,11 @@ same on an air-gapped machine. Without JavaScript the tables still show, in the 
 
 A cell shows its number to 4 significant digits (integers in full); the CSV's exact text is in
 the cell's `data-value` (what sorting compares) and its tooltip. An effect with an interval
-(`d_accuracy` with `d_accuracy_lo`, `d_accuracy_hi`) shows as `value [lo, hi]`; columns the
-page hides at first (standard errors, counts, side tasks' other metrics) appear with the
+(`d_accuracy` with `d_accuracy_lo`, `d_accuracy_hi`) shows as `value [lo, hi]`, beside the
+number of examples it rests on (`d_<objective>_n`); the confirmation says why each size's set
+is or is not called best (`why`: not significant, gamed, failing a guard, or not the set
+chosen; `workbench.results.result.best_reasons`) next to `gamed`. Columns the page hides at
+first (standard errors, other metrics' counts, side tasks' other metrics) appear with the
 "all columns" box. The text is written as ASCII, other characters as HTML character
 references, so the file reads the same whatever the locale's encoding.
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
+from workbench.results.result import GUARD_COLUMN, best_reasons
 from workbench.results.store import read_run_file, write_text
 
 VIEW_FILE = "view.html"
@@ -74,14 +78,19 @@ def render_view(folder: Path, run: dict) -> str:
             _settings(cfg, run.get("summary", {}), tables["confirmation"])]
     conf = tables["confirmation"]
     metrics = _metrics(conf if conf is not None else tables["heads"], objective)
+    alpha = float(run.get("summary", {}).get("alpha", 1.0 - float(cfg.get("ci", 0.95))))
+    conf = _with_reasons(folder, conf, objective, alpha)
     body += _section("Found sets, confirmed on held-out examples", "confirmation", conf,
-                     _confirmation_columns(metrics), None,
+                     _confirmation_columns(metrics, conf), None,
                      f"The best set of each size from the search, re-scored on the held-out "
                      f"split: gain in each metric (ablated - clean) with its bootstrap "
-                     f"interval, the one-sided p-value of a gain in `{objective}` and its Holm "
-                     "correction across sizes, and where it falls among random sets of the "
-                     "same size (`percentile`: any heads; `pool_percentile`: heads that do not "
-                     "clearly hurt).")
+                     f"interval over `d_{objective}_n` held-out examples, the one-sided p-value "
+                     f"of a gain in `{objective}` and its Holm correction across sizes, and "
+                     "where it falls among random sets of the same size (`percentile`: any "
+                     "heads; `pool_percentile`: heads that do not clearly hurt). `why` says "
+                     f"why a size's set is or is not called best: only a set with `p_holm` < "
+                     f"{alpha:.2g} that is not `gamed` (its objective rising while accuracy or "
+                     "log-prob falls) can be.")
     body += _section("Side effects on the other tasks", "side_effects", tables["side_effects"],
                      _side_columns(metrics), None,
                      "The same sets on each side task, in that task's metrics, with intervals "
@@ -169,20 +178,39 @@ def _metrics(df: pd.DataFrame | None, objective: str) -> list[str]:
     return [objective] + [m for m in found if m != objective]
 
 
-def _confirmation_columns(metrics: list[str]) -> list[str]:
+def _with_reasons(folder: Path, conf: pd.DataFrame | None, objective: str,
+                  alpha: float) -> pd.DataFrame | None:
+    """The confirmation's text cells with `why` (`best_reasons`) after `best`."""
+    if conf is None or conf.empty or "best" not in conf:
+        return conf
+    try:
+        typed = pd.read_csv(folder / "confirmation.csv")
+        why = best_reasons(typed, objective, alpha).tolist()
+    except (KeyError, ValueError, TypeError):  # a table this version cannot read: no reasons
+        return conf
+    out = conf.copy()
+    out.insert(list(out.columns).index("best") + 1, "why", why)
+    return out
+
+
+def _confirmation_columns(metrics: list[str], conf: pd.DataFrame | None = None) -> list[str]:
+    """What the confirmation shows at first: the decision and why, the objective's gain with
+    its n, the p-values (a guarded run's too), the baselines, then the other metrics."""
     obj = metrics[0]
-    return ["size", "heads", "best", "gamed", f"d_{obj}", "p_value", "p_holm", "random_mean",
-            "percentile", "pool_percentile",
+    guard = [GUARD_COLUMN] if conf is not None and GUARD_COLUMN in conf else []
+    return ["size", "heads", "best", "why", "gamed", f"d_{obj}", f"d_{obj}_n", "p_value",
+            "p_holm", *guard, "random_mean", "percentile", "n_random", "pool_percentile",
             *[c for m in metrics[1:] for c in (f"d_{m}", f"d_{m}_p_holm")]]
 
 
 def _side_columns(metrics: list[str]) -> list[str]:
-    return ["size", "heads", "task",
+    # accuracy and log-prob are measured on every example of every side task: their n is n
+    return ["size", "heads", "task", "d_accuracy_n",
             *[c for m in metrics for c in (f"d_{m}", f"d_{m}_p_holm")]]
 
 
 def _head_columns(heads: pd.DataFrame | None, metrics: list[str], objective: str) -> list[str]:
-    shown = ["layer", "head", "head_name", *[f"d_{m}" for m in metrics],
+    shown = ["layer", "head", "head_name", *[f"d_{m}" for m in metrics], f"d_{objective}_n",
              "candidate", "candidate_rank"]
     if heads is not None:  # the objective on each side task
         shown += [c for c in heads.columns if c.startswith(f"d_{objective}_")
