@@ -4,7 +4,9 @@ Each case runs CEL into a folder; its `heads`, `combos`, `confirmation`, `side_e
 `tradeoff` CSVs (the last since issue 35, which also added columns to the confirmation and
 side-effects tables and left every earlier column unchanged), `tidy.csv` (since issue 33,
 which also renamed three columns, two of them put on the percent scale (x 100), and left
-every other number unchanged), `report.md` (less its timings line) and `config.json` (less
+every other number unchanged), `report.md` (less its timings line; in the attribution cases
+re-frozen by issue 47, whose single-head section names attribution's numbers as estimates
+beside the measured `exact_d_*`: no number of it changed) and `config.json` (less
 its timings, its task files by file name) must equal the frozen copies under
 `tests/golden/<case>/` exactly on the CPU that froze them: tolerance 0, so any change to a
 number, a column, an RNG stream or the config's JSON is caught. `tests/test_golden.py`

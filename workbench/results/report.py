@@ -26,6 +26,7 @@ import pandas as pd
 
 from workbench.results.export import TIDY_FILE, single_heads, tidy_table
 from workbench.results.store import write_text
+from workbench.screening.registry import screening_estimate
 from workbench.tables import load_table, save_table
 from workbench.results.tradeoff import (
     GUARD_METRICS,
@@ -157,7 +158,10 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
                   "(`n_random`, `n_pool`: how many; every one of them, with its intervals, is "
                   "in `tradeoff.csv`" + (" and the plot `tradeoff.png`)." if plots else ").")]
     if not result.heads.empty:
-        lines += ["", "## Single heads (selection split)", "", *_single_head_lines(result)]
+        estimate = screening_estimate(cfg.method)
+        lines += ["", "## Single heads (selection split)" + (f": {estimate}s, not measured"
+                                                             if estimate else ""),
+                  "", *_single_head_lines(result)]
     if s.get("attribution_rank_correlation"):
         rho = s["attribution_rank_correlation"]
         lines += [
@@ -198,17 +202,33 @@ def _single_head_lines(result) -> list[str]:
         table = table.sort_values("candidate_rank")
     table = table.head(10).rename(columns={f"d_{obj}_n": "n"})
     searched = bool(table[f"search_d_{obj}"].notna().any())
-    cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "n",
+    cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "n", f"exact_d_{obj}",
             *([f"d_{cfg.secondary}"] if cfg.secondary else []),
             *([f"search_d_{obj}", "search_n"] if searched else []), "candidate_rank"]
     lines = _markdown(table[[c for c in cols if c in table]])
     n_select = result.summary.get("n_examples", {}).get("select")
     of = f" of the {n_select}" if n_select else ""
-    also = f" and `d_{cfg.secondary}` are the effects" if cfg.secondary else " is the effect"
-    text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){also} of removing the head "
-            f"alone, over its `n`{of} selection examples: racing stops a head once its rank "
-            "is decided, so a clearly helpful or harmful head rests on a first slice.")
-    if searched:
+    estimate = screening_estimate(cfg.method)
+    if estimate:  # the method's record says it estimates: say so, and what was measured
+        are = f" and `d_{cfg.secondary}` are" if cfg.secondary else " is"
+        text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){are} **{estimate}s** "
+                f"of removing the head alone ({cfg.method} screening), over its `n`{of} "
+                "selection examples: a first-order approximation, not a measured removal, "
+                "and it can be far from the measured effect.")
+        if f"exact_d_{obj}" in table:
+            text += (f" `exact_d_{obj}` is the head removed alone, measured on every selection "
+                     "example (the estimate's exact check).")
+    else:
+        also = f" and `d_{cfg.secondary}` are the effects" if cfg.secondary else " is the effect"
+        text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){also} of removing the "
+                f"head alone, over its `n`{of} selection examples: racing stops a head once "
+                "its rank is decided, so a clearly helpful or harmful head rests on a first "
+                "slice.")
+    if searched and estimate:
+        text += (f" `search_d_{obj}` is the head removed alone as the search measured it, over "
+                 f"`search_n` examples (the value the confirmation's `select_d_{obj}` shows "
+                 "for it).")
+    elif searched:
         text += (f" Where the search later scored the head alone on more examples, "
                  f"`search_d_{obj}` is that gain over `search_n` examples (the value the "
                  f"confirmation's `select_d_{obj}` shows for it).")

@@ -37,6 +37,7 @@ import pandas as pd
 from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
 from workbench.results.result import GUARD_COLUMN, best_reasons
 from workbench.results.store import read_run_file, write_text
+from workbench.screening.registry import screening_estimate
 
 VIEW_FILE = "view.html"
 # the plots in the order the report shows them; any other PNG of the folder follows
@@ -96,11 +97,16 @@ def render_view(folder: Path, run: dict) -> str:
                      "The same sets on each side task, in that task's metrics, with intervals "
                      "and two-sided p-values (Holm across all side rows per metric).")
     heads = tables["heads"]
-    body += _section("Per-head table", "heads", heads, _head_columns(heads, metrics, objective),
-                     (f"d_{objective}", True),
-                     "Removing one head alone, on the selection split: one row per head; "
-                     "positive means removing it helps. Sorted by the objective's effect; "
-                     "click a header to sort by another column.")
+    estimate = screening_estimate(cfg.get("method", "exact"))
+    what = (f"{estimate.capitalize()}s of removing one head alone ({cfg.get('method')} "
+            "screening: a first-order approximation, not a measured removal; `exact_d_*`, "
+            "where present, are the measured effects)" if estimate else
+            "Removing one head alone")
+    body += _section("Per-head table" + (f": {estimate}s" if estimate else ""), "heads", heads,
+                     _head_columns(heads, metrics, objective), (f"d_{objective}", True),
+                     f"{what}, on the selection split: one row per head; positive means "
+                     "removing it helps. Sorted by the objective's effect; click a header to "
+                     "sort by another column.")
     body += _explanation(folder / EXPLANATION_DIR)
     combos = tables["combos"]
     # the objective with the set removed (`score` in folders of older versions)
@@ -211,7 +217,7 @@ def _side_columns(metrics: list[str]) -> list[str]:
 
 def _head_columns(heads: pd.DataFrame | None, metrics: list[str], objective: str) -> list[str]:
     shown = ["layer", "head", "head_name", *[f"d_{m}" for m in metrics], f"d_{objective}_n",
-             "candidate", "candidate_rank"]
+             f"exact_d_{objective}", "candidate", "candidate_rank"]
     if heads is not None:  # the objective on each side task
         shown += [c for c in heads.columns if c.startswith(f"d_{objective}_")
                   and c not in shown and interval_columns(c, heads.columns)]
