@@ -37,12 +37,14 @@ def deprecated(what: str, instead: str) -> None:
     caller outside the package (Python shows a `DeprecationWarning` by default only where it
     points at the user's `__main__`)."""
     warnings.warn(f"{what} is deprecated since workbench {SINCE} and will be removed in "
-                  f"{REMOVED_IN}; use {instead}", DeprecationWarning, stacklevel=_outside())
+                  f"{REMOVED_IN}; use {instead}", DeprecationWarning,
+                  stacklevel=caller_stacklevel())
 
 
-def _outside() -> int:
-    """The `stacklevel` of `deprecated`'s first caller outside this package."""
-    frame, level = sys._getframe(2), 2  # 1 is `deprecated` itself
+def caller_stacklevel() -> int:
+    """The `stacklevel` that attributes a warning, raised by `warnings.warn` in the function
+    that calls this one, to the first caller outside the package."""
+    frame, level = sys._getframe(2), 2  # 1 is the function that warns
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level

@@ -24,12 +24,13 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from workbench.config import CELConfig, resolve_threads
-from workbench.errors import WorkbenchError
+from workbench.errors import FewExamplesWarning, WorkbenchError
 
 DEFAULT_OUT = "cel_results"
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -192,8 +193,10 @@ def run_cel_command(args) -> int:
     cfg = model.cfg
     # validated, sampled (--max-examples) and encoded once: the counts printed are the
     # examples the run uses, as fitted to this tokenizer (`workbench.tasks.fit` may drop some)
-    run = prepare_run(model, task, others=others, model_name=model_name,
-                      progress=not args.quiet and distributed.is_main(), **run_options(args))
+    with warnings.catch_warnings(record=True) as caught:  # said in one line below
+        warnings.simplefilter("always", FewExamplesWarning)
+        run = prepare_run(model, task, others=others, model_name=model_name,
+                          progress=not args.quiet and distributed.is_main(), **run_options(args))
     sampled = run.main
     n_sel, n_held = len(run.select), len(run.heldout)
     n_file = len([e for e in sampled.examples if e.split == "select"])
@@ -206,6 +209,11 @@ def run_cel_command(args) -> int:
         f"side tasks: {', '.join(o.name for o in others) or 'none'}",
         flush=True,
     )
+    for w in caught:
+        if issubclass(w.category, FewExamplesWarning):
+            print(f"warning: {w.message}", flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
     if resuming:
         print(f"resuming from {out}", flush=True)

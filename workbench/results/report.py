@@ -27,6 +27,7 @@ import pandas as pd
 from workbench.results.export import TIDY_FILE, single_heads, tidy_table
 from workbench.results.store import write_text
 from workbench.screening.registry import screening_estimate
+from workbench.tasks.format import small_splits_note
 from workbench.tables import load_table, save_table
 from workbench.results.tradeoff import (
     GUARD_METRICS,
@@ -89,6 +90,8 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             f"Examples: {n.get('select')} for selection, {n.get('heldout')} held out "
             "(no example in both)."
         )
+    if s.get("few_examples"):
+        lines.append(f"**Few examples:** {small_splits_note(s['few_examples'])}.")
     if s.get("clean"):
         lines.append("")
         lines.append("Clean model:")

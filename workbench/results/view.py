@@ -38,6 +38,7 @@ from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR,
 from workbench.results.result import GUARD_COLUMN, best_reasons
 from workbench.results.store import read_run_file, write_text
 from workbench.screening.registry import screening_estimate
+from workbench.tasks.format import small_splits_note
 
 VIEW_FILE = "view.html"
 # the plots in the order the report shows them; any other PNG of the folder follows
@@ -238,6 +239,8 @@ def _settings(cfg: dict, summary: dict, conf: pd.DataFrame | None) -> str:
                        f"{cfg.get('max_size')}, seed {cfg.get('seed')}"),
             ("side tasks", ", ".join(cfg.get("others", [])) or "none"),
             ("significant sizes", ", ".join(map(str, sizes)) or "none")]
+    if summary.get("few_examples"):
+        rows.append(("few examples", small_splits_note(summary["few_examples"])))
     items = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
     return f"<dl>{items}<dt>best set</dt><dd>{found}</dd></dl>"
 
