@@ -119,3 +119,17 @@ def test_version_equals_pyproject():
 if __name__ == "__main__":  # rewrite the snapshot after a deliberate change
     SNAPSHOT.write_text("\n".join(api_lines()) + "\n")
     print(f"wrote {SNAPSHOT}")
+
+
+def test_the_readme_lists_every_public_name():
+    """The README's "Public API" table names exactly `workbench.__all__`."""
+    import workbench
+
+    text = (SNAPSHOT.parent.parent / "README.md").read_text()
+    table = text[text.index("## Public API"):].split("\n## ")[0]
+    named = set()
+    for line in table.splitlines():
+        cells = line.split("|")
+        if len(cells) > 2 and cells[1].strip().startswith("`"):
+            named |= {n.strip().strip("`") for n in cells[1].split(",")}
+    assert named == set(workbench.__all__)
