@@ -173,6 +173,22 @@ def test_view_shows_n_gamed_and_why_by_default(folder):
         "fails a guard (guarded_p_holm 0.2 >= 0.05)")
 
 
+def test_view_of_attribution_screening_names_its_estimates(tmp_path):
+    """Under attribution the per-head table is titled and described as estimates, with the
+    measured `exact_d_*` shown beside them; under exact screening it is not."""
+    out = tmp_path / "attr"
+    shutil.copytree(GOLDEN.parent / "tiny_zero_attribution", out)
+    text = write_view(out).read_text()
+    assert "<h2>Per-head table: attribution estimates</h2>" in text
+    assert "not a measured removal" in text
+    page = _parse(text)
+    cells = page.tables["heads"][0][1]
+    assert "extra" not in cells["exact_d_logit_diff"][2]
+    main = tmp_path / "main"
+    shutil.copytree(GOLDEN, main)
+    assert "<h2>Per-head table</h2>" in write_view(main).read_text()
+
+
 def test_view_shows_the_best_combos_when_there_are_many(folder, monkeypatch):
     import workbench.results.view as view
 
