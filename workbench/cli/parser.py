@@ -232,9 +232,10 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
         description="Capability Enhancement Localization on TransformerLens models. "
         "With no subcommand, runs `workbench cel` with its defaults.",
     )
-    from workbench import __version__
+    import workbench  # its version, a light import (the public names load on first use)
 
-    parser.add_argument("--version", action="version", version=f"workbench {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"workbench {workbench.__version__}")
     subparsers = parser.add_subparsers(
         dest="command", metavar="{cel,sweep,explain,view,theory,notebooks}"
     )
