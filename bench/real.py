@@ -54,6 +54,7 @@ import torch
 import workbench.pipeline as pipeline
 from workbench import cli
 from workbench.confirmation.confirm import pool_random_head_sets, random_head_sets
+from workbench.estimate import estimate_run
 from workbench.heads import HeadSet
 from workbench.loading import load_model
 from workbench.results.result import CELResult
@@ -211,7 +212,8 @@ def run_labelled(label: str, model, main_task, others: dict, out: str | None,
     return result, meter, wall, cpu, (load, os.getloadavg()[0])
 
 
-def before_after(model, main_task, others: dict, out: str, threads: int) -> None:
+def before_after(model, main_task, others: dict, out: str, threads: int,
+                 estimate=None) -> None:
     """The current defaults ("after") and the defaults before the speed cuts (`BEFORE`), one
     after the other in this process, per stage: wall and CPU seconds, forward-equivalents,
     the 1-minute load average before and after each stage."""
@@ -234,6 +236,8 @@ def before_after(model, main_task, others: dict, out: str, threads: int) -> None
         print(f"| {label} | total (`run_cel`: setup and report, not the CLI's explanation) | "
               f"{wall:.0f} | "
               f"{cpu:.0f} | {meter.blocks:.1f} | {load[0]:.1f} -> {load[1]:.1f} |")
+    if estimate is not None:  # made for the current defaults: the after run
+        print_estimate_check(estimate, runs["after"][0].timings)
     for label in ("before", "after"):
         conf = runs[label][0].confirmation
         objective = runs[label][0].config.objective
@@ -316,8 +320,12 @@ def main() -> None:
     n_select = len(encode_task(model, main_task, "select"))
     n_heldout = len(encode_task(model, main_task, "heldout"))
     print(f"model {args.model} loaded in {load_s:.0f} s; load {os.getloadavg()}")
+    # the pre-run estimate, as `workbench cel` makes it (its low end is a bound: checked below)
+    estimate = estimate_run(pipeline.prepare_run(model, main_task, list(others.values()),
+                                                 progress=False, threads=args.threads))
+    print(estimate.line())
     if args.before_after:
-        before_after(model, main_task, others, args.before_after, args.threads)
+        before_after(model, main_task, others, args.before_after, args.threads, estimate)
         return
     runs = {}
     for label, adaptive in (("new", True), ("old", False)):
@@ -372,12 +380,28 @@ def main() -> None:
               f"{old_eq.get(s, 0.0):.1f} | {old_t[s] / t_new if t_new else math.nan:.1f} |")
     print(f"| total wall | {new_wall:.0f} | {sum(new_eq.values()):.1f} | {old_wall:.0f} | "
           f"{sum(old_eq.values()):.1f} | {old_wall / new_wall:.1f} |")
+    print_estimate_check(estimate, new.timings)
     conf = new.confirmation
     cols = [c for c in ("size", "heads", f"d_{new.config.objective}",
                         f"d_{new.config.objective}_n", "percentile", "n_random_complete",
                         "p_holm") if c in conf]
     print(conf[cols].to_string(index=False))
     print(f"peak resident memory of this process: {peak_rss_mib():.0f} MiB")
+
+
+def print_estimate_check(estimate, timings: dict) -> None:
+    """Each stage's measured seconds beside the pre-run estimate's range: the low end must
+    be below every measured stage (`workbench.estimate`, docs/speed.md)."""
+    print("| stage | estimate low s | estimate high s | measured s | measured / low |")
+    print("|---|---|---|---|---|")
+    for s in STAGES:
+        span, got = estimate.stage_seconds(s), timings.get(s, float("nan"))
+        if span is None:
+            continue
+        low, high = span
+        flag = "" if got >= low else " **below the low end**"
+        print(f"| {s} | {low:.0f} | {high:.0f} | {got:.0f} | "
+              f"{got / low if low else math.inf:.2f}{flag} |")
 
 
 def peak_rss_mib() -> float:

@@ -5,8 +5,10 @@ Each case runs CEL into a folder; its `heads`, `combos`, `confirmation`, `side_e
 side-effects tables and left every earlier column unchanged), `tidy.csv` (since issue 33,
 which also renamed three columns, two of them put on the percent scale (x 100), and left
 every other number unchanged), `report.md` (less its timings line and, since issue 47, the
-environment line under it) and `config.json` (less its timings and environment, its task
-files by file name) must equal the frozen copies under
+environment line under it; in the attribution cases re-frozen by issue 47, whose single-head
+section names attribution's numbers as estimates beside the measured `exact_d_*`: no number
+of it changed) and `config.json` (less its timings and environment, its task files by file
+name) must equal the frozen copies under
 `tests/golden/<case>/` exactly on the CPU that froze them: tolerance 0, so any change to a
 number, a column, an RNG stream or the config's JSON is caught. `tests/test_golden.py`
 compares; `python -m tests.golden` re-freezes (only for a change that is meant to alter

@@ -35,8 +35,15 @@ ALL_CASES = [MAIN_JOB, *CASES]
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
-def test_golden_folder_is_reproduced(case, tmp_path):
+def test_golden_folder_is_reproduced(case, tmp_path, capsys):
     out = run_case(case, tmp_path / case)
+    if case == MAIN_JOB:  # what the command printed is what the README shows of it
+        from tests.test_readme import command_output
+
+        printed = capsys.readouterr().out
+        assert printed.endswith(command_output(out, out)), printed[-3000:]
+        if SAME_CPU:
+            assert printed.endswith(command_output(GOLDEN_DIR / case, out)), printed[-3000:]
     problems = folder_problems(out, case, same_cpu=SAME_CPU)
     assert not problems, f"{case} differs from its frozen copy: {problems[:10]}"
     # the other CPU's comparison on this CPU too, so that it runs wherever the tests do

@@ -3,6 +3,8 @@ imports on first use, each the object its module defines."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -18,3 +20,116 @@ def test_package_exports_load_lazily():
         assert getattr(workbench, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         workbench.nope  # noqa: B018
+
+
+# ---- the public API's signatures, pinned ----------------------------------------------
+
+SNAPSHOT = Path(__file__).resolve().parent / "api_signatures.txt"
+# settings types the public functions take, not exported themselves: `run_cel(**settings)`
+# takes any `CELConfig` or `Compute` field, `screen_heads` a `Stats`, `Compute`, `ScreenRace`
+SETTINGS = {"CELConfig": "workbench.config", "Compute": "workbench.compute",
+            "Stats": "workbench.stats", "ScreenRace": "workbench.screening.screen"}
+
+
+def api_lines() -> list[str]:
+    """One line per public callable of `workbench.__all__`: each function's signature, each
+    class's constructor, its public methods and properties (an enum's members), and the old
+    keywords a function still accepts (`workbench.deprecation.renamed_keywords`)."""
+    import dataclasses
+    import enum
+    import importlib
+    import inspect
+
+    import workbench
+
+    def sig(obj) -> str:
+        try:
+            return str(inspect.signature(obj))
+        except (TypeError, ValueError):
+            return "(...)"
+
+    lines = [f"__version__ = {workbench.__version__!r}"]
+    public = {name: getattr(workbench, name) for name in sorted(workbench.__all__)}
+    settings = {f"{module}.{name}": getattr(importlib.import_module(module), name)
+                for name, module in SETTINGS.items()}
+    for name, obj in {**public, **settings}.items():
+        if not inspect.isclass(obj):
+            lines.append(f"{name}{sig(obj)}")
+            moved = getattr(obj, "renamed_keywords", {})
+            lines += [f"{name}: old keyword {old} -> {new}" for old, new in sorted(moved.items())]
+            continue
+        if issubclass(obj, enum.Enum):
+            lines.append(f"class {name}({', '.join(b.__name__ for b in obj.__bases__)})")
+            lines += [f"{name}.{m.name} = {m.value!r}" for m in obj]
+            continue
+        lines.append(f"class {name}{sig(obj)}")
+        fields = ({f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj)
+                  else set())
+        for attr, value in vars(obj).items():
+            if attr.startswith("_") or attr in fields:
+                continue
+            if isinstance(value, property):
+                lines.append(f"{name}.{attr} (property)")
+            elif isinstance(value, (classmethod, staticmethod)):
+                kind = type(value).__name__
+                lines.append(f"{name}.{attr}{sig(getattr(obj, attr))} ({kind})")
+            elif callable(value):
+                lines.append(f"{name}.{attr}{sig(value)}")
+            else:
+                lines.append(f"{name}.{attr} = {value!r}")
+    return lines
+
+
+def test_public_signatures_match_the_snapshot():
+    """Every signature of the public API equals `tests/api_signatures.txt`: a change to one
+    (a keyword removed, renamed or reordered, a default changed) fails here until the
+    snapshot is rewritten (`python -m tests.test_package`), which a reviewer sees in the diff
+    and CHANGELOG.md must explain; a keyword that moves keeps working for one minor version
+    (`workbench.deprecation.renamed_keywords`)."""
+    want = SNAPSHOT.read_text().splitlines()
+    got = api_lines()
+    assert got == want, "\n".join(
+        [f"- {line}" for line in want if line not in got]
+        + [f"+ {line}" for line in got if line not in want])
+
+
+def test_the_snapshot_catches_a_changed_signature(monkeypatch):
+    """The comparison above can fail: a keyword dropped from a public function shows."""
+    import workbench
+
+    def summarize(scores):  # `by` dropped
+        return scores
+
+    monkeypatch.setattr(workbench, "summarize", summarize)
+    assert "summarize(scores)" in api_lines()
+    assert api_lines() != SNAPSHOT.read_text().splitlines()
+
+
+def test_version_equals_pyproject():
+    """`workbench.__version__` is pyproject.toml's version (tomllib is Python 3.11+)."""
+    import re
+
+    import workbench
+
+    text = (SNAPSHOT.parent.parent / "pyproject.toml").read_text()
+    project = text[text.index("[project]"):].split("\n[", 1)[0]
+    assert re.findall(r'^version = "([^"]+)"$', project, re.M) == [workbench.__version__]
+
+
+if __name__ == "__main__":  # rewrite the snapshot after a deliberate change
+    SNAPSHOT.write_text("\n".join(api_lines()) + "\n")
+    print(f"wrote {SNAPSHOT}")
+
+
+def test_the_readme_lists_every_public_name():
+    """The README's "Public API" table names exactly `workbench.__all__`."""
+    import workbench
+
+    text = (SNAPSHOT.parent.parent / "README.md").read_text()
+    table = text[text.index("## Public API"):].split("\n## ")[0]
+    named = set()
+    for line in table.splitlines():
+        cells = line.split("|")
+        if len(cells) > 2 and cells[1].strip().startswith("`"):
+            named |= {n.strip().strip("`") for n in cells[1].split(",")}
+    assert named == set(workbench.__all__)

@@ -399,3 +399,33 @@ def test_unknown_strategy_is_a_clear_error(micro):
     with pytest.raises(WorkbenchError, match="objective"):
         run_cel(model, task, objective="bleu", progress=False)
     assert HeadSet.of(model, BEST[3]).names == ["L0H1", "L0H3", "L1H1"]
+
+
+def test_a_task_with_few_examples_runs_and_says_so(micro, tmp_path):
+    """Issue 47: a task with 2 selection and 2 held-out examples ran to the end with intervals
+    from n = 2, without a word. It still runs (a smoke test may want it), but warns before
+    any forward (`FewExamplesWarning`), records which splits are small, and its report says
+    no interval rests on enough examples; a task of 10 per split does not warn."""
+    from workbench.errors import FewExamplesWarning
+    from workbench.pipeline import prepare_run
+
+    model, task, side = micro
+    with pytest.warns(FewExamplesWarning, match=r"fewer than 10 examples \(select 2, heldout 2"):
+        run = prepare_run(model, task, max_examples=2, **FAST)
+    assert run.small == {"select": 2, "heldout": 2}
+    out = tmp_path / "small"
+    with pytest.warns(FewExamplesWarning) as caught:
+        result = run_cel(model, task, max_examples=2, max_size=1, out_dir=out, **FAST)
+    assert caught[0].filename == __file__  # attributed to the caller
+    assert result.summary["few_examples"] == {"select": 2, "heldout": 2}
+    report = (out / "report.md").read_text()
+    assert ("**Few examples:** fewer than 10 examples (select 2, heldout 2): no interval or "
+            "p-value rests on enough examples to be trusted; with 2 held-out examples the "
+            "smallest one-sided sign-flip p-value is 0.25") in report
+    assert "few examples" in (out / "view.html").read_text()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FewExamplesWarning)
+        enough = prepare_run(model, task, max_examples=10, **FAST)
+    assert enough.small == {}

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
 
+# the release (pyproject.toml's `version`, which a test keeps equal): see CHANGELOG.md
+__version__ = "0.2.0"
+
 # public name -> the module that defines it
 _EXPORTS = {
     "AblationKind": "workbench.ablation",

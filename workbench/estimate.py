@@ -1,152 +1,250 @@
-"""What a CEL run will cost, said before it starts: forwards and time per stage.
+"""What a CEL run will cost, said before it starts: forwards and time per stage, as a range
+whose low end is a bound.
 
 A run's cost is counted in forward-equivalents (as `bench/real.py` and the results folder's
 `summary["forward_eq"]` count it): one pass of the model over the selection split; a mask
 scored on `r` examples of a split counts `r / N` of one, where `N` is the selection split's
-size (so held-out and side-task examples count against the selection split's). Each stage's
-count follows from the config alone:
+size (so held-out and side-task examples count against the selection split's). Each stage is
+a sum of parts (`Part`), each with a count `(low, high)` and a cost in plain forwards
+`(low, high)`, from the config and the model's shape alone:
 
 - screen: the screening method's own cost (its record's `cost`,
-  `workbench.screening.registry`: one mask per head for `exact`, about five passes per
-  metric for attribution's forward and backward), one mask per head for an estimate's exact
-  check (`check_attribution`), and one mask per head on the first slice of every side task
-  (`side_screening`);
+  `workbench.screening.registry`: one mask per head for `exact`, on racing's first slice at
+  the least; attribution's forward and one backward per metric), one mask per head for an
+  estimate's exact check (`check_attribution`), and the side tasks' per-head columns, which
+  only the heads of the search pool get (none at the least: the pool is known only after
+  screening);
 - search: per strategy, its record's `cost` (`workbench.search.registry`): the passes racing
-  cannot cut (knockout masks on their slice, gate training) and the sets it races
-  (`exhaustive`: every set among the top `top_m`; `interaction` and `gates`: the finalist
-  sets their budget pays for; `greedy` and `beam`: one set per candidate per size, times the
-  beam);
-- confirm: the best set of each size and up to `2 n_random` random sets per size on the
-  held-out split, the best sets on every side task, and the trade-off table's sample of
-  `tradeoff_sets` sets per size and baseline on `TRADEOFF_EXAMPLES` examples of the held-out
-  split and of every side task.
+  cannot cut (knockout masks on their slice, gate training) and the sets it races. Only a
+  strategy whose record says its sets do not depend on what screening finds (`certain`:
+  `exhaustive`'s sets among the top `top_m`) adds sets to the low end; the interaction
+  search's finalists are as many as heads show a positive main effect, none at the least;
+- confirm: the clean held-out and side-task passes, the best set of each size on both, the
+  random baselines (per size `min(n_random, C(n_heads, k))` sets, capped as
+  `workbench.confirmation.baseline.random_head_sets` caps them at all sets of that size; the
+  pool's sets reuse the random ones, none at the least) and the trade-off table's samples.
 
-Racing (`adaptive`, the default) stops candidates once they are decided, at the earliest on
-a first slice of the examples, so each count is a range: every raced candidate stopped on its
-first slice, or none stopped. The interaction search's finalists are counted as many as its
-budget allows; it takes fewer when fewer heads show a positive main effect, so its low end
-is not a bound, only its high end. Time is each stage's cost in plain forwards (a masked
-pass restarts at its first masked layer from cached residuals: `k / (k + 1)` of a forward on
-average for `k` heads) times the seconds of a forward measured now over the selection split
-(`measure_forward`), so it also says how loaded the machine is.
+**The low end is a bound** (checked against every measured run: `docs/speed.md`): every
+raced candidate stopped on its first slice, every count at its least, and every pass at its
+cheapest. A masked pass restarts at its first ablated layer `l` from cached residuals and runs
+`(L - l) / L` of the blocks; at the low end the last block counts nothing (there it runs its
+MLP at the answer position only), a set whose layers are unknown (a finalist, a found set)
+may sit in the last layer and shared prefixes may run its blocks for other sets too, so it
+counts nothing more; single heads are every layer's (`(L - 1) / 2L` on average); random sets
+count their mean share less two standard errors over the sets drawn (`random_share`); the
+knockouts (~30 % of the pool each) start in the first layer, the one assumption the low end
+makes about screening's outcome. A forward is timed now as the scorers run one
+(`measure_forward`: the masks tiled per pass as a CPU or GPU tiles them, per token), so the
+bound holds at the load of the moment it was measured; a machine that gets faster later (other
+jobs end) can beat it. The high end is every candidate on every example, every set restarted
+at its first layer: no bound, the size of a run that races nothing.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import torch
 
+from workbench.compute import default_masks_per_pass
 from workbench.confirmation.baseline import set_looks
 from workbench.confirmation.confirm import TRADEOFF_EXAMPLES
 from workbench.racing import first_slice
 from workbench.screening.registry import ScreenCostInputs, get_method
 from workbench.search.registry import CostInputs, get_strategy
 
-MEASURE_ROWS = 32  # examples in the measured forward (scaled to the whole split)
+MEASURE_ROWS = 32  # selection examples in the measured forward (tiled, scaled per token)
+# the most tokens of the measured pass: a GPU's token budget tiles many more masks, and
+# timing such a pass would cost more than the estimate is worth (`measure_forward`)
+MEASURE_TOKENS = 1 << 16
 LONG_RUN_S = 60.0  # `workbench cel` prints the estimate of a run expected to take longer
 STAGES = ("screen", "search", "confirm")
 Span = tuple[float, float]
+SE_MARGIN = 2.0  # standard errors below the mean share of random sets, at the low end
 
 
-def _restart(k: int) -> float:
-    """What a pass masking `k` heads in random layers costs, as a share of a forward: it
-    restarts at the first masked layer from cached residuals, on average `k / (k + 1)` of
-    the way from the top."""
-    return k / (k + 1)
+@dataclass(frozen=True)
+class Part:
+    """Some of a stage's work: forward-equivalents `(low, high)` and their cost in plain
+    forwards `(low, high)`."""
+
+    count: Span
+    cost: Span
+
+    def __add__(self, other: Part) -> Part:
+        return Part((self.count[0] + other.count[0], self.count[1] + other.count[1]),
+                    (self.cost[0] + other.cost[0], self.cost[1] + other.cost[1]))
 
 
-def _search_eq(config, n_heads: int, n_select: int, first: float,
-               knockout: float) -> tuple[Span, Span]:
-    """The search's forward-equivalents `(low, high)` (every raced set stopped on its first
-    slice, none stopped) and their cost in plain forwards, from each strategy's own cost
-    (the `cost` of its `workbench.search.registry.Strategy`)."""
-    low = high = cost_low = cost_high = 0.0
-    sets_cost = _restart(config.max_size)
-    inputs = CostInputs(config, n_heads, n_select, first, knockout)
+NOTHING = Part((0.0, 0.0), (0.0, 0.0))
+
+
+def _part(count: Span, share: Span) -> Part:
+    """A part of `count` forward-equivalents, each costing `share` of a forward."""
+    return Part(count, (count[0] * share[0], count[1] * share[1]))
+
+
+def plain_share(n_layers: int) -> Span:
+    """A pass from the first layer: all of a forward, its last block less at the low end."""
+    return (n_layers - 1) / n_layers, 1.0
+
+
+def single_share(n_layers: int) -> Span:
+    """One mask per head of every layer, on average: a head of layer `l` restarts there,
+    `(L - l) / L` of a forward (`(L - 1 - l) / L` at the low end)."""
+    return (n_layers - 1) / (2 * n_layers), (n_layers + 1) / (2 * n_layers)
+
+
+def random_share(n_layers: int, n_heads: int, size: int, n_sets: int) -> Span:
+    """What `n_sets` random sets of `size` distinct heads (of `n_layers x n_heads`) cost per
+    set, as a share of a forward: each restarts at its first ablated layer. The low end is
+    the mean of `(L - 1 - first) / L` less `SE_MARGIN` standard errors over `n_sets` (at
+    least 0); the high end the mean of `(L - first) / L` plus as many (at most 1)."""
+    L, total = n_layers, n_layers * n_heads
+    size = min(size, total)
+    first = [0.0] * L  # P(the first ablated layer is l)
+    for l in range(L):
+        above = math.comb((L - l) * n_heads, size) - math.comb((L - l - 1) * n_heads, size)
+        first[l] = above / math.comb(total, size)
+    mean = sum(p * (L - l) / L for l, p in enumerate(first))
+    var = sum(p * ((L - l) / L - mean) ** 2 for l, p in enumerate(first))
+    margin = SE_MARGIN * math.sqrt(var / max(1, n_sets))
+    return max(0.0, mean - 1 / L - margin), min(1.0, mean + margin)
+
+
+def _screen(run, n_heads: int, first: float) -> Part:
+    config, L = run.config, run.model.cfg.n_layers
+    n_sel = max(1, len(run.select))
+    method = get_method(config.method)
+    main = method.cost(ScreenCostInputs(n_heads, _n_metrics(run), first))
+    part = _part(main, single_share(L) if method.restarts else plain_share(L))
+    if not method.exact and config.check_attribution:  # every head on every example
+        part += _part((n_heads, n_heads), single_share(L))
+    if config.side_screening and run.others:  # the pool's heads only: none at the least
+        side = sum(n_heads * (first_slice(len(t.examples)) if config.adaptive
+                              else len(t.examples)) / n_sel for t in run.others.values())
+        part += _part((0.0, side), single_share(L))
+    return part
+
+
+def _n_metrics(run) -> int:
+    """The metrics a screening method differentiates on the main task: accuracy and log-prob,
+    and the logit and probability differences where the task has wrong answers (a custom
+    metric: one, at the least)."""
+    if run.metric is not None:
+        return 1
+    wrong = getattr(run.select, "wrong_ids", None)
+    return 4 if wrong is not None and wrong.shape[-1] > 0 else 2
+
+
+def _search(run, n_heads: int, first: float, knockout: float) -> Part | None:
+    """Each strategy's fixed passes (knockouts, training: from the first layer) and raced
+    sets (layers unknown: nothing at the low end; counted only where the record is
+    `certain`, and then once: the strategies share one cache)."""
+    config, L = run.config, run.model.cfg.n_layers
+    inputs = CostInputs(config, n_heads, len(run.select), first, knockout)
+    part, certain = NOTHING, 0.0
     for name in config.strategies:
         strategy = get_strategy(name)
-        # knockouts and training are not raced; the sets are
         fixed, raced = strategy.cost(inputs, strategy.resolve(
             config.strategy_settings.get(name, {})))
-        low, high = low + fixed + raced * first, high + fixed + raced
-        cost_low += fixed + raced * first * sets_cost
-        cost_high += fixed + raced * sets_cost
-    return (low, high), (cost_low, cost_high)
+        part += _part((fixed, fixed), plain_share(L)) + _part((0.0, raced), (0.0, 1.0))
+        if strategy.certain:
+            certain = max(certain, raced * first)
+    return part + Part((certain, 0.0), (0.0, 0.0))
 
 
-def stage_forwards(run) -> dict[str, tuple[float, float] | None]:
-    """Each stage's forward-equivalents for a prepared run (`workbench.pipeline.CELRun`), as
-    `(low, high)`: every raced candidate stopped on its first slice, or none stopped (without
-    racing the two agree); None for a stage without a rule (an unknown strategy). Counted as
-    the results folder counts them (`summary["forward_eq"]`): a mask on `r` examples is
-    `r / N` of a pass, whatever layer it restarts at."""
-    return {stage: (None if f is None else f[0]) for stage, f in _stages(run).items()}
-
-
-def _stages(run) -> dict[str, tuple[Span, Span] | None]:
-    """Each stage's forward-equivalents `(low, high)` and their cost in plain forwards (a
-    masked pass restarts at its first masked layer, `_restart`)."""
+def _confirm(run, n_heads: int) -> Part:
+    """The clean passes, the best sets, both random baselines (capped at all sets of a
+    size, drawn in looks, raced from `baseline_examples`) and the trade-off table."""
     config, cfg = run.config, run.model.cfg
-    n_heads = cfg.n_layers * cfg.n_heads
-    one_head = _restart(1) * (1 + 1 / cfg.n_layers)  # layer l restarts (L - l) / L of the way
+    L, H = cfg.n_layers, cfg.n_heads
     n_sel, n_held = max(1, len(run.select)), max(1, len(run.heldout))
-    first = first_slice(n_sel) / n_sel if config.adaptive else 1.0
+    side = [len(task.examples) for task in run.others.values()]
+    both = (n_held + sum(side)) / n_sel
+    part = _part((both, both), plain_share(L))  # the clean passes
+    part += _part((config.max_size * both,) * 2, (0.0, 1.0))  # the best sets, layers unknown
     first_held = (first_slice(n_held, config.baseline_examples) / n_held if config.adaptive
                   else 1.0)
-    side = [len(task.examples) for task in run.others.values()]
-    side_screen = sum(n_heads * (first_slice(n) if config.adaptive else n) / n_sel
-                      for n in side) if config.side_screening else 0.0
-    # the method's own cost on the main task (the objective and its tie-break metric), an
-    # estimate's exact check, and the side tasks' per-head columns on their first slice
-    method = get_method(config.method)
-    main = method.cost(ScreenCostInputs(n_heads, 2, first))
-    per_pass = one_head if method.restarts else 1.0
-    check = n_heads if not method.exact and config.check_attribution else 0
-    count = (main[0] + check + side_screen, main[1] + check + side_screen)
-    screen = (count, tuple(m * per_pass + (check + side_screen) * one_head for m in main))
-    # held out: the clean run and the best set of each size, then both random baselines
-    # (raced); side tasks: the clean run and the best sets; the trade-off table: a sample of
-    # each baseline's sets on the held-out split and every side task
-    sets = _restart(config.max_size)
-    clean_best = (1 + config.max_size) * (n_held + sum(side)) / n_sel
-    sampled = min(n_held, TRADEOFF_EXAMPLES) + sum(min(n, TRADEOFF_EXAMPLES) for n in side)
-    tradeoff = (config.max_size * 2 * min(config.tradeoff_sets, config.n_random // 4) * sampled
-                / n_sel)
-    randoms = 2 * config.n_random * config.max_size * n_held / n_sel
-    # drawn in looks, a baseline may stop at its first look's sets
-    # (`workbench.confirmation.baseline`)
-    looked = set_looks(config.n_random, config.adaptive and config.random_looks)[0]
-    fewest = randoms * looked / max(1, config.n_random) * first_held
-    sure = clean_best + tradeoff
-    confirm = ((sure + fewest, sure + randoms),
-               (clean_best + (tradeoff + fewest) * sets, clean_best + (tradeoff + randoms) * sets))
+    n_trade = min(config.tradeoff_sets, config.n_random // 4) if side else 0
+    sampled = (min(n_held, TRADEOFF_EXAMPLES) + sum(min(n, TRADEOFF_EXAMPLES) for n in side))
+    for k in range(1, config.max_size + 1):
+        n_k = min(config.n_random, math.comb(n_heads, min(k, n_heads)))
+        if n_k == 0:
+            continue
+        exhaustive = n_k == math.comb(n_heads, min(k, n_heads))
+        looked = set_looks(n_k, config.adaptive and config.random_looks and not exhaustive)[0]
+        low, _ = random_share(L, H, k, looked)
+        _, high = random_share(L, H, k, n_k)
+        # all heads: the first look on its first slice; the pool's: none more at the least
+        part += Part((looked * first_held * n_held / n_sel, 2 * n_k * n_held / n_sel),
+                     (looked * first_held * n_held / n_sel * low, 2 * n_k * n_held / n_sel))
+        if n_trade:  # the found set (layers unknown) and each baseline's sample
+            sample = min(n_trade, n_k)
+            low, _ = random_share(L, H, k, sample)
+            part += Part(((1 + sample) * sampled / n_sel, (1 + 2 * sample) * sampled / n_sel),
+                         (sample * sampled / n_sel * low, (1 + 2 * sample) * sampled / n_sel))
+    return part
+
+
+def _stages(run) -> dict[str, Part | None]:
+    """Each stage's `Part`: forward-equivalents and their cost in plain forwards."""
+    config, cfg = run.config, run.model.cfg
+    n_heads = cfg.n_layers * cfg.n_heads
+    n_sel = max(1, len(run.select))
+    first = first_slice(n_sel) / n_sel if config.adaptive else 1.0
     knockout = (first_slice(n_sel, config.knockout_examples) / n_sel if config.adaptive
                 else 1.0)
-    return {"screen": screen, "search": _search_eq(config, n_heads, n_sel, first, knockout),
-            "confirm": confirm}
+    return {"screen": _screen(run, n_heads, first),
+            "search": _search(run, n_heads, first, knockout),
+            "confirm": _confirm(run, n_heads)}
+
+
+def stage_forwards(run) -> dict[str, Span | None]:
+    """Each stage's forward-equivalents for a prepared run (`workbench.pipeline.CELRun`), as
+    `(low, high)`: the least the run can count (every raced candidate stopped on its first
+    slice, every count that depends on screening's outcome at its least), and every
+    candidate on every example (without racing the two agree where nothing depends on
+    screening); None for a stage without a rule. Counted as the results folder counts them
+    (`summary["forward_eq"]`): a mask on `r` examples is `r / N` of a pass, whatever layer it
+    restarts at."""
+    return {stage: (None if p is None else p.count) for stage, p in _stages(run).items()}
 
 
 def measure_forward(run) -> float:
-    """Seconds of one plain forward over the selection split: a forward of the model over up
-    to `MEASURE_ROWS` selection examples, timed and scaled to the whole split.
+    """Seconds of one plain forward over the selection split, timed as the scorers run one:
+    up to `MEASURE_ROWS` selection examples tiled as many times as the scorers tile masks of
+    that batch (`workbench.compute.default_masks_per_pass`, at most `MEASURE_TOKENS` tokens),
+    timed per padded token and scaled to the split's real tokens (the scorers batch by
+    length, so they pad less).
 
     The timed pass stops before the unembedding (`return_type=None`), as the scorers unembed
     only the answer positions; it follows an untimed one-example pass (the first forward
     pays for allocations: 1.4x the next on SmolLM2), and of two timed passes the faster
-    counts (another job's burst slows one, not the model)."""
-    tokens = run.select.tokens[:MEASURE_ROWS].to(run.model.cfg.device)
-    cuda = str(run.model.cfg.device).startswith("cuda")
+    counts (another job's burst slows one, not the model). Run under the run's threads."""
+    model = run.model
+    tokens = run.select.tokens[:MEASURE_ROWS].to(model.cfg.device)
+    rows, width = tokens.shape
+    budget, _ = run.compute.budgets(model.cfg)
+    tiles = run.compute.masks_per_pass or default_masks_per_pass(
+        model, rows, width, min(budget, MEASURE_TOKENS))
+    tiles = max(1, min(tiles, MEASURE_TOKENS // max(1, rows * width)))
+    tiled = tokens.repeat(tiles, 1)
+    cuda = str(model.cfg.device).startswith("cuda")
     times = []
-    with torch.no_grad():
-        for rows in (tokens[:1], tokens, tokens):
+    with run.compute.threads_set(), torch.no_grad():
+        for batch in (tokens[:1], tiled, tiled):
             t0 = time.perf_counter()
-            run.model(rows, return_type=None)
+            model(batch, return_type=None)
             if cuda:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-    return min(times[1:]) * max(1, len(run.select)) / max(1, len(tokens))
+    per_token = min(times[1:]) / tiled.numel()
+    real = float(run.select.lengths.sum()) if hasattr(run.select, "lengths") else \
+        rows * width * len(run.select) / max(1, rows)
+    return per_token * real
 
 
 @dataclass(frozen=True)
@@ -166,6 +264,12 @@ class RunEstimate:
         return (sum(c[0] for c in known) * self.seconds_per_forward,
                 sum(c[1] for c in known) * self.seconds_per_forward)
 
+    def stage_seconds(self, stage: str) -> Span | None:
+        """A stage's `(low, high)` in seconds (None without a rule)."""
+        cost = self.costs.get(stage)
+        return None if cost is None else (cost[0] * self.seconds_per_forward,
+                                          cost[1] * self.seconds_per_forward)
+
     def line(self) -> str:
         """One line: each stage's forward-equivalents and time, and what one costs."""
         parts = []
@@ -176,11 +280,12 @@ class RunEstimate:
             if f is None:
                 parts.append(f"{stage} ? (no rule for its strategy)")
                 continue
-            t = [x * self.seconds_per_forward for x in self.costs[stage]]
-            parts.append(f"{stage} {_span(*f, '{:,.0f}')} ({_span(*t, None)})")
-        return (f"estimate: {', '.join(parts)} forward-equivalents, from racing's best case to "
-                f"none stopped; a forward over the {self.n_select} selection examples measured "
-                f"{self.seconds_per_forward:.2g} s now (a masked pass restarts at its layer)")
+            parts.append(f"{stage} {_span(*f, '{:,.0f}')} "
+                         f"({_span(*self.stage_seconds(stage), None)})")
+        return (f"estimate: {', '.join(parts)} forward-equivalents, from the least the run "
+                f"can cost (a bound at this load) to none stopped; a forward over the "
+                f"{self.n_select} selection examples measured {self.seconds_per_forward:.2g} s "
+                "now (a masked pass restarts at its layer)")
 
 
 def _span(low: float, high: float, fmt: str | None) -> str:
@@ -192,17 +297,18 @@ def _span(low: float, high: float, fmt: str | None) -> str:
 
 
 def _duration(seconds: float) -> str:
+    """A time rounded down at the low end's digits (a bound stays one once printed)."""
     if seconds < 90:
-        return f"~{seconds:.0f} s"
+        return f"~{math.floor(seconds):.0f} s"
     if seconds < 5400:
-        return f"~{seconds / 60:.0f} min"
-    return f"~{seconds / 3600:.1f} h"
+        return f"~{math.floor(seconds / 60):.0f} min"
+    return f"~{math.floor(seconds / 360) / 10:.1f} h"
 
 
 def estimate_run(run, done: tuple[str, ...] = ()) -> RunEstimate:
     """The estimate of a prepared run's stages not in `done` (stages a results folder
     already holds), from one measured forward."""
     stages = {k: v for k, v in _stages(run).items() if k not in done}
-    return RunEstimate({k: None if v is None else v[0] for k, v in stages.items()},
-                       {k: None if v is None else v[1] for k, v in stages.items()},
+    return RunEstimate({k: None if v is None else v.count for k, v in stages.items()},
+                       {k: None if v is None else v.cost for k, v in stages.items()},
                        measure_forward(run), len(run.select))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,9 @@ from workbench.ablation import AblationKind, HeadMeans, compute_head_means
 from workbench.compute import Compute
 from workbench.config import CELConfig
 from workbench.confirmation.stage import confirm_stage, score_means
+from workbench.deprecation import caller_stacklevel
 from workbench.environment import environment, thread_choice
-from workbench.errors import WorkbenchError
+from workbench.errors import FewExamplesWarning, WorkbenchError
 from workbench.guards import (
     MAIN,
     Guard,
@@ -65,6 +67,7 @@ from workbench.search.space import SearchSpace
 from workbench.stats import Stats, helpful_agreement, rank_correlation
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch, encode_task
+from workbench.tasks.format import small_splits, small_splits_note
 from workbench.tasks.task import Task
 
 
@@ -83,6 +86,8 @@ class CELRun:
         means: the main task's mean-ablation means (None: computed when the run starts).
         compute: how the run computes.
         started: `time.perf_counter()` when preparation began (the setup time counts it).
+        small: the splits and side tasks with fewer examples than intervals need, and how
+            many they hold (`workbench.tasks.format.small_splits`; the run warns).
     """
 
     model: object
@@ -95,6 +100,7 @@ class CELRun:
     means: HeadMeans | None
     compute: Compute
     started: float = 0.0
+    small: dict = dataclasses.field(default_factory=dict)
 
     @property
     def stats(self) -> Stats:
@@ -211,6 +217,11 @@ def prepare_run(
                              "select and heldout splits")
 
     check_counterfactuals(config.kind, [main, *other_tasks.values()])
+    run.small = small_splits({"select": len(run.select), "heldout": len(run.heldout),
+                              **{n: len(t.examples) for n, t in other_tasks.items()}})
+    if run.small:  # it runs (a smoke test may want it), and says so here and in the report
+        warnings.warn(f"task {main.name!r}: {small_splits_note(run.small)}",
+                      FewExamplesWarning, stacklevel=caller_stacklevel())
     return run
 
 
@@ -261,6 +272,8 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
             "task_file": main.file,
             "side_task_files": {name: t.file for name, t in other_tasks.items()},
         })
+        if run.small:  # splits or side tasks below MIN_SPLIT_EXAMPLES (none: no key)
+            result.summary["few_examples"] = run.small
         result.summary.setdefault("n_examples", {})["select"] = len(run.select)
         result.summary.setdefault("clean", {})["select"] = score_means(clean_select)
         _add_time(result, "setup", t0)

@@ -126,3 +126,22 @@ def load_table(path: str | Path) -> pd.DataFrame:
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
     raise WorkbenchError(f"table path {str(path)!r} must end in .csv or .parquet")
+
+
+def markdown_table(df: pd.DataFrame) -> list[str]:
+    """`df` as the lines of a Markdown table (floats to 4 significant digits, missing values
+    empty); `["(none)"]` for an empty table."""
+    if df.empty:
+        return ["(none)"]
+
+    def cell(v) -> str:
+        if v is pd.NA:  # a missing count of a nullable integer column
+            return ""
+        if isinstance(v, float):
+            return "" if np.isnan(v) else f"{v:.4g}"
+        return str(v)
+
+    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return [header, rule, *rows]

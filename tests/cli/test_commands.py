@@ -355,3 +355,23 @@ def test_quiet_silences_a_real_gguf_conversion(tmp_path, monkeypatch, capsys):
         assert ("\r" in printed.err) is bars
         # TransformerLens's own print, twice for a GGUF model: not under --quiet
         assert printed.out.count("Moving model to device") == (0 if quiet else 2), printed.out
+
+
+def test_a_task_with_few_examples_is_named_before_the_run(demo_files, tmp_path, capsys):
+    """Issue 47 item 5: `workbench cel` on fewer than 10 examples per split says so in one
+    line right after the model and task line, before the first stage, and runs (rc 0)."""
+    model_dir, main, side = demo_files
+    out = tmp_path / "few"
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--others", str(side),
+            "--out", str(out), "--device", "cpu", "--max-examples", "3", "--quiet",
+            "--no-explain", *FAST]
+    assert cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("model "))
+    assert "3 selection / 3 held-out examples" in lines[at]
+    assert lines[at + 1] == (
+        "warning: task 'micro_map': fewer than 10 examples (select 3, heldout 3, micro_short "
+        "6): no interval or p-value rests on enough examples to be trusted; with 3 held-out "
+        "examples the smallest one-sided sign-flip p-value is 0.12, so a set may not be "
+        "significant whatever it does; give at least 10 per split")
+    assert "**Few examples:**" in (out / "report.md").read_text()

@@ -89,7 +89,8 @@ _HEAVY = ("torch", "transformer_lens", "transformers", "pandas", "matplotlib")
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["sweep", "--help"], ["cel", "--model", "gtp2"], ["cel", "--model", "embeded"],
+    [["--help"], ["--version"], ["sweep", "--help"], ["cel", "--model", "gtp2"],
+     ["cel", "--model", "embeded"],
      ["cel", "--model", "gpt2", "--task", "ioii"], ["cel", "--model", "gpt2"],
      ["compare", "--help"], ["compare", "/nonexistent/a"],
      ["compare", "/nonexistent/a", "/nonexistent/b"]],
@@ -106,7 +107,11 @@ def test_help_and_typos_import_no_torch(argv):
     )
     rc, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
     assert heavy == [], (argv, heavy)
-    assert rc == (0 if "--help" in argv else 2), proc.stderr
+    assert rc == (0 if {"--help", "--version"} & set(argv) else 2), proc.stderr
+    if argv == ["--version"]:  # the package's version, as pyproject.toml gives it
+        from workbench import __version__
+
+        assert proc.stdout.startswith(f"workbench {__version__}\n")
 
 
 def test_sweep_help_describes_every_option(capsys):

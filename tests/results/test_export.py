@@ -129,6 +129,40 @@ def test_single_heads_of_the_main_job_carry_their_n():
     assert "over its `n` of the 600 selection examples" in report
 
 
+def test_attribution_estimates_are_named_and_shown_beside_measured_removals():
+    """Issue 47: a quick look's per-head table showed attribution estimates as removals. With
+    the exact check the measured `exact_d_*` stands beside each estimate; without it (the
+    quick look) the search's measurement of the head alone, on as many examples; and the
+    report names the numbers as estimates."""
+    from workbench.results.report import render_report
+
+    checked = CELResult.load(GOLDEN_DIR / "tiny_zero_attribution")
+    t = single_heads(checked).set_index("head_name")
+    assert t["exact_d_logit_diff"].tolist() == checked.heads.set_index("head_name").loc[
+        t.index, "exact_d_logit_diff"].tolist()
+    assert t["search_n"].isna().all()  # measured already: no second copy
+    report = render_report(checked, plots=False)
+    assert "## Single heads (selection split): attribution estimates, not measured" in report
+    assert "**attribution estimates** of removing the head alone" in report
+    # the quick look: no exact check, so the search's values of single heads, same n
+    quick = CELResult.load(GOLDEN_DIR / "tiny_zero_attribution")
+    quick.heads = quick.heads.drop(columns=[c for c in quick.heads if c.startswith("exact_")])
+    from workbench.search.candidates import set_record
+
+    t = single_heads(quick).set_index("head_name")
+    singles = set(quick.combos.loc[quick.combos["size"] == 1, "heads"])
+    shown = t.dropna(subset=["search_d_logit_diff"])
+    assert set(shown.index) == singles  # every head the search measured alone, whatever n
+    for name, r in shown.iterrows():
+        row = set_record(quick.combos, name)
+        assert (r["search_d_logit_diff"], r["search_n"]) == (row["d_logit_diff"], row["n"])
+    assert "`search_d_logit_diff` is the head removed alone as the search measured it" in \
+        render_report(quick, plots=False)
+    # exact screening is not called an estimate
+    exact = render_report(CELResult.load(GOLDEN_DIR / MAIN_JOB), plots=False)
+    assert "## Single heads (selection split)\n" in exact and "estimate" not in exact
+
+
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
 def test_the_confirmed_selection_gain_is_the_sets_fullest_row(folder):
     """`select_d_<objective>` is the search's gain of the set over the most examples it saw
@@ -254,7 +288,7 @@ def test_heatmap_has_a_panel_per_side_task_with_its_marks_explained():
                       if not p.get_hatch())
     assert outlined == [(0, 0), (0, 1)]
     legend = " ".join(t.get_text() for lg in fig.legends for t in lg.get_texts())
-    for words in ("outlined: candidate", "hatched: measured on fewer examples",
+    for words in ("outlined: the 2 candidate heads", "hatched: measured on fewer examples",
                   "95 % interval excludes 0"):
         assert words in legend
     # without summary counts the full n is the largest n measured

@@ -100,3 +100,41 @@ def test_gain_vs_size_legend_is_clear_of_the_random_band():
     (ax,) = fig.axes
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, so over no data
+
+
+def _outlined(fig) -> list[tuple[float, float]]:
+    """(head, layer) of the heads outlined on the main panel (black, unfilled squares)."""
+    ax = next(a for a in fig.axes if a.get_xlabel() == "head")
+    return sorted((p.get_x() + 0.5, p.get_y() + 0.5) for p in ax.patches
+                  if not p.get_hatch() and p.get_linewidth() > 1)
+
+
+@pytest.mark.parametrize("strategy,searched", [
+    ("interaction", ["L1H0", "L0H3"]),  # its finalists, not every candidate
+    ("exhaustive", ["L0H0", "L0H1"]),  # the top_m of the candidates
+])
+def test_heatmap_outlines_only_the_heads_the_search_scored_sets_of(strategy, searched):
+    """Issue 47: a quick look outlined 78 candidates as "the search starts from them" while
+    its search used the top 6. The outline is what each strategy's record says it searched."""
+    result = _result(2, 4)
+    result.config = CELConfig(model="m", task="t", objective="accuracy",
+                              strategies=(strategy,), top_m=2)
+    result.summary = {"candidates": ["L0H0", "L0H1", "L1H0", "L1H2", "L0H3"],
+                      "interaction": {"finalists": ["L1H0", "L0H3"]}}
+    fig = heads_heatmap(result)
+    want = sorted((float(int(h[3])), float(int(h[1]))) for h in searched)
+    assert _outlined(fig) == want
+    assert any(f"the 2 heads whose sets the search scored ({strategy}: 2" in t
+               for t in _legend(fig))
+
+
+def test_heatmap_of_attribution_screening_says_it_shows_estimates():
+    """Under a screening method that estimates (its record's `exact` is False), the panels
+    are titled as its estimates, not as removals; under exact screening as removals."""
+    result = _result(2, 4)
+    result.config = CELConfig(model="m", task="t", objective="accuracy", method="attribution")
+    ax = next(a for a in heads_heatmap(result).axes if a.get_xlabel() == "head")
+    assert ax.get_title().startswith("Removing one head, attribution estimate (not measured)")
+    result.config = CELConfig(model="m", task="t", objective="accuracy", method="exact")
+    ax = next(a for a in heads_heatmap(result).axes if a.get_xlabel() == "head")
+    assert ax.get_title().startswith("Removing one head: ")

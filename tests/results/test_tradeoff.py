@@ -32,7 +32,7 @@ from workbench.pipeline import run_cel
 from workbench.results.headline import best_line
 from workbench.results.plots import tradeoff_plot
 from workbench.results.report import clean_lines, console_lines, render_report
-from workbench.results.result import CELResult, mark_best
+from workbench.results.result import CELResult, best_reasons, mark_best
 from workbench.results.tradeoff import SIDE_COLUMNS, gaming_note, side_summary, side_table
 from workbench.scoring.scorer import MaskScorer
 from workbench.stats import Stats, holm, sign_flip_pvalue
@@ -225,6 +225,28 @@ def test_when_every_significant_set_is_gamed_there_is_no_best():
         result, plots=False)
     assert best_line(result).startswith(
         "best set: none: the significant set(s) of size(s) [2] game the objective")
+
+
+def test_why_each_size_is_or_is_not_best():
+    """`best_reasons` (view.html's `why`) names each reason `mark_best` applies."""
+    result = _planted()
+    why = best_reasons(result.confirmation, "logit_diff", result.alpha).tolist()
+    assert why[0] == ("significant and not gamed, but size 3 has a larger selection-split "
+                      "gain and is best")
+    assert why[1].startswith("gamed: raises logit_diff by lowering both answers: accuracy -0.68")
+    assert why[2].startswith("best: significant (p_holm 0.02 < 0.05), not gamed, the largest "
+                             "selection gain among the significant sets")
+    assert why[3] == "not significant (p_holm 0.9 >= 0.05)"
+    # the top candidate significant and clean: the others are "not the top candidate"
+    honest = result.confirmation.assign(d_logprob_p_holm=0.5, d_accuracy_p_holm=0.5)
+    why = best_reasons(honest, "logit_diff", result.alpha).tolist()
+    assert why[1].endswith("not gamed, the top candidate")
+    assert why[0] == ("significant and not gamed, but not the top candidate (size 2, ranked "
+                      "first on the selection split, is best)")
+    # a guarded run's failing guard is a reason of its own (the column's hook)
+    guarded = honest.assign(guarded_p_holm=[0.3, 0.01, 0.01, 0.01])
+    why = best_reasons(guarded, "logit_diff", result.alpha).tolist()
+    assert why[0] == "fails a guard (guarded_p_holm 0.3 >= 0.05)"
 
 
 def _embedded():

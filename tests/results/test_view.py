@@ -26,7 +26,13 @@ import pytest
 from tests.browser import SKIP_REASON, chromium, headless, offline_loads
 from workbench import cli
 from workbench.errors import WorkbenchError
-from workbench.results.view import VIEW_FILE, fmt_cell, interval_columns, write_view
+from workbench.results.view import (
+    VIEW_FILE,
+    fmt_cell,
+    interval_columns,
+    render_view,
+    write_view,
+)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "embedded_main_job"
 TABLES = ("heads", "confirmation", "side_effects", "combos")
@@ -118,12 +124,17 @@ def test_view_holds_every_csv_number_and_no_url(folder):
         csv = pd.read_csv(folder / f"{name}.csv", dtype=str, keep_default_na=False)
         numbers = pd.read_csv(folder / f"{name}.csv")  # as pandas reads the numbers
         rows = page.tables[name]
-        assert page.headers[name] == list(csv.columns)
+        columns = list(csv.columns)
+        if name == "confirmation":  # the page adds why each set is or is not best
+            columns.insert(columns.index("best") + 1, "why")
+        assert page.headers[name] == columns
         assert sorted(i for i, _ in rows) == list(range(len(csv))), name
         assert page.texts[f"{name}-count"].startswith(f"{len(csv)} rows")  # before the script
         for i, cells in rows:
-            assert list(cells) == list(csv.columns)
+            assert list(cells) == columns
             for col, (value, shown, _) in cells.items():
+                if col == "why":
+                    continue
                 assert value == csv.at[i, col], (name, i, col)
                 if value == "":
                     continue
@@ -194,6 +205,49 @@ def test_view_shows_the_attention_rows_of_the_explanation(folder):
     cells = re.findall(r"<td title='([^']*)' data-attention='([^']*)'", text)
     assert [float(w) for _, w in cells] == [r["attention"] for r in rows]
     assert cells[1][0] == "L1H0 -&gt; &#x27;NA&#x27; (position 1): 0.200"  # "NA" is a token
+
+
+def test_view_shows_n_gamed_and_why_by_default(folder):
+    """What decides is in view without "all columns": each effect's n, `gamed`, and why each
+    size's set is or is not called best (issue 47 item 3); a guarded run's p-value too."""
+    page = _parse(write_view(folder).read_text())
+
+    def shown(table: str) -> set[str]:
+        return {col for col, (_, _, cls) in page.tables[table][0][1].items()
+                if "extra" not in cls}
+
+    assert {"why", "gamed", "d_accuracy_n", "p_holm", "n_random"} <= shown("confirmation")
+    assert "d_accuracy_n" in shown("heads") and "d_accuracy_n" in shown("side_effects")
+    why = {cells["size"][0]: cells["why"][1] for _, cells in page.tables["confirmation"]}
+    assert why["3"] == "best: significant (p_holm 0.0003 < 0.05), not gamed, the top candidate"
+    assert why["1"] == why["2"] == ("significant and not gamed, but not the top candidate "
+                                    "(size 3, ranked first on the selection split, is best)")
+    # a guarded run's column is shown, and a failing guard named
+    conf = pd.read_csv(folder / "confirmation.csv", dtype=str, keep_default_na=False)
+    conf["guarded_p_holm"] = ["0.2", "0.001", "0.001"]
+    conf.to_csv(folder / "confirmation.csv", index=False)
+    # rendered from the edited table directly: `write_view` refuses an edited folder
+    run = json.loads((folder / "config.json").read_text())
+    page = _parse(render_view(folder, run, interactive=False))
+    assert "guarded_p_holm" in shown("confirmation")
+    assert page.tables["confirmation"][0][1]["why"][1] == (
+        "fails a guard (guarded_p_holm 0.2 >= 0.05)")
+
+
+def test_view_of_attribution_screening_names_its_estimates(tmp_path):
+    """Under attribution the per-head table is titled and described as estimates, with the
+    measured `exact_d_*` shown beside them; under exact screening it is not."""
+    out = tmp_path / "attr"
+    shutil.copytree(GOLDEN.parent / "tiny_zero_attribution", out)
+    text = write_view(out).read_text()
+    assert "<h2>Per-head table: attribution estimates</h2>" in text
+    assert "not a measured removal" in text
+    page = _parse(text)
+    cells = page.tables["heads"][0][1]
+    assert "extra" not in cells["exact_d_logit_diff"][2]
+    main = tmp_path / "main"
+    shutil.copytree(GOLDEN, main)
+    assert "<h2>Per-head table</h2>" in write_view(main).read_text()
 
 
 def test_view_shows_the_best_combos_when_there_are_many(folder, monkeypatch):

@@ -142,3 +142,33 @@ def test_custom_metric_on_transformer_bridge(tmp_path):
         bridge, tokens, metric=_last_logprob, method="attribution", stats=Stats(n_boot=20)
     )
     assert rank_correlation(att["d_metric"], df["d_metric"]) > 0.5
+
+
+def test_keywords_of_0_1_still_work_with_a_deprecation_warning(attn_model, tiny_task):
+    """`screen_heads(model, task, method="exact", n_boot=50)`, public in 0.1.0, gives what the
+    new spelling gives and warns, naming the replacement (issue 47 item 7): the bootstrap
+    settings moved into `Stats`, the budgets into `Compute`, the race into `ScreenRace`."""
+    import pandas as pd
+
+    from workbench.compute import Compute
+    from workbench.screening.screen import ScreenRace
+
+    with pytest.warns(DeprecationWarning) as caught:
+        old = screen_heads(attn_model, tiny_task, method="exact", n_boot=50, seed=3, ci=0.9,
+                           max_rows=64, progress=False, race_on="logit_diff",
+                           race_rule="pool")
+    new = screen_heads(attn_model, tiny_task, method="exact",
+                       stats=Stats(n_boot=50, seed=3, ci=0.9),
+                       compute=Compute(max_rows=64, progress=False),
+                       race_on=ScreenRace("logit_diff", "pool"))
+    pd.testing.assert_frame_equal(old, new)
+    messages = [str(w.message) for w in caught]
+    assert any("n_boot" in m and "workbench.stats.Stats(n_boot=50)" in m for m in messages)
+    assert any("race_on=ScreenRace('logit_diff')" in m for m in messages)
+    assert all("0.3.0" in m for m in messages)
+    # attributed to the caller (this file), where Python's default filter would show it
+    assert {w.filename for w in caught} == {__file__}
+    # a moved keyword that changes a number does change it, as before
+    with pytest.warns(DeprecationWarning, match="n_boot"):
+        narrow = screen_heads(attn_model, tiny_task, n_boot=20)
+    assert not narrow["d_logit_diff_lo"].equals(new["d_logit_diff_lo"])

@@ -46,8 +46,10 @@ def _cost(inputs: CostInputs, settings) -> tuple[float, float]:
     return 0.0, k + math.comb(k, 2)
 
 
+# certain: its sets are among the first k candidates, which every run has (topped up to top_m)
 TOY = Strategy(NAME, toy_pairs, "singles and pairs among the first k candidates", _cost,
-               ranked=True, settings=(Setting("k", 3, "candidates to pair", low=2),))
+               ranked=True, settings=(Setting("k", 3, "candidates to pair", low=2),),
+               certain=True)
 
 
 @pytest.fixture
@@ -124,6 +126,15 @@ def test_the_toy_strategy_runs_end_to_end_and_scores_exactly(toy, micro):
     raced = prepare_run(model, task, **{**settings, "adaptive": True})
     n = len(raced.select)
     assert_close(stage_forwards(raced)["search"][0], 10 * first_slice(n) / n)
+    # a strategy whose sets depend on screening's outcome counts none at the low end
+    uncertain = dataclasses.replace(TOY, certain=False)
+    unregister(NAME)
+    register(uncertain)
+    try:
+        assert stage_forwards(raced)["search"] == (0.0, 10.0)
+    finally:
+        unregister(NAME)
+        register(TOY)
     result = run_cel(model, task, plots=False, **settings)
     combos = result.combos
     assert set(combos["strategy"]) == {NAME}

@@ -199,3 +199,16 @@ def test_a_byte_order_mark_is_accepted(tmp_path):
     assert with_bom.name == "marked" and with_bom.metric == "logprob"
     assert with_bom.examples == plain.examples
     assert task_fingerprint(with_bom) == task_fingerprint(plain)
+
+
+def test_small_splits_are_named_with_the_smallest_p_value_they_allow():
+    """Below `MIN_SPLIT_EXAMPLES` a split or side task is named, and the note says why: with
+    n held-out examples a one-sided sign-flip p-value is at least 2^-n."""
+    from workbench.tasks.format import MIN_SPLIT_EXAMPLES, small_splits, small_splits_note
+
+    counts = {"select": 2, "heldout": 3, "side": MIN_SPLIT_EXAMPLES}
+    assert small_splits(counts) == {"select": 2, "heldout": 3}
+    note = small_splits_note(small_splits(counts))
+    assert note.startswith("fewer than 10 examples (select 2, heldout 3)")
+    assert "smallest one-sided sign-flip p-value is 0.12" in note  # 2^-3
+    assert small_splits_note({}) == "" and small_splits({"select": 10, "heldout": 40}) == {}

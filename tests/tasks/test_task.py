@@ -75,3 +75,13 @@ def test_option_fields_are_validated_and_stored_as_plain_strings():
     assert task_fingerprint(as_options) == task_fingerprint(as_strings)
     direct = Task(name="t", examples=as_strings.examples, answer_tokens=AnswerTokens.MULTI)
     assert type(direct.answer_tokens) is str and direct.answer_tokens == "multi"
+
+
+def test_first_per_split_of_0_1_still_works_with_a_deprecation_warning(tiny_task):
+    """`Task.first_per_split`, removed for `sample_per_split`, keeps working for 0.2 with a
+    warning that names its replacement: the first `n` examples of each split, in file order."""
+    with pytest.warns(DeprecationWarning, match=r"use Task\.sample_per_split\(n, seed\)"):
+        first = tiny_task.first_per_split(3)
+    for split in ("select", "heldout"):
+        want = [e.id for e in tiny_task.examples if e.split == split][:3]
+        assert [e.id for e in first.examples if e.split == split] == want

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 from workbench.cli.checks import (
@@ -35,7 +36,7 @@ from workbench.cli.checks import (
     use_threads,
 )
 from workbench.config import CELConfig
-from workbench.errors import WorkbenchError
+from workbench.errors import FewExamplesWarning, WorkbenchError
 
 DEFAULT_OUT = "cel_results"
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -157,7 +158,6 @@ def run_cel_command(args) -> int:
     if note:
         print(f"note: {note}", flush=True)
 
-    import pandas as pd
 
     from workbench import distributed, progress
     from workbench.environment import environment, environment_line, thread_choice
@@ -177,8 +177,10 @@ def run_cel_command(args) -> int:
     cfg = model.cfg
     # validated, sampled (--max-examples) and encoded once: the counts printed are the
     # examples the run uses, as fitted to this tokenizer (`workbench.tasks.fit` may drop some)
-    run = prepare_run(model, task, others=others, model_name=model_name,
-                      progress=not args.quiet and distributed.is_main(), **run_options(args))
+    with warnings.catch_warnings(record=True) as caught:  # said in one line below
+        warnings.simplefilter("always", FewExamplesWarning)
+        run = prepare_run(model, task, others=others, model_name=model_name,
+                          progress=not args.quiet and distributed.is_main(), **run_options(args))
     sampled = run.main
     n_sel, n_held = len(run.select), len(run.heldout)
     n_file = len([e for e in sampled.examples if e.split == "select"])
@@ -191,6 +193,11 @@ def run_cel_command(args) -> int:
         f"side tasks: {', '.join(o.name for o in others) or 'none'}",
         flush=True,
     )
+    for w in caught:
+        if issubclass(w.category, FewExamplesWarning):
+            print(f"warning: {w.message}", flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     # the threads and why, the device and the machine: what the timings were measured on
     env = environment(model, thread_choice(args.threads))
     print(f"environment: {environment_line(env)}", flush=True)
@@ -206,46 +213,17 @@ def run_cel_command(args) -> int:
     shown = not args.quiet and distributed.is_main()
     with distributed.rank_out_dir(out) as run_out, progress.tracking(seconds if shown else {}):
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
-    from workbench.results.report import clean_lines, console_lines
+    from workbench.results.headline import explained_line, result_lines, results_line
 
-    print()
-    print("\n".join(clean_lines(result.summary, result.config.objective)))
-    with pd.option_context(
-        "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
-    ):
-        print(result.summary_table().to_string(index=False))
-    significant = result.summary.get("significant_sizes", [])
-    alpha = result.summary.get("alpha", 0.05)
-    print(
-        f"\nheld-out enhancement (one-sided sign-flip p, Holm-corrected across sizes, alpha "
-        f"{alpha:.2g}): "
-        + (f"significant at size(s) {significant}" if significant else "none significant")
-    )
-    guards = result.summary.get("guards")
-    if guards:
-        passing = result.summary.get("passing_sizes", [])
-        print(f"guards ({', '.join(guards)}; rule {result.config.guard_rule}): the search kept "
-              "only sets that pass them on the selection split; held out (one-sided, with the "
-              "objective's test, Holm across sizes) "
-              + (f"passing at size(s) {passing}" if passing else "no set passes"))
-    print("\n".join(console_lines(result)))  # gamed sets, other metrics, side effects
-    from workbench.results.headline import best_line
-
-    print("\n" + best_line(result))
-    if "attribution_rank_correlation" in result.summary:
-        rho = result.summary["attribution_rank_correlation"]
-        print(
-            "attribution vs exact rank correlation: "
-            + ", ".join(f"{k} {v:.3f}" for k, v in rho.items())
-        )
+    print("\n".join(result_lines(result)))
     if not args.no_explain and distributed.is_main() and result.complete:
         from workbench.explain.report import explain_folder
 
         # on the examples the run used (`--max-examples` samples them)
         ex = explain_folder(out, model, sampled, result)
         if ex is not None:
-            print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
-    print(f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)")
+            print(explained_line(str(ex.heads), out))
+    print(results_line(out))
     return 0
 
 

@@ -304,6 +304,10 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
         description="Capability Enhancement Localization on TransformerLens models. "
         "With no subcommand, runs `workbench cel` with its defaults.",
     )
+    import workbench  # its version, a light import (the public names load on first use)
+
+    parser.add_argument("--version", action="version",
+                        version=f"workbench {workbench.__version__}")
     subparsers = parser.add_subparsers(
         dest="command", metavar="{cel,sweep,explain,view,compare,theory,notebooks}"
     )
@@ -332,7 +336,7 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `workbench` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["cel", *argv]  # options without a subcommand are options of `cel`
     args = build_parser(argv[0]).parse_args(argv)
     if getattr(args, "quick", False):  # parsed again with the preset as the defaults

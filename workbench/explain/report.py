@@ -32,7 +32,11 @@ import pandas as pd
 from workbench.explain.attention import role_columns
 from workbench.explain.explanation import HeadExplanation, explain_heads
 from workbench.explain.figures import plot_attention_examples
-from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
+from workbench.results.explanation import (
+    ATTENTION_EXAMPLES_FIGURE,
+    EXPLANATION_DIR,
+    EXPLANATION_FIGURE,
+)
 from workbench.results.result import CELResult
 from workbench.results.store import ResultStore, write_json
 from workbench.results.view import write_view

@@ -13,9 +13,13 @@ from workbench.lazy import lazy_package
 # each module -> the public names it defines
 __getattr__, __dir__, __all__ = lazy_package(globals(), {
     "compare": "COMPARE_FILE compare compare_lines compare_plot save_compare",
+    "explanation": (
+        "ATTENTION_EXAMPLES_FIGURE EXPLANATION_DIR EXPLANATION_FIGURE explanation_section "
+        "load_explanation"
+    ),
     "export": "TIDY_COLUMNS TIDY_FILE single_heads tidy tidy_table",
     "frontier": "FRONTIER_COLUMNS FRONTIER_FILE frontier_table guard_lines",
-    "headline": "COLLAPSE_SHARE best_line collapsed",
+    "headline": "COLLAPSE_SHARE best_line collapsed explained_line result_lines results_line",
     "fingerprint": "DIGITS digest file_digest model_fingerprint task_fingerprint",
     "interactive": "attention_rows_html heatmap_figure interactive_available offline",
     "plots": (
@@ -23,8 +27,7 @@ __getattr__, __dir__, __all__ = lazy_package(globals(), {
         "side_effects_bars tradeoff_plot"
     ),
     "report": (
-        "ATTENTION_EXAMPLES_FIGURE EXPLANATION_DIR EXPLANATION_FIGURE REPORT_FILE "
-        "clean_lines console_lines explanation_section load_explanation render_report "
+        "REPORT_FILE clean_lines console_lines render_report "
         "split_order tradeoff_summary write_report"
     ),
     "result": "CELResult RESULT_VERSION flagged_heads mark_best select_n",

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.results.store import read_folder
+from workbench.screening.registry import screening_estimate
 from workbench.search.candidates import set_record
 
 TIDY_FILE = "tidy.csv"
@@ -170,25 +171,31 @@ def single_heads(result, metrics: tuple[str, ...] | None = None) -> pd.DataFrame
 
     Returns:
         A per-head table: `layer, head, head_name`, then for each metric `d_<m>`, `d_<m>_lo`,
-        `d_<m>_hi`, `d_<m>_n` (the selection examples screening measured it on), then
+        `d_<m>_hi`, `d_<m>_n` (the selection examples screening measured it on) and, where an
+        estimating screen was checked, `exact_d_<m>` (the head removed alone, measured), then
         `search_d_<objective>` and `search_n`: the objective's gain of the head alone as the
-        search scored it on more selection examples than screening did (NaN and <NA> where
-        it did not), then `candidate` and `candidate_rank` where the table has them. The
-        counts are nullable integers.
+        search scored it on more selection examples than screening did, or on any number
+        where screening only estimated it and was not checked (NaN and <NA> where it did
+        not), then `candidate`
+        and `candidate_rank` where the table has them. The counts are nullable integers.
     """
     heads, cfg = result.heads, result.config
     obj = cfg.objective
     metrics = metrics or tuple(m for m in (obj, cfg.secondary) if m)
     cols = ["layer", "head", "head_name"]
     for m in metrics:
-        cols += [c for c in (f"d_{m}", f"d_{m}_lo", f"d_{m}_hi", f"d_{m}_n") if c in heads]
+        cols += [c for c in (f"d_{m}", f"d_{m}_lo", f"d_{m}_hi", f"d_{m}_n", f"exact_d_{m}")
+                 if c in heads]
     out = heads[cols].copy()
     search = np.full(len(out), np.nan)
     search_n = np.full(len(out), np.nan)
+    # a screening estimate (attribution) is no measurement: without its exact check the
+    # search's is shown wherever it exists; an exact screen's only where it rests on more
+    estimated = bool(screening_estimate(cfg.method)) and f"exact_d_{obj}" not in heads
     if not result.combos.empty and f"d_{obj}_n" in heads:
         for i, (name, n) in enumerate(zip(heads["head_name"], heads[f"d_{obj}_n"], strict=True)):
             row = set_record(result.combos, name)
-            if row is not None and "n" in row and int(row["n"]) > n:
+            if row is not None and "n" in row and (int(row["n"]) > n or estimated):
                 search[i], search_n[i] = float(row[f"d_{obj}"]), int(row["n"])
     out[f"search_d_{obj}"] = search
     out["search_n"] = search_n

@@ -16,6 +16,7 @@ import math
 import pandas as pd
 
 from workbench.guards import parse_guards
+from workbench.tables import markdown_table
 
 FRONTIER_FILE = "frontier.csv"
 FRONTIER_COLUMNS = ("guard", "size", "heads", "objective", "gain", "guard_change", "feasible",
@@ -76,10 +77,5 @@ def guard_lines(result) -> list[str]:
         lines += ["", "What enhancement costs (`frontier.csv`): for each guard, the sets no "
                   "other set beats on both the gain and the guard's change (selection split; "
                   "from the least guard loss down):", ""]
-        shown = table.groupby("guard", sort=False).head(8)
-        lines += ["| " + " | ".join(shown.columns) + " |",
-                  "|" + "---|" * len(shown.columns)]
-        for r in shown.itertuples(index=False):
-            lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v)
-                                           for v in r) + " |")
+        lines += markdown_table(table.groupby("guard", sort=False).head(8))
     return lines

@@ -12,6 +12,7 @@ and what might find an enhancement instead.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -99,3 +100,49 @@ def best_line(result) -> str:
         f"best set: none: no significant enhancement (p_holm >= {result.alpha:.2g} at every "
         f"size); top candidate: {tops}{_costs(result, tops)} ({baseline})"
     )
+
+
+def result_lines(result) -> list[str]:
+    """What `workbench cel` prints when a run ends, before the explanation: the clean scores,
+    the confirmation table, the significant sizes, the guards' verdict, gamed sets, the other
+    metrics, side effects and the best set. The README's example output is these lines of the
+    embedded main job's golden folder (`tests/test_readme.py`)."""
+    from workbench.results.report import clean_lines, console_lines
+
+    lines = ["", *clean_lines(result.summary, result.config.objective, result.config.others)]
+    with pd.option_context(
+        "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
+    ):
+        lines.append(result.summary_table().to_string(index=False))
+    significant = result.summary.get("significant_sizes", [])
+    alpha = result.summary.get("alpha", 0.05)
+    lines.append(
+        f"\nheld-out enhancement (one-sided sign-flip p, Holm-corrected across sizes, alpha "
+        f"{alpha:.2g}): "
+        + (f"significant at size(s) {significant}" if significant else "none significant")
+    )
+    guards = result.summary.get("guards")
+    if guards:
+        passing = result.summary.get("passing_sizes", [])
+        lines.append(
+            f"guards ({', '.join(guards)}; rule {result.config.guard_rule}): the search kept "
+            "only sets that pass them on the selection split; held out (one-sided, with the "
+            "objective's test, Holm across sizes) "
+            + (f"passing at size(s) {passing}" if passing else "no set passes"))
+    lines += console_lines(result)  # gamed sets, other metrics, side effects
+    lines.append("\n" + best_line(result))
+    if "attribution_rank_correlation" in result.summary:
+        rho = result.summary["attribution_rank_correlation"]
+        lines.append("attribution vs exact rank correlation: "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in rho.items()))
+    return lines
+
+
+def explained_line(heads: str, out: Path) -> str:
+    """The line naming where the explanation of `heads` was written."""
+    return f"explanation of {heads}: {out}/report.md, {out}/explanation/"
+
+
+def results_line(out: Path) -> str:
+    """The last line of `workbench cel`: where the results are."""
+    return f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)"

@@ -6,8 +6,9 @@ calling this module changes no global state (no backend switch, no style) and wo
 - `heads_heatmap`: layer x head maps of the single-head effect (red = removal helps): the
   objective on the selection split, and one panel per side task; a dot where the interval
   excludes 0, hatching where racing measured the head on fewer examples than the split
-  holds, candidates outlined and the best set starred (the top candidate crossed when no
-  set is significant), all said in the legend;
+  holds, the heads the search scored sets of outlined and the best set starred (the top
+  candidate crossed when no set is significant), all said in the legend, and titled as
+  estimates where the screening method estimates;
 - `gain_vs_size`: the held-out gain of the best set of each size with its bootstrap interval,
   next to the selection-split gain and the mean / 95th percentile of random sets (the legend
   sits beside the axes, clear of the random band);
@@ -31,6 +32,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from workbench.results.tradeoff import GUARD_METRICS
+from workbench.screening.registry import screening_estimate
+from workbench.search.registry import searched_heads
 from workbench.tables import table_to_matrix
 
 
@@ -42,8 +45,11 @@ def heads_heatmap(result) -> Figure:
     wrong answer the side task lacks). In every panel a dot marks a head whose interval
     excludes 0, and hatching a head measured on fewer examples than the split holds (racing
     stopped it early; `workbench.results.export.single_heads` gives each `n`). On the main panel
-    the candidates are outlined and the best set starred (the top candidate crossed when no
-    set is significant). The legend below says so.
+    the heads whose sets the search scored are outlined (`searched_heads`: the interaction
+    search's finalists, exhaustive's top `top_m` candidates) and the best set starred (the top
+    candidate crossed when no set is significant). Under a screening method that estimates
+    (`ScreenMethod.exact` False: attribution) the titles and the colour bar say the effects
+    are its estimates. The legend below says so.
     """
     panels = heatmap_panels(result)
     width = max(5.0, 1.5 + 0.45 * _n_heads(result))
@@ -58,13 +64,21 @@ def heads_heatmap(result) -> Figure:
     handles = {}
     for ax, panel in zip(axes, panels, strict=True):
         handles.update(_heat_panel(fig, ax, result, panel))
-    if "candidate" in result.heads:
-        cand = result.heads[result.heads["candidate"].astype(bool)]
-        for layer, head in zip(cand["layer"], cand["head"], strict=True):
-            axes[0].add_patch(_rect(head, layer))
-        if len(cand):
-            handles["outline"] = (_rect(0, 0), "outlined: candidate heads (the search starts "
-                                  "from them; main task only)")
+    searched = searched_heads(result.summary, result.config)
+    names = {h for heads in searched.values() for h in heads}
+    what = "; ".join(f"{name}: {len(heads)}" for name, heads in searched.items())
+    text = "heads whose sets the search scored ({}; main task only)"
+    if not names and "candidate" in result.heads:  # a folder without the search's notes
+        names = set(result.heads.loc[result.heads["candidate"].astype(bool), "head_name"])
+        text = "candidate heads (the folder does not say which the search scored{}; main " \
+               "task only)"
+        what = ""
+    outlined = result.heads[result.heads["head_name"].isin(names)]
+    for layer, head in zip(outlined["layer"], outlined["head"], strict=True):
+        axes[0].add_patch(_rect(head, layer))
+    if len(outlined):
+        handles["outline"] = (_rect(0, 0), f"outlined: the {len(outlined)} "
+                              + text.format(what))
     best = _mark_best(axes[0], result)
     if best is not None:
         handles["best"] = best
@@ -109,7 +123,9 @@ def _heat_panel(fig, ax, result, panel: dict) -> dict:
     m = table_to_matrix(heads, panel["value"])
     lim = float(np.nanmax(np.abs(m))) if np.isfinite(m).any() else 1.0
     im = ax.imshow(m, cmap="RdBu_r", vmin=-lim or -1, vmax=lim or 1, aspect="auto")
-    fig.colorbar(im, ax=ax, label=f"d_{panel['metric']} (ablated - clean)")
+    estimate = screening_estimate(result.config.method)
+    fig.colorbar(im, ax=ax, label=f"d_{panel['metric']} (ablated - clean)"
+                 + (f", {estimate}" if estimate else ""))
     entries = {}
     if panel["n"] in heads and panel["full_n"]:
         short = heads[heads[panel["n"]].astype(float) < float(panel["full_n"])]
@@ -134,7 +150,9 @@ def _heat_panel(fig, ax, result, panel: dict) -> dict:
         axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(f"Removing one head: {panel['title']}", fontsize=9)
+    what = (f"Removing one head, {estimate} (not measured)" if estimate else
+            "Removing one head")
+    ax.set_title(f"{what}: {panel['title']}", fontsize=9)
     return entries
 
 

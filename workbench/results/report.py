@@ -17,14 +17,17 @@ the dependency runs one way.
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from workbench.environment import environment_line
+from workbench.results.explanation import (
+    EXPLANATION_DIR,
+    explanation_section,
+)
 from workbench.results.export import TIDY_FILE, single_heads, tidy_table
 from workbench.results.frontier import FRONTIER_FILE, frontier_table, guard_lines
 from workbench.results.store import write_text
@@ -35,17 +38,14 @@ from workbench.results.tradeoff import (
     main_metrics_table,
     side_table,
 )
-from workbench.tables import load_table, save_table
+from workbench.screening.registry import screening_estimate
+from workbench.tables import markdown_table, save_table
+from workbench.tasks.format import small_splits_note
 
 REPORT_FILE = "report.md"
 # the line under the timings that says what they were measured on (`workbench.environment`);
 # a golden comparison leaves it out with the timings (`tests/golden.py`)
 ENVIRONMENT_PREFIX = "Environment:"
-EXPLANATION_DIR = "explanation"
-EXPLANATION_FIGURE = "explanation.png"
-ATTENTION_EXAMPLES_FIGURE = "attention_examples.png"
-# the tables of `explanation/` the report section reads back
-_SECTION_TABLES = ("roles", "comparison_roles", "dla_summary", "outcomes", "removal")
 
 
 def write_report(result, folder: str | Path, plots: bool = True) -> None:
@@ -96,15 +96,17 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             f"Examples: {n.get('select')} for selection, {n.get('heldout')} held out "
             "(no example in both)."
         )
+    if s.get("few_examples"):
+        lines.append(f"**Few examples:** {small_splits_note(s['few_examples'])}.")
     if s.get("clean"):
         lines.append("")
         lines.append("Clean model:")
         lines.append("")
         clean = {k: s["clean"][k] for k in split_order(s["clean"])}
-        lines += _markdown(pd.DataFrame(clean).T.reset_index(names="split/task"))
+        lines += markdown_table(pd.DataFrame(clean).T.reset_index(names="split/task"))
     if not result.confirmation.empty:
         lines += ["", "## Best head sets, confirmed on held-out examples", ""]
-        lines += _markdown(result.summary_table())
+        lines += markdown_table(result.summary_table())
         lines.append("")
         sig = s.get("significant_sizes")
         if sig is not None:
@@ -139,7 +141,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             n_held = s.get("n_examples", {}).get("heldout")
             lines += ["", "Every other metric of the main task, held out (the same sets"
                       + (f" and {n_held} examples" if n_held else "") + "):", ""]
-            lines += _markdown(others)
+            lines += markdown_table(others)
             lines += ["", f"Each change has its {int(cfg.ci * 100)} % paired bootstrap interval; "
                       "`p_holm` is the two-sided sign-flip p-value of any change, Holm-corrected "
                       "across sizes. `gamed` marks a set whose objective rises while "
@@ -148,7 +150,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
     lines += guard_lines(result)
     if not result.side_effects.empty:
         lines += ["", "## Side effects on other tasks", ""]
-        lines += _markdown(side_table(result.side_effects))
+        lines += markdown_table(side_table(result.side_effects))
         lines += ["", "Each side task in its own metrics: accuracy and log-prob always, "
                   "`logit_diff` and `prob_diff` only where the task has a wrong answer. `d` is "
                   f"the change (ablated - clean) over the task's `n` examples with its "
@@ -157,7 +159,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
                   "Holm-corrected across all side rows, per metric."]
     if not result.tradeoff.empty:
         lines += ["", "## The trade-off: gain here, change elsewhere", ""]
-        lines += _markdown(tradeoff_summary(result.tradeoff))
+        lines += markdown_table(tradeoff_summary(result.tradeoff))
         lines += ["", f"For each confirmed set, its held-out gain in `{obj}` with its interval "
                   "and its change on each side task with its interval (over all held-out "
                   "examples and all of the side task's: `gain_n`, `side_n` in `tradeoff.csv`), "
@@ -166,7 +168,10 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
                   "(`n_random`, `n_pool`: how many; every one of them, with its intervals, is "
                   "in `tradeoff.csv`" + (" and the plot `tradeoff.png`)." if plots else ").")]
     if not result.heads.empty:
-        lines += ["", "## Single heads (selection split)", "", *_single_head_lines(result)]
+        estimate = screening_estimate(cfg.method)
+        lines += ["", "## Single heads (selection split)" + (f": {estimate}s, not measured"
+                                                             if estimate else ""),
+                  "", *_single_head_lines(result)]
     if s.get("attribution_rank_correlation"):
         rho = s["attribution_rank_correlation"]
         lines += [
@@ -209,17 +214,33 @@ def _single_head_lines(result) -> list[str]:
         table = table.sort_values("candidate_rank")
     table = table.head(10).rename(columns={f"d_{obj}_n": "n"})
     searched = bool(table[f"search_d_{obj}"].notna().any())
-    cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "n",
+    cols = ["head_name", f"d_{obj}", f"d_{obj}_lo", f"d_{obj}_hi", "n", f"exact_d_{obj}",
             *([f"d_{cfg.secondary}"] if cfg.secondary else []),
             *([f"search_d_{obj}", "search_n"] if searched else []), "candidate_rank"]
-    lines = _markdown(table[[c for c in cols if c in table]])
+    lines = markdown_table(table[[c for c in cols if c in table]])
     n_select = result.summary.get("n_examples", {}).get("select")
     of = f" of the {n_select}" if n_select else ""
-    also = f" and `d_{cfg.secondary}` are the effects" if cfg.secondary else " is the effect"
-    text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){also} of removing the head "
-            f"alone, over its `n`{of} selection examples: racing stops a head once its rank "
-            "is decided, so a clearly helpful or harmful head rests on a first slice.")
-    if searched:
+    estimate = screening_estimate(cfg.method)
+    if estimate:  # the method's record says it estimates: say so, and what was measured
+        are = f" and `d_{cfg.secondary}` are" if cfg.secondary else " is"
+        text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){are} **{estimate}s** "
+                f"of removing the head alone ({cfg.method} screening), over its `n`{of} "
+                "selection examples: a first-order approximation, not a measured removal, "
+                "and it can be far from the measured effect.")
+        if f"exact_d_{obj}" in table:
+            text += (f" `exact_d_{obj}` is the head removed alone, measured on every selection "
+                     "example (the estimate's exact check).")
+    else:
+        also = f" and `d_{cfg.secondary}` are the effects" if cfg.secondary else " is the effect"
+        text = (f"`d_{obj}` (with its {int(cfg.ci * 100)} % interval){also} of removing the "
+                f"head alone, over its `n`{of} selection examples: racing stops a head once "
+                "its rank is decided, so a clearly helpful or harmful head rests on a first "
+                "slice.")
+    if searched and estimate:
+        text += (f" `search_d_{obj}` is the head removed alone as the search measured it, over "
+                 f"`search_n` examples (the value the confirmation's `select_d_{obj}` shows "
+                 "for it).")
+    elif searched:
         text += (f" Where the search later scored the head alone on more examples, "
                  f"`search_d_{obj}` is that gain over `search_n` examples (the value the "
                  f"confirmation's `select_d_{obj}` shows for it).")
@@ -271,11 +292,12 @@ def console_lines(result) -> list[str]:
     return lines
 
 
-def clean_lines(summary: dict, objective: str) -> list[str]:
+def clean_lines(summary: dict, objective: str, others: Sequence[str] = ()) -> list[str]:
     """The command line's clean scores: the objective on every split and task it applies
-    to, then each task it does not apply to (no wrong answer) in its own metrics."""
+    to, then each task it does not apply to (no wrong answer) in its own metrics; the side
+    tasks in the order `others` gives (else as recorded)."""
     clean = summary.get("clean", {})
-    order = split_order(clean)
+    order = split_order(clean, others)
     has = [k for k in order if _finite(clean[k].get(objective))]
     lines = [f"clean {objective}: " + ", ".join(f"{k} {clean[k][objective]:.3f}" for k in has)]
     for k in order:
@@ -289,12 +311,12 @@ def _finite(v) -> bool:
     return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def split_order(clean: dict) -> list[str]:
+def split_order(clean: dict, others: Sequence[str] = ()) -> list[str]:
     """The keys of a run's clean scores in report order: `select`, then `heldout`, then the
-    side tasks in their recorded order."""
-    return [k for k in ("select", "heldout") if k in clean] + [
-        k for k in clean if k not in ("select", "heldout")
-    ]
+    side tasks in the order `others` gives, then any other in their recorded order (a run
+    records them in its config's order; a JSON copy with sorted keys does not)."""
+    first = [k for k in ("select", "heldout", *others) if k in clean]
+    return first + [k for k in clean if k not in first]
 
 
 def _model_title(result) -> str:
@@ -353,149 +375,3 @@ def _best_sentence(result) -> str:
     return "**Best set:** none."
 
 
-def _fmt(v) -> str:
-    if v is pd.NA:  # a missing count of a nullable integer column
-        return ""
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.4g}"
-    return str(v)
-
-
-def _markdown(df: pd.DataFrame) -> list[str]:
-    """`df` as the lines of a Markdown table (floats to 4 significant digits)."""
-    if df.empty:
-        return ["(none)"]
-    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return [header, rule, *rows]
-
-
-# The explanation section, from the tables `explain_folder` saved.
-
-
-def load_explanation(folder: str | Path) -> tuple[dict, dict[str, pd.DataFrame]] | None:
-    """`(config, tables)` of `folder/explanation/`, or None when it is missing or partial."""
-    target = Path(folder) / EXPLANATION_DIR
-    try:
-        config = json.loads((target / "config.json").read_text(encoding="utf-8"))
-        tables = {n: _read(target / f"{n}.csv") for n in _SECTION_TABLES}
-    except (OSError, ValueError):
-        return None
-    return config, tables
-
-
-def _read(path: Path) -> pd.DataFrame:
-    try:
-        return load_table(path)
-    except pd.errors.EmptyDataError:  # an empty table (no comparison heads)
-        return pd.DataFrame()
-
-
-def explanation_section(folder: str | Path, result) -> list[str] | None:
-    """The Markdown lines of the report's explanation section, from `folder/explanation/`;
-    None when there is none, or it explains another set than the result's best (or top
-    candidate)."""
-    loaded = load_explanation(folder)
-    if loaded is None:
-        return None
-    config, t = loaded
-    explained = result.best or result.top_candidate
-    if config.get("heads") != ",".join(explained):
-        return None
-    significant = bool(config.get("significant", True))
-    lines = [
-        f"## What the {'best set' if significant else 'top candidate'}'s heads do "
-        f"({config.get('split')} split, {config.get('n_examples')} examples)",
-        "",
-    ]
-    if not significant:
-        lines += [f"> **Not significant.** {config.get('note', '')}. Read what follows as a "
-                  "description of those heads, not of an established enhancement.", ""]
-    lines.append(
-        f"Heads {config['heads']}, explained with {config.get('kind')} ablation; comparison "
-        f"heads {config.get('comparison') or '(none)'} are random heads of the same layers "
-        "that were not removed. Attention is the mean fraction of the head's attention from "
-        "the answer position on each token role; `dla_diff` is the head's direct logit "
-        "attribution onto the answer minus the wrong answer (nats, through the final layer "
-        "norm at its clean scale), with its standard error over examples."
-    )
-    lines += ["", *_head_table(t)]
-    lines += ["", *_removal_lines(t)]
-    lines += ["", *_reading(t), "", f"![explanation]({EXPLANATION_FIGURE})"]
-    if (Path(folder) / ATTENTION_EXAMPLES_FIGURE).is_file():
-        lines += ["", "### Attention on single examples", "", "Each panel is one example (its "
-                  "outcome in brackets): the attention from the answer position of every removed "
-                  "head (top rows) and comparison head (below the white line) over the prompt's "
-                  "tokens; the numbers are in `explanation/attention_examples.csv`.", "",
-                  f"![attention on single examples]({ATTENTION_EXAMPLES_FIGURE})"]
-    return lines
-
-
-def _role_columns(df: pd.DataFrame) -> list[str]:
-    """The `attn_<role>` columns of a saved roles table (the schema of
-    `workbench.explain.attention.summarize_attention`, read from the file)."""
-    return [c for c in df.columns if c.startswith("attn_")]
-
-
-def _head_table(t: dict[str, pd.DataFrame]) -> list[str]:
-    roles = pd.concat(
-        [t["roles"].assign(group="removed"), t["comparison_roles"].assign(group="comparison")]
-        if not t["comparison_roles"].empty else [t["roles"].assign(group="removed")],
-        ignore_index=True,
-    )
-    dla = t["dla_summary"][["head_name", "dla_correct", "dla_wrong", "dla_diff", "dla_diff_se"]]
-    table = roles.merge(dla, on="head_name", how="left")
-    shares = [*_role_columns(table), "entropy"]
-    table[shares] = table[shares].astype(float).round(3)  # fractions; 4 significant digits
-    # of 4e-06 say nothing more than 0.000
-    cols = ["head_name", "group", "top_role", *_role_columns(table), "entropy", "dla_diff",
-            "dla_diff_se", "dla_correct", "dla_wrong", "top_tokens"]
-    return _markdown(table[[c for c in cols if c in table]])
-
-
-def _removal_lines(t: dict[str, pd.DataFrame]) -> list[str]:
-    outcomes, removal = t["outcomes"], t["removal"]
-    lines = []
-    if not outcomes.empty and "outcome" in outcomes:
-        counts = outcomes["outcome"].value_counts()
-        lines.append(
-            f"Removing the whole set fixes {int(counts.get('fixed', 0))} examples (wrong -> "
-            f"right), breaks {int(counts.get('broken', 0))} and leaves "
-            f"{int(counts.get('unchanged', 0))} alone."
-        )
-    if not removal.empty:
-        g = removal.groupby("head_name", sort=True)[
-            ["delta_logit_diff", "direct_effect", "indirect_effect"]].mean()
-        parts = [
-            f"{name}: {r.delta_logit_diff:+.3g} (direct {r.direct_effect:+.3g}, through later "
-            f"layers {r.indirect_effect:+.3g})" for name, r in g.iterrows()
-        ]
-        lines.append("Removing one head alone changes the answer-minus-wrong logit difference "
-                     "by, on average (nats): " + "; ".join(parts) + ".")
-    return lines
-
-
-def _reading(t: dict[str, pd.DataFrame]) -> list[str]:
-    """One sentence per removed head, from the numbers above (no interpretation beyond
-    them)."""
-    roles, comp, dla = t["roles"], t["comparison_roles"], t["dla_summary"]
-    comp_dla = dla[dla["head_group"] != "removed"]["dla_diff"] if "head_group" in dla else []
-    comp_mean = float(np.mean(comp_dla)) if len(comp_dla) else float("nan")
-    out = []
-    for r in roles.itertuples():
-        share = getattr(r, f"attn_{r.top_role}", float("nan"))
-        d = dla[dla["head_name"] == r.head_name]
-        line = (f"- **{r.head_name}** attends mostly to `{r.top_role}` ({share:.2f} of its "
-                "attention)")
-        if not d.empty:
-            diff = float(d["dla_diff"].iloc[0])
-            side = "the wrong answer" if diff < 0 else "the answer"
-            line += f" and directly pushes toward {side} (`dla_diff` {diff:+.3g}"
-            line += f"; comparison heads {comp_mean:+.3g})" if np.isfinite(comp_mean) else ")"
-        out.append(line + ".")
-    if not comp.empty:
-        top = comp["top_role"].value_counts()
-        out.append(f"- Comparison heads attend mostly to `{top.index[0]}` "
-                   f"({int(top.iloc[0])} of {len(comp)}).")
-    return out

@@ -36,6 +36,7 @@ missing or changed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,9 +51,12 @@ from workbench.results.store import (
     CONFIG_FILE as CONFIG_FILE,  # re-exported: sweep.py reads it here
 )
 from workbench.results.store import TABLES, ResultStore, read_folder
-from workbench.results.tradeoff import gamed
+from workbench.results.tradeoff import gamed, gaming_note
 
 RESULT_VERSION = 2
+# a guarded run's Holm-corrected p-value of its guards, per confirmed set: where a
+# confirmation table has it, a set whose guard fails (>= alpha) is said to fail it
+GUARD_COLUMN = "guarded_p_holm"
 
 
 def _empty() -> pd.DataFrame:
@@ -190,7 +194,7 @@ class CELResult:
 
     def report(self, plots: bool = True, explanation: list[str] | None = None) -> str:
         """A short Markdown report of the run; `explanation`: the Markdown lines of the
-        explanation section (`workbench.results.report.explanation_section`), if any
+        explanation section (`workbench.results.explanation.explanation_section`), if any
         (`workbench.results.report.render_report`)."""
         return render_report(self, plots=plots, explanation=explanation)
 
@@ -219,6 +223,48 @@ def mark_best(confirmation: pd.DataFrame, objective: str, alpha: float) -> pd.Da
         best = c.index == gains.astype(float).idxmax()  # first maximum: rows go by size
     c["best"] = pd.Series(best, index=c.index).astype(bool)
     return c
+
+
+def best_reasons(confirmation: pd.DataFrame, objective: str, alpha: float) -> pd.Series:
+    """Why each confirmed set is, or is not, called best: `mark_best`'s rule in words, one
+    string per row (`view.html`'s `why` column). A set that is not best is not significant
+    (`p_holm >= alpha`), gamed (what it games, `workbench.results.tradeoff.gaming_note`),
+    failing a guard (`GUARD_COLUMN`, where the table has it), or, significant and clean, not
+    the set chosen (the top candidate, or the largest selection gain): each that applies."""
+    c = mark_best(confirmation, objective, alpha)
+    if c.empty or "best" not in c:
+        return pd.Series([""] * len(c), index=c.index, dtype=object)
+    chosen = c.loc[c["best"], "size"].tolist()
+    reasons = []
+    for _, row in c.iterrows():
+        p = float(row.get("p_holm", math.nan))
+        significant = p < alpha  # False for NaN
+        guard = float(row.get(GUARD_COLUMN, math.nan))
+        if row["best"]:
+            how = ("the top candidate" if row["top_candidate"] else
+                   "the largest selection gain among the significant sets (the top candidate "
+                   "is not significant or is gamed)")
+            reasons.append(f"best: significant (p_holm {p:.2g} < {alpha:.2g}), not gamed, {how}")
+            continue
+        parts = []
+        if not significant:
+            parts.append(f"not significant (p_holm {p:.2g} >= {alpha:.2g})" if p == p else
+                         "not significant (no p_holm)")
+        if row["gamed"]:
+            parts.append("gamed: " + (gaming_note(row, objective, alpha) or f"{objective} rises "
+                                      "while accuracy or log-prob falls significantly"))
+        if guard >= alpha:
+            parts.append(f"fails a guard ({GUARD_COLUMN} {guard:.2g} >= {alpha:.2g})")
+        if not parts and chosen:
+            top = bool(c.loc[c["best"], "top_candidate"].iloc[0])
+            parts.append(f"significant and not gamed, but not the top candidate (size "
+                         f"{chosen[0]}, ranked first on the selection split, is best)" if top
+                         else f"significant and not gamed, but size {chosen[0]} has a larger "
+                         "selection-split gain and is best")
+        if not parts:
+            parts.append("significant and not gamed, but no set is best")
+        reasons.append("; ".join(parts))
+    return pd.Series(reasons, index=c.index, dtype=object)
 
 
 def select_n(combos: pd.DataFrame, heads: str, gain: float, objective: str) -> int | None:

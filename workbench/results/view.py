@@ -24,8 +24,11 @@ token (`attention_rows_html`, plain HTML, no extra needed).
 
 A cell shows its number to 4 significant digits (integers in full); the CSV's exact text is in
 the cell's `data-value` (what sorting compares) and its tooltip. An effect with an interval
-(`d_accuracy` with `d_accuracy_lo`, `d_accuracy_hi`) shows as `value [lo, hi]`; columns the
-page hides at first (standard errors, counts, side tasks' other metrics) appear with the
+(`d_accuracy` with `d_accuracy_lo`, `d_accuracy_hi`) shows as `value [lo, hi]`, beside the
+number of examples it rests on (`d_<objective>_n`); the confirmation says why each size's set
+is or is not called best (`why`: not significant, gamed, failing a guard, or not the set
+chosen; `workbench.results.result.best_reasons`) next to `gamed`. Columns the page hides at
+first (standard errors, other metrics' counts, side tasks' other metrics) appear with the
 "all columns" box. The text is written as ASCII, other characters as HTML character
 references, so the file reads the same whatever the locale's encoding.
 """
@@ -40,6 +43,11 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.results.explanation import (
+    ATTENTION_EXAMPLES_FIGURE,
+    EXPLANATION_DIR,
+    EXPLANATION_FIGURE,
+)
 from workbench.results.frontier import FRONTIER_FILE
 from workbench.results.interactive import (
     attention_rows_html,
@@ -48,8 +56,10 @@ from workbench.results.interactive import (
     offline,
     require,
 )
-from workbench.results.report import ATTENTION_EXAMPLES_FIGURE, EXPLANATION_DIR, EXPLANATION_FIGURE
+from workbench.results.result import GUARD_COLUMN, best_reasons
 from workbench.results.store import read_folder, write_text
+from workbench.screening.registry import screening_estimate
+from workbench.tasks.format import small_splits_note
 
 VIEW_FILE = "view.html"
 # the plots in the order the report shows them; any other PNG of the folder follows
@@ -97,14 +107,19 @@ def render_view(folder: Path, run: dict, interactive: bool = False) -> str:
             _settings(cfg, run.get("summary", {}), tables["confirmation"])]
     conf = tables["confirmation"]
     metrics = _metrics(conf if conf is not None else tables["heads"], objective)
+    alpha = float(run.get("summary", {}).get("alpha", 1.0 - float(cfg.get("ci", 0.95))))
+    conf = _with_reasons(folder, conf, objective, alpha)
     body += _section("Found sets, confirmed on held-out examples", "confirmation", conf,
-                     _confirmation_columns(metrics), None,
+                     _confirmation_columns(metrics, conf), None,
                      f"The best set of each size from the search, re-scored on the held-out "
                      f"split: gain in each metric (ablated - clean) with its bootstrap "
-                     f"interval, the one-sided p-value of a gain in `{objective}` and its Holm "
-                     "correction across sizes, and where it falls among random sets of the "
-                     "same size (`percentile`: any heads; `pool_percentile`: heads that do not "
-                     "clearly hurt).")
+                     f"interval over `d_{objective}_n` held-out examples, the one-sided p-value "
+                     f"of a gain in `{objective}` and its Holm correction across sizes, and "
+                     "where it falls among random sets of the same size (`percentile`: any "
+                     "heads; `pool_percentile`: heads that do not clearly hurt). `why` says "
+                     f"why a size's set is or is not called best: only a set with `p_holm` < "
+                     f"{alpha:.2g} that is not `gamed` (its objective rising while accuracy or "
+                     "log-prob falls) can be.")
     body += _section("Side effects on the other tasks", "side_effects", tables["side_effects"],
                      _side_columns(metrics), None,
                      "The same sets on each side task, in that task's metrics, with intervals "
@@ -118,11 +133,16 @@ def render_view(folder: Path, run: dict, interactive: bool = False) -> str:
                          "split), from the least guard loss down; `feasible` sets passed every "
                          "guard there.")
     heads = tables["heads"]
-    body += _section("Per-head table", "heads", heads, _head_columns(heads, metrics, objective),
-                     (f"d_{objective}", True),
-                     "Removing one head alone, on the selection split: one row per head; "
-                     "positive means removing it helps. Sorted by the objective's effect; "
-                     "click a header to sort by another column.")
+    estimate = screening_estimate(cfg.get("method", "exact"))
+    what = (f"{estimate.capitalize()}s of removing one head alone ({cfg.get('method')} "
+            "screening: a first-order approximation, not a measured removal; `exact_d_*`, "
+            "where present, are the measured effects)" if estimate else
+            "Removing one head alone")
+    body += _section("Per-head table" + (f": {estimate}s" if estimate else ""), "heads", heads,
+                     _head_columns(heads, metrics, objective), (f"d_{objective}", True),
+                     f"{what}, on the selection split: one row per head; positive means "
+                     "removing it helps. Sorted by the objective's effect; click a header to "
+                     "sort by another column.")
     if interactive:
         body += _heatmap(folder, run, conf)
     body += _explanation(folder / EXPLANATION_DIR)
@@ -202,21 +222,40 @@ def _metrics(df: pd.DataFrame | None, objective: str) -> list[str]:
     return [objective] + [m for m in found if m != objective]
 
 
-def _confirmation_columns(metrics: list[str]) -> list[str]:
+def _with_reasons(folder: Path, conf: pd.DataFrame | None, objective: str,
+                  alpha: float) -> pd.DataFrame | None:
+    """The confirmation's text cells with `why` (`best_reasons`) after `best`."""
+    if conf is None or conf.empty or "best" not in conf:
+        return conf
+    try:
+        typed = pd.read_csv(folder / "confirmation.csv")
+        why = best_reasons(typed, objective, alpha).tolist()
+    except (KeyError, ValueError, TypeError):  # a table this version cannot read: no reasons
+        return conf
+    out = conf.copy()
+    out.insert(list(out.columns).index("best") + 1, "why", why)
+    return out
+
+
+def _confirmation_columns(metrics: list[str], conf: pd.DataFrame | None = None) -> list[str]:
+    """What the confirmation shows at first: the decision and why, the objective's gain with
+    its n, the p-values (a guarded run's too), the baselines, then the other metrics."""
     obj = metrics[0]
-    return ["size", "heads", "best", "gamed", f"d_{obj}", "p_value", "p_holm", "random_mean",
-            "percentile", "pool_percentile",
+    guard = [GUARD_COLUMN] if conf is not None and GUARD_COLUMN in conf else []
+    return ["size", "heads", "best", "why", "gamed", f"d_{obj}", f"d_{obj}_n", "p_value",
+            "p_holm", *guard, "random_mean", "percentile", "n_random", "pool_percentile",
             *[c for m in metrics[1:] for c in (f"d_{m}", f"d_{m}_p_holm")]]
 
 
 def _side_columns(metrics: list[str]) -> list[str]:
-    return ["size", "heads", "task",
+    # accuracy and log-prob are measured on every example of every side task: their n is n
+    return ["size", "heads", "task", "d_accuracy_n",
             *[c for m in metrics for c in (f"d_{m}", f"d_{m}_p_holm")]]
 
 
 def _head_columns(heads: pd.DataFrame | None, metrics: list[str], objective: str) -> list[str]:
-    shown = ["layer", "head", "head_name", *[f"d_{m}" for m in metrics],
-             "candidate", "candidate_rank"]
+    shown = ["layer", "head", "head_name", *[f"d_{m}" for m in metrics], f"d_{objective}_n",
+             f"exact_d_{objective}", "candidate", "candidate_rank"]
     if heads is not None:  # the objective on each side task
         shown += [c for c in heads.columns if c.startswith(f"d_{objective}_")
                   and c not in shown and interval_columns(c, heads.columns)]
@@ -237,6 +276,8 @@ def _settings(cfg: dict, summary: dict, conf: pd.DataFrame | None) -> str:
                        f"{cfg.get('max_size')}, seed {cfg.get('seed')}"),
             ("side tasks", ", ".join(cfg.get("others", [])) or "none"),
             ("significant sizes", ", ".join(map(str, sizes)) or "none")]
+    if summary.get("few_examples"):
+        rows.append(("few examples", small_splits_note(summary["few_examples"])))
     items = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
     return f"<dl>{items}<dt>best set</dt><dd>{found}</dd></dl>"
 

@@ -82,6 +82,15 @@ def cel_methods() -> tuple[str, ...]:
     return tuple(sorted(n for n, m in methods().items() if m.cel))
 
 
+def screening_estimate(name) -> str:
+    """How a screening method's per-head effects are to be named where they are shown: ""
+    for an exact method, `"attribution estimate"` for one whose record says it estimates
+    (`exact` False), and so for a name not registered here (nothing says it is exact)."""
+    name = getattr(name, "name", name)
+    method = methods().get(name)
+    return "" if method is not None and method.exact else f"{name} estimate"
+
+
 def get_method(name, cel: bool = False) -> ScreenMethod:
     """The method named `name`; with `cel`, one a CEL run may use. Else one clear error."""
     name = getattr(name, "name", name)

@@ -45,6 +45,7 @@ from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
 from workbench.compute import QUIET, Compute
+from workbench.deprecation import deprecated, renamed_keywords
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, all_heads
 from workbench.metrics.scores import task_metric
@@ -233,6 +234,25 @@ def single_head_diffs(
     )
 
 
+def as_screen_race(race_on) -> ScreenRace | None:
+    """`screen_heads`' `race_on` as a `ScreenRace` (or None). Before 0.2.0 it was the metric's
+    name, with the rule as `race_rule`: a name still works, with a `DeprecationWarning`."""
+    if isinstance(race_on, str):
+        deprecated("screen_heads(..., race_on=<metric name>)",
+                   f"screen_heads(..., race_on=ScreenRace({race_on!r}))")
+        return ScreenRace(race_on)
+    return race_on
+
+
+# keywords of screen_heads before 0.2.0, which moved into its `stats`, `compute` and `race_on`
+@renamed_keywords(
+    holders={"stats": lambda s: s or Stats(), "compute": lambda c: c or QUIET,
+             "race_on": as_screen_race},
+    n_boot="stats.n_boot", ci="stats.ci", seed="stats.seed",
+    max_rows="compute.max_rows", masks_per_pass="compute.masks_per_pass",
+    progress="compute.progress", token_budget="compute.token_budget",
+    cache_bytes="compute.cache_bytes", offload="compute.offload", race_rule="race_on.rule",
+)
 def screen_heads(
     model,
     task,
@@ -287,6 +307,7 @@ def screen_heads(
     kind = AblationKind.parse(kind)
     stats = stats or Stats()
     compute = compute or QUIET
+    race_on = as_screen_race(race_on)
     if race_on is not None and not isinstance(race_on, ScreenRace):
         raise WorkbenchError(f"race_on must be a ScreenRace or None; got {race_on!r}")
     data, name = prepare_data(model, task, split, metric)

@@ -2,8 +2,9 @@
 
 A strategy is a `Strategy`: its name, the function that runs it on a `SearchSpace`, a
 one-line summary (the command line's help), the settings it alone reads (`Setting`s), its
-cost in forward-equivalents before the run (`workbench.estimate`), and whether it searches
-among single-head screening's top candidates (`ranked`: then raced screening must rank every
+cost in forward-equivalents before the run (`workbench.estimate`; `certain` where the sets it
+races do not depend on what screening finds), and whether it searches among single-head
+screening's top candidates (`ranked`: then raced screening must rank every
 candidate, `workbench.pipeline.screen_race_rule`). The built-in strategies are the modules of
 `workbench.search.strategies`, found and imported on first use; each calls `register` once.
 A strategy defined elsewhere (a user's module, a test) registers the same way, and from then
@@ -103,6 +104,13 @@ class Strategy:
     cost: Callable[[CostInputs, Mapping], Cost]  # with the resolved own settings
     ranked: bool = False
     settings: tuple[Setting, ...] = field(default=())
+    # its raced sets are scored whatever screening finds (`exhaustive`: every set among the
+    # top_m candidates, which are always top_m), so the estimate's low end counts them; False
+    # where their number depends on it (finalists: as many as show an effect, none at least)
+    certain: bool = False
+    # the heads whose sets it scored, from a finished run's summary and config (the heatmap
+    # outlines them): None, every screening candidate (`summary["candidates"]`)
+    searched: Callable[[Mapping, object], list[str]] | None = None
 
     def resolve(self, given: Mapping | None = None) -> dict:
         """Every own setting's value (those with `field=False`; a field setting is a
@@ -152,6 +160,23 @@ def strategy_list() -> tuple[str, ...]:
 def get_strategy(name: str) -> Strategy:
     """The strategy named `name`, else one `WorkbenchError` listing the known names."""
     return STRATEGIES.get(name)
+
+
+def searched_heads(summary: Mapping, config) -> dict[str, list[str]]:
+    """The heads each of a finished run's strategies scored sets of, by strategy (its record's
+    `searched`, else every screening candidate); a strategy unknown here, or a summary
+    without what its record reads (a folder of an older version), gives every candidate."""
+    candidates = list(summary.get("candidates", []))
+    out = {}
+    for name in getattr(config, "strategies", ()):
+        strategy = strategies().get(name)
+        try:
+            heads = strategy.searched(summary, config) if strategy and strategy.searched \
+                else candidates
+        except (KeyError, TypeError):
+            heads = candidates
+        out[name] = list(heads)
+    return out
 
 
 def strategy_names(value) -> tuple[str, ...]:

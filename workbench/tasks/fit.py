@@ -37,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from workbench.errors import WorkbenchError
-from workbench.tasks.format import SPLITS
+from workbench.tasks.format import MIN_SPLIT_EXAMPLES, SPLITS
 from workbench.tasks.ids import encode_example
 from workbench.tasks.task import Example, Task
 
 # A fitted task keeps at least this many examples in each split it has.
-MIN_FIT_EXAMPLES = 10
+MIN_FIT_EXAMPLES = MIN_SPLIT_EXAMPLES
 
 Fit = Callable[[Task, object, int], tuple[Task, dict[str, str]]]
 

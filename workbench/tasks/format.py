@@ -63,6 +63,11 @@ from workbench.errors import WorkbenchError
 from workbench.options import AnswerScope
 
 SPLITS = ("select", "heldout")
+# Examples a split (or a side task) should hold at the least: below it an interval rests on
+# too few to mean anything, and a p-value cannot be small (a one-sided sign-flip p-value of
+# n examples is at least 2^-n). A hub task fitted to a tokenizer that keeps fewer is refused
+# (`workbench.tasks.fit`); a run on a smaller task the user gave warns (`small_splits`).
+MIN_SPLIT_EXAMPLES = 10
 # Header key -> the JSON types it may hold (None: null).
 HEADER_KEYS: dict[str, tuple] = {
     "name": (str,),
@@ -213,3 +218,23 @@ def _check_no_trailing_space(text: str, what: str, answers: tuple[str, ...], whe
         "(GPT-2, SmolLM2) make a token of its own, so the answer would be predicted after a "
         f"lone {space!r} token; {fix}"
     )
+
+
+def small_splits(counts: dict[str, int]) -> dict[str, int]:
+    """The splits and side tasks of `counts` (name -> examples) holding fewer than
+    `MIN_SPLIT_EXAMPLES`, in their order."""
+    return {k: int(n) for k, n in counts.items() if n < MIN_SPLIT_EXAMPLES}
+
+
+def small_splits_note(small: dict[str, int]) -> str:
+    """What a run on the `small_splits` `small` rests on, in one sentence ("" for none)."""
+    if not small:
+        return ""
+    held = small.get("heldout")
+    listed = ", ".join(f"{k} {n}" for k, n in small.items())
+    floor = (f"; with {held} held-out examples the smallest one-sided sign-flip p-value is "
+             f"{2.0 ** -held:.2g}, so a set may not be significant whatever it does"
+             if held is not None else "")
+    return (f"fewer than {MIN_SPLIT_EXAMPLES} examples ({listed}): no interval or p-value "
+            f"rests on enough examples to be trusted{floor}; give at least "
+            f"{MIN_SPLIT_EXAMPLES} per split")

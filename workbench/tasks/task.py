@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.deprecation import deprecated
 from workbench.errors import WorkbenchError
 from workbench.metrics.records import metric_names, names_where
 from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
@@ -181,6 +182,22 @@ class Task:
             keep.update(idx if len(idx) <= n else
                         (idx[int(j)] for j in rng.choice(len(idx), n, replace=False)))
         return replace(self, examples=[e for i, e in enumerate(self.examples) if i in keep])
+
+    def first_per_split(self, n: int | None) -> "Task":
+        """Deprecated since 0.2.0 (`sample_per_split` draws a seeded sample instead: the
+        first examples of a sorted file are not typical): the first `n` of each split."""
+        deprecated("Task.first_per_split(n)", "Task.sample_per_split(n, seed)")
+        if n is None:
+            return self
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise WorkbenchError(f"examples per split must be a positive integer; got {n!r}")
+        seen: dict[str, int] = {}
+        keep = []
+        for e in self.examples:
+            seen[e.split] = seen.get(e.split, 0) + 1
+            if seen[e.split] <= n:
+                keep.append(e)
+        return replace(self, examples=keep)
 
     @property
     def ids(self) -> list[str]:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from workbench.screening.registry import ScreenCostInputs, ScreenMethod, register
 
-# attribution's forward and backward pass per metric, through the full unembedding at every
-# position: on SmolLM2 (33 examples) its two metrics took about 9 forward-equivalents' time
+# attribution's forward and backward pass per metric: on SmolLM2 (33 examples) its two
+# metrics took about 9 forward-equivalents' time, its four 3.4-5.6 on a loaded machine
 PASSES_PER_METRIC = 5.0
+# the least a backward costs, in forwards: it runs back through every block's MLP, output
+# projection and norms above each head's z (each z is a leaf of its own, so no attention
+# pattern is differentiated); on SmolLM2 one took about one forward (2026-12-05)
+LEAST_BACKWARD = 0.5
 
 
 def _cost(inputs: ScreenCostInputs) -> tuple[float, float]:
-    cost = PASSES_PER_METRIC * inputs.n_metrics
-    return cost, cost
+    return 1.0 + LEAST_BACKWARD * inputs.n_metrics, PASSES_PER_METRIC * inputs.n_metrics
 
 
 METHOD = register(ScreenMethod(

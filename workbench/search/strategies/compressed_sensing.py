@@ -118,4 +118,5 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 STRATEGY = register(Strategy(
     NAME, compressed_sensing,
     "random knockouts of all heads, a cross-validated Lasso, then every set among its top_m",
-    _cost))
+    _cost,
+    searched=lambda summary, config: list(summary["cs_coefficients"])[: config.top_m]))

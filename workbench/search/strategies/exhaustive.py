@@ -29,4 +29,5 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 
 STRATEGY = register(Strategy(
     NAME, exhaustive, "every set of up to max_size heads among the top_m screening candidates",
-    _cost, ranked=True))
+    _cost, ranked=True, certain=True,
+    searched=lambda summary, config: list(summary["candidates"][: config.top_m])))

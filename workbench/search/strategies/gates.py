@@ -59,4 +59,5 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 STRATEGY = register(Strategy(
     NAME, "workbench.search.gate_training:gate_search",
     "learned hard-concrete gates on the pool, rounded to finalists, every set among them",
-    _cost, settings=SETTINGS))
+    _cost, settings=SETTINGS,
+    searched=lambda summary, config: list(summary[NAME].get("finalists", []))))

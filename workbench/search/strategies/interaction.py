@@ -170,4 +170,5 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 STRATEGY = register(Strategy(
     NAME, interaction,
     "random knockouts over the pool, main effects, then every set among the finalists "
-    "(the default)", _cost))
+    "(the default)", _cost,
+    searched=lambda summary, config: list(summary[NAME].get("finalists", []))))

@@ -1,0 +1,111 @@
+"""The pre-run estimate (`workbench.estimate`): its shares against enumerations, its counts
+capped as the baselines cap their sets, its low end below what a run counts, and the forward
+it times tiled as the scorers tile. (Its time bound is checked against measured runs by
+`bench/real.py` and recorded in docs/speed.md: no timed assert here.)"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from tests.helpers import micro_cel
+from workbench.estimate import (
+    MEASURE_TOKENS,
+    SE_MARGIN,
+    _duration,
+    measure_forward,
+    random_share,
+    single_share,
+    stage_forwards,
+)
+from workbench.pipeline import prepare_run, run_prepared
+from workbench.tasks.task import load_task
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    model, main, side = micro_cel(tmp_path_factory.mktemp("micro"))
+    return model, load_task(main), load_task(side)
+
+
+@pytest.mark.parametrize("layers,heads,size", [(3, 2, 1), (3, 2, 2), (4, 3, 3), (30, 9, 2)])
+def test_random_share_is_the_mean_over_every_set(layers, heads, size):
+    """The share of a forward a random set's pass runs, against the mean over every set of
+    that size (each restarts at its first ablated layer and runs `(L - first) / L`), less
+    the last block and the margin at the low end."""
+    every = list(itertools.combinations(range(layers * heads), size))
+    if len(every) > 50_000:  # SmolLM2's pairs: 36k sets, still enumerable; the rest sampled
+        every = every[::7]
+    shares = [(layers - min(f // heads for f in s)) / layers for s in every]
+    mean = sum(shares) / len(shares)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in shares) / len(shares))
+    low, high = random_share(layers, heads, size, 50)
+    assert low == pytest.approx(max(0.0, mean - 1 / layers - SE_MARGIN * sd / math.sqrt(50)),
+                                abs=2e-3)
+    assert high == pytest.approx(min(1.0, mean + SE_MARGIN * sd / math.sqrt(50)), abs=2e-3)
+    # single heads of every layer: the mean restart, exactly
+    assert single_share(layers)[1] == pytest.approx(
+        sum((layers - l) / layers for l in range(layers)) / layers)
+
+
+def test_set_counts_are_capped_at_all_sets_of_a_size(micro):
+    """`--n-random 1000000000` on a model of 8 heads draws every set of each size (8, 28,
+    56), as `random_head_sets` does: the estimate counts those, not a billion."""
+    model, task, side = micro
+    n_heads = model.cfg.n_layers * model.cfg.n_heads
+    huge = stage_forwards(prepare_run(model, task, others=[side], n_random=10**9, max_size=3,
+                                      progress=False))
+    every = sum(math.comb(n_heads, k) for k in (1, 2, 3))
+    capped = stage_forwards(prepare_run(model, task, others=[side], n_random=every,
+                                        max_size=3, progress=False))
+    assert huge["confirm"] == capped["confirm"]
+    assert huge["confirm"][1] < 10 * every
+
+
+@pytest.mark.parametrize("strategy", ["exhaustive", "interaction"])
+def test_the_low_end_is_below_what_the_run_counts(micro, strategy):
+    """Screening's and the search's forward-equivalents as the run counts them lie in the
+    estimate's range, for a strategy whose sets are certain and one whose are not."""
+    model, task, side = micro
+    run = prepare_run(model, task, others=[side], strategies=(strategy,), n_random=20,
+                      n_boot=100, progress=False)
+    forwards = stage_forwards(run)
+    result = run_prepared(run)
+    done, n = result.summary["forward_eq"], result.summary["n_examples"]
+    main = run.select.task.name
+    screened = sum(eq * n["select" if t == main else t] / n["select"]
+                   for t, eq in done["screen"].items())
+    assert forwards["screen"][0] - 1e-9 <= screened <= forwards["screen"][1] + 1e-9
+    assert forwards["search"][0] - 1e-9 <= done["search"] <= forwards["search"][1] + 1e-9
+    assert forwards["search"][0] > 0  # knockouts, or exhaustive's sets on the first slice
+
+
+def test_the_forward_is_timed_tiled_as_the_scorers_tile(micro, monkeypatch):
+    """`measure_forward` times the selection rows tiled as a CPU tiles masks (up to the
+    token target), never more than `MEASURE_TOKENS`, and scales per token."""
+    from workbench.compute import default_masks_per_pass
+
+    model, task, _ = micro
+    run = prepare_run(model, task, progress=False)
+    shapes = []
+    real_forward = type(model).forward
+
+    def recording(self, tokens, *args, **kwargs):
+        shapes.append(tuple(tokens.shape))
+        return real_forward(self, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", recording)
+    seconds = measure_forward(run)
+    rows, width = run.select.tokens[:32].shape
+    tiles = default_masks_per_pass(model, rows, width, 1 << 14)
+    assert shapes == [(1, width), (tiles * rows, width), (tiles * rows, width)]
+    assert tiles * rows * width <= MEASURE_TOKENS and tiles > 1 and seconds > 0
+
+
+def test_printed_times_round_down():
+    """A bound printed stays one: 59.9 s is `~59 s`, 119 s `~1 min`, 2.99 h `~2.9 h`."""
+    assert _duration(59.9) == "~59 s"
+    assert _duration(119) == "~1 min"
+    assert _duration(2.99 * 3600) == "~2.9 h"
