@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from workbench.errors import WorkbenchError
-from workbench.options import AblationKind, ClusterMode, RankBy
+from workbench.options import AblationKind, ClusterMode, RankBy, SearchDtype
 from workbench.screening.registry import get_method
 from workbench.search.registry import strategy_names, strategy_settings
 
@@ -170,6 +170,14 @@ class CELConfig:
             share of random sets at least as good as the found set is decided against `1 - ci`; the
             percentile then rests on the sets drawn (`n_random` in the confirmation table).
             False draws all `n_random` sets.
+        search_dtype: a `SearchDtype`; `"bfloat16"` screens and searches on a bfloat16 copy
+            of a float32 model (`workbench.precision`): `heads.csv` and `combos.csv` hold
+            bfloat16 numbers, which only choose the sets; the confirmed sets are scored again
+            in the model's own dtype on the selection split (the confirmation's
+            `select_d_<objective>`) and on the held-out split, as are the baselines, the side
+            effects and the trade-off table. Never raises the precision: on a bfloat16 model
+            every stage is bfloat16 either way. A config at the default (`"float32"`) writes
+            no such key.
     """
 
     model: str
@@ -203,6 +211,7 @@ class CELConfig:
     cluster: ClusterMode = ClusterMode.AUTO
     adaptive: bool = True
     random_looks: bool = True
+    search_dtype: SearchDtype = SearchDtype.FLOAT32
     model_fingerprint: str = ""
     task_fingerprint: str = ""
     others_fingerprint: str = ""
@@ -212,6 +221,7 @@ class CELConfig:
         self.method = get_method(self.method, cel=True).name
         self.rank_by = RankBy.parse(self.rank_by)
         self.cluster = ClusterMode.parse(self.cluster)
+        self.search_dtype = SearchDtype.parse(self.search_dtype)
         self.strategies = strategy_names(self.strategies)
         self.strategy_settings = strategy_settings(self.strategies, self.strategy_settings)
         for name in ("per_position", "adaptive", "side_screening", "random_looks"):
@@ -252,10 +262,13 @@ class CELConfig:
 
     def to_dict(self) -> dict:
         """The fields as JSON values: options as their strings, tuples as lists; no
-        `strategy_settings` when there are none (so configs from before it are unchanged)."""
+        `strategy_settings` when there are none, no `search_dtype` at its default (so configs
+        from before them are unchanged)."""
         d = dataclasses.asdict(self)
         if not d["strategy_settings"]:
             del d["strategy_settings"]
+        if d["search_dtype"] is SearchDtype.FLOAT32:
+            del d["search_dtype"]
         for key, value in d.items():
             if isinstance(value, Enum):
                 d[key] = value.value

@@ -148,3 +148,13 @@ class AnswerScope(Option, what="answer_scope"):
 
     VOCAB = "vocab"
     CANDIDATES = "candidates"
+
+
+class SearchDtype(Option, what="search dtype"):
+    """The precision of screening and search (`CELConfig.search_dtype`): `float32` (the
+    model as loaded), or `bfloat16`: a bfloat16 copy of the model screens every head and
+    scores the search's sets, which only choose; confirmation, the random baselines, the
+    trade-off table and the explanation run on the model as loaded (`workbench.precision`)."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"

@@ -166,7 +166,7 @@ def test_flag_defaults_are_the_config_defaults():
     defaults = {f.name: f.default for f in dataclasses.fields(CELConfig)}
     flagged = {"kind", "per_position", "method", "check_attribution", "max_size", "strategies",
                "cluster", "top_m", "search_budget", "objective", "n_random", "n_boot",
-               "max_examples", "side_screening", "side_examples", "seed"}
+               "max_examples", "side_screening", "side_examples", "seed", "search_dtype"}
     for command in ("cel", "sweep"):
         args = cli.build_parser(command).parse_args([command])
         options = commands.run_options(args)
@@ -210,6 +210,21 @@ def test_threads_below_one_is_a_parser_error(value, capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert f"argument --threads: expected auto or an integer >= 1; got '{value}'" in err
+
+
+@pytest.mark.parametrize("command", ["cel", "sweep"])
+def test_a_bad_search_dtype_is_one_line_naming_the_allowed_values(command, capsys):
+    """Before anything loads: one line, exit status 2 (`test_help_and_typos_import_no_torch`
+    checks that no torch was imported by then)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([command, "--search-dtype", "float8"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "workbench: error: argument --search-dtype: invalid choice: 'float8' (choose from "
+        "'float32', 'bfloat16')"]
+    assert _actions(command)["--search-dtype"].choices == ["float32", "bfloat16"]
+    assert _actions(command)["--search-dtype"].default == CELConfig.search_dtype == "float32"
 
 
 def test_theory_subcommand_keeps_its_options(capsys):

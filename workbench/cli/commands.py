@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,6 +96,9 @@ def run_options(args) -> dict:
             own.setdefault(strategy, {})[setting] = value
     if own:
         options["strategy_settings"] = own
+    racing = getattr(args, "racing", "auto")
+    if racing != "auto":  # auto: the config's default, or measured (`decide_racing`)
+        options["adaptive"] = racing == "on"
     share = getattr(args, "share_prefix", "auto")
     if share != "auto":
         options["share_prefix"] = share == "on"
@@ -177,6 +181,7 @@ def run_cel_command(args) -> int:
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
+    from workbench.precision import SlowSearchWarning, lowers, slow_search_note
     from workbench.results.store import CONFIG_FILE
     from workbench.tasks.task import load_task
 
@@ -207,14 +212,23 @@ def run_cel_command(args) -> int:
         f"side tasks: {', '.join(o.name for o in others) or 'none'}",
         flush=True,
     )
+    slow = slow_search_note(cfg.device, args.search_dtype) if lowers(
+        model, args.search_dtype) else None
+    if slow:  # said once here; the run's own warning of it is not repeated
+        print(f"note: {slow}", flush=True)
     resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
     if resuming:
         print(f"resuming from {out}", flush=True)
+    if args.racing == "auto":
+        why = decide_racing(run, out if resuming else None)
+        if why:
+            print(why, flush=True)
     estimate = estimate_run(run, _stages_done(out) if resuming else ())
     if estimate.seconds[1] >= LONG_RUN_S:  # a long run says what it costs before it starts
         print(estimate.line(), flush=True)
-    with distributed.rank_out_dir(out) as run_out:  # only rank 0 writes to `out`
-        result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
+    with distributed.rank_out_dir(out) as run_out, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SlowSearchWarning)
+        result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)  # rank 0 writes
     from workbench.results.report import clean_lines, console_lines
 
     print()
@@ -247,6 +261,23 @@ def run_cel_command(args) -> int:
             print(f"explanation of {ex.heads}: {out}/report.md, {out}/explanation/")
     print(f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)")
     return 0
+
+
+def decide_racing(run, resumed: Path | None) -> str | None:
+    """`--racing auto`: `run.config.adaptive` from a first slice measured on a GPU
+    (`workbench.racing.auto_racing`), or a resumed folder's choice; the line to print."""
+    from workbench import distributed
+    from workbench.racing import auto_racing
+    from workbench.results.store import read_run_file
+    from workbench.scoring.scorer import MaskScorer
+
+    if resumed is not None:
+        on, why = bool(read_run_file(resumed)["config"].get("adaptive", True)), None
+    else:
+        scorer = MaskScorer(run.model, run.select, compute=run.compute.replace(progress=False))
+        on, why = auto_racing(scorer, distributed.is_distributed())
+    run.config = dataclasses.replace(run.config, adaptive=on)
+    return why
 
 
 def best_line(result) -> str:

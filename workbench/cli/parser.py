@@ -222,12 +222,22 @@ def _add_notebooks_parser(subparsers) -> None:
 THEORY_HELP = "train the multi-head attention theory model and measure head trade-offs"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser (and its subcommands' parsers) whose errors are one line naming
+    the argument and the values allowed (`workbench: error: argument --search-dtype: invalid
+    choice: 'float8' (choose from float32, bfloat16)`), exit status 2, as for every other bad
+    input; `--help` shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"workbench: error: {message}\n")
+
+
 def build_parser(command: str | None = None, quick: bool = False) -> argparse.ArgumentParser:
     """The `workbench` parser. The `theory` subcommand's options need torch, so they are
     added only when `command` is `"theory"`; otherwise it is listed with its help line.
     With `quick`, the defaults of `cel` and `sweep` are the `--quick` preset's
     (`workbench.config.QUICK`), so a flag given beside `--quick` still wins."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="workbench",
         description="Capability Enhancement Localization on TransformerLens models. "
         "With no subcommand, runs `workbench cel` with its defaults.",

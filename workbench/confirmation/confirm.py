@@ -237,6 +237,19 @@ def confirm_sets(
     return drop_inapplicable(confirmation), drop_inapplicable(side_effects)
 
 
+def rescored_gains(scorer: Scorer, sets: Mapping[int, object], objective: str,
+                   release: bool = True) -> dict[int, float]:
+    """size -> each set's mean objective gain on every example of `scorer`'s split, one mask
+    per set: after a search at a lower precision (`CELConfig.search_dtype`) the selection
+    gains a confirmation reports, measured on the model as loaded."""
+    clean = scorer.clean()[objective]
+    scores = scorer.score(masks_of(scorer.model, list(sets.values())))[objective]
+    if release:
+        scorer.release()
+    return {size: float(torch.nanmean((scores[i] - clean).float()))
+            for i, size in enumerate(sets)}
+
+
 def _two_sided(diffs: dict[str, torch.Tensor], skip: str, groups, n_flips: int,
                seed: int) -> dict[str, float]:
     """`d_<m>_p`: the two-sided sign-flip p-value of every metric but `skip`."""
