@@ -142,6 +142,21 @@ def measure(cell: str, threads: int) -> dict:
     }
 
 
+def estimate_only(cell: str, threads: int) -> dict:
+    """The pre-run estimate of `cell`'s default run, without running it: forward-equivalents
+    and plain forwards per stage (racing's best case, none stopped), and the forward."""
+    model, task, others, settings = cell_inputs(cell)
+    run = prepare_run(model, task, others, progress=False, threads=threads, **settings)
+    with run.compute.threads_set():
+        estimate = estimate_run(run)
+    cfg = model.cfg
+    return {"cell": cell, "heads": cfg.n_layers * cfg.n_heads, "n_select": len(run.select),
+            "forward_s": estimate.seconds_per_forward,
+            "estimate_fwd_eq": {s: list(v) for s, v in estimate.forwards.items() if v},
+            "estimate_forwards": {s: list(v) for s, v in estimate.costs.items() if v},
+            "line": estimate.line()}
+
+
 def fit(x, y) -> tuple[float, float, list[float]]:
     """`(c, a, residuals)` of `y = c x^a` by least squares on the logs; a residual is
     measured / fitted."""
@@ -150,25 +165,41 @@ def fit(x, y) -> tuple[float, float, list[float]]:
     return float(math.exp(logc)), float(a), [float(v) for v in np.exp(ly - (logc + a * lx))]
 
 
-def print_fit(label: str, xs, ys, names, unit: str, targets: dict | None = None) -> None:
+def line_fit(x, y) -> tuple[float, float]:
+    """`(A, B)` of `y = A + B x` by least squares (each stage's masks grow linearly with the
+    heads: screening one per head, the search's budget `2.5 n + 500`)."""
+    b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
+    return float(a), float(b)
+
+
+def print_fit(label: str, xs, ys, names, unit: str, targets: dict | None = None,
+              linear: bool = False) -> None:
+    """The power law `c x^a` (and with `linear` the line `A + B x`), each point's residual
+    (measured / fitted) and the predictions at `targets`."""
     if len(xs) < 2:
         print(f"{label}: fewer than two points")
         return
     c, a, res = fit(xs, ys)
-    print(f"\n{label}: {unit} = {c:.3g} x^{a:.2f} ({len(xs)} points)")
-    print("| cell | x | measured | fitted | measured / fitted |")
-    print("|---|---|---|---|---|")
+    A, B = line_fit(xs, ys) if linear else (math.nan, math.nan)
+    print(f"\n{label}: {unit} = {c:.3g} x^{a:.2f}"
+          + (f"; linear: {A:.3g} + {B:.3g} x" if linear else "") + f" ({len(xs)} points)")
+    print("| cell | x | measured | power law | measured / power law |"
+          + (" line | measured / line |" if linear else ""))
+    print("|---|---|---|---|---|" + ("---|---|" if linear else ""))
     for name, x, y, r in zip(names, xs, ys, res, strict=True):
-        print(f"| {name} | {x} | {y:.1f} | {c * x ** a:.1f} | {r:.2f} |")
+        print(f"| {name} | {x} | {y:.1f} | {c * x ** a:.1f} | {r:.2f} |"
+              + (f" {A + B * x:.1f} | {y / (A + B * x):.2f} |" if linear else ""))
     for what, x in (targets or {}).items():
-        print(f"prediction for {what}: {c * x ** a:.0f} {unit}")
+        print(f"prediction for {what}: {c * x ** a:.0f} {unit} (power law)"
+              + (f", {A + B * x:.0f} (line)" if linear else ""))
 
 
 def table(records: list[dict]) -> None:
     """The measured cells, the estimate beside them, and the fits."""
     print("| cell | heads | selection examples | wall s | forward s | forward-times | fwd-eq "
-          "| estimate fwd-eq | estimate forward-times | machine, threads, load | date |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| estimate fwd-eq | estimate plain forwards | fwd-eq / estimate's low forwards "
+          "| machine, threads, load | date |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in records:
         est = r.get("estimate_fwd_eq")
         est_eq = (f"{sum(v[0] for v in est.values()):.0f}-{sum(v[1] for v in est.values()):.0f}"
@@ -176,25 +207,31 @@ def table(records: list[dict]) -> None:
         cost = r.get("estimate_forwards")
         est_ft = (f"{sum(v[0] for v in cost.values()):.0f}-"
                   f"{sum(v[1] for v in cost.values()):.0f}" if cost else "")
+        low = f"{r['fwd_eq'] / sum(v[0] for v in cost.values()):.2f}" if cost else ""
         ft = r.get("forward_times", r["wall_s"] / r["forward_s"])
         load = r.get("load")
         where = r["machine"] + (f", {r['threads']} threads, load {load[0]:.1f}" if load else "")
         print(f"| {r['cell']} | {r['heads']} | {r['n_select']} | {r['wall_s']:.0f} | "
               f"{r['forward_s']:.3g} | {ft:.0f} | {r['fwd_eq']:.1f} | {est_eq} | {est_ft} | "
-              f"{where} | {r['date']}{' (' + r['source'] + ')' if 'source' in r else ''} |")
+              f"{low} | {where} | {r['date']}{' (' + r['source'] + ')' if 'source' in r else ''} |")
     own = [r for r in records if "@" not in r["cell"]]
     real = [r for r in own if not r["cell"].startswith("planted")]
     print_fit("forward-times against heads, real models at their default examples",
               [r["heads"] for r in real],
               [r.get("forward_times", r["wall_s"] / r["forward_s"]) for r in real],
-              [r["cell"] for r in real], "forward-times", TARGETS)
+              [r["cell"] for r in real], "forward-times", TARGETS, linear=True)
     print_fit("forward-equivalents against heads, every model at its default examples",
               [r["heads"] for r in own], [r["fwd_eq"] for r in own], [r["cell"] for r in own],
               "fwd-eq", TARGETS)
     planted = [r for r in own if r["cell"].startswith("planted")]
     print_fit("forward-equivalents against heads, planted models (the same task and examples)",
               [r["heads"] for r in planted], [r["fwd_eq"] for r in planted],
-              [r["cell"] for r in planted], "fwd-eq", TARGETS)
+              [r["cell"] for r in planted], "fwd-eq", TARGETS, linear=True)
+    for stage in STAGES:
+        rows = [r for r in planted if "stage_fwd_eq" in r]
+        print_fit(f"planted models, {stage}", [r["heads"] for r in rows],
+                  [r["stage_fwd_eq"][stage] for r in rows], [r["cell"] for r in rows],
+                  "fwd-eq", TARGETS, linear=True)
     families = {r["cell"].split("@")[0] for r in records if "@" in r["cell"]}
     for family in sorted(families):
         rows = sorted((r for r in records if r["cell"].split("@")[0] == family),
@@ -213,6 +250,8 @@ def main() -> None:
                    help="JSON lines of measured cells: appended to, read by --table")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--table", action="store_true", help="print the table and the fits")
+    p.add_argument("--estimate", nargs="*", default=[], metavar="CELL",
+                   help="print the pre-run estimate of these cells' default runs (no run)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
@@ -221,6 +260,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         with open(args.record, "a") as f:
             f.write(json.dumps(row) + "\n")
+    for cell in args.estimate:
+        print(json.dumps(estimate_only(cell, args.threads)), flush=True)
     if args.table:
         path = Path(args.record)
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \

@@ -51,10 +51,11 @@ class SearchDone(Exception):
     """Raised after the search stage saved its table, to stop a run before confirmation."""
 
 
-def screen_and_search(model, task, others, dtype: str, out: Path, threads: int) -> dict:
-    """One run's screening and search at `dtype` into `out`, stopped before confirmation:
-    per stage its seconds and the float32 forward measured just before it, and what it
-    chose."""
+def screen_and_search(model, task, others, dtype: str, out: Path, threads: int,
+                      **settings) -> dict:
+    """One run's screening and search at `dtype` into `out` (other `run_cel` settings:
+    `settings`), stopped before confirmation: per stage its seconds and the float32 forward
+    measured just before it, and what it chose."""
     record: dict = {"dtype": dtype, "seconds": {}, "forward": {}}
     stage_fns = {s: getattr(pipeline, f"{s}_stage") for s in (*STAGES, "confirm")}
 
@@ -79,7 +80,7 @@ def screen_and_search(model, task, others, dtype: str, out: Path, threads: int) 
     pipeline.confirm_stage = stop
     try:
         pipeline.run_cel(model, task, others, search_dtype=dtype, out_dir=out, overwrite=True,
-                         plots=False, progress=False, threads=threads)
+                         plots=False, progress=False, threads=threads, **settings)
     except SearchDone:
         pass
     finally:

@@ -22,10 +22,9 @@ from workbench.tasks.encoding import encode_task
 # bfloat16 screening and search effects against float32's, as a share of the run's scale (the
 # largest |clean score| of the metric over the examples; an effect is a difference of such
 # scores, and bfloat16 rounds each to 2^-9 of its size): over 20 tiny models (attention-only
-# and with MLPs and random biases, seeds 0-9), every head alone and 30 random sets each, the
-# largest share measured was 7.4e-4 (logprob), 2.8e-3 (logit_diff) and 2.8e-3 (prob_diff);
-# 2^-6 = 1.6e-2 is 5.5x the largest. A wrong head ablated moves effects by 1e-1 of the scale
-# and more.
+# and with MLPs and random biases, seeds 0-9), every head alone and 30 random sets each
+# (`bench/search_dtype.py --spread`), the largest share measured was 8.0e-4 (logprob), 3.6e-3
+# (logit_diff) and 3.2e-3 (prob_diff); 2^-6 = 1.6e-2 is 4.3x the largest.
 BF16_SHARE = 2.0 ** -6
 
 
