@@ -149,6 +149,36 @@ def spread() -> None:
         print(f"| {k} | {len(v)} | {max(v):.2g} | {statistics.median(v):.2g} |")
 
 
+def planted_recall(shapes: list[str], seeds: int, threads: int, out: Path) -> None:
+    """Recall of the planted best sets by the default screening and search in float32 and in
+    bfloat16, on planted models run through their real forward passes (`bench/planted.py`;
+    zero ablation, 64 selection examples)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.planted import PlantSpec, planted_model
+
+    print("| heads | dtype | plants | size 1 found | size 2 found | size 3 found | "
+          "screen + search s |")
+    print("|---|---|---|---|---|---|---|")
+    for shape in shapes:
+        layers, heads = (int(x) for x in shape.split("x"))
+        found = {d: [0, 0, 0] for d in ("float32", "bfloat16")}
+        secs = {d: 0.0 for d in found}
+        for seed in range(seeds):
+            pm = planted_model(PlantSpec(n_layers=layers, n_heads=heads, seed=seed))
+            for dtype in found:
+                rec = screen_and_search(pm.model, pm.task, [], dtype,
+                                        out / f"planted_{shape}_{seed}_{dtype}", threads)
+                sets = chosen(rec)["sets"]
+                secs[dtype] += sum(rec["seconds"].values())
+                for k in (1, 2, 3):
+                    found[dtype][k - 1] += sets.get(k) == pm.best.get(k)
+        for dtype, f in found.items():
+            print(f"| {layers * heads} | {dtype} | {seeds} | " + " | ".join(
+                f"{x}/{seeds}" for x in f) + f" | {secs[dtype]:.0f} |", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="a load_model name or path")
@@ -163,9 +193,17 @@ def main() -> None:
     p.add_argument("--no-confirm", action="store_true",
                    help="skip the bfloat16 run's confirmation")
     p.add_argument("--spread", action="store_true", help="the tiny models' spread only")
+    p.add_argument("--planted", nargs="*", default=None, metavar="LxH",
+                   help="planted recall in float32 and bfloat16 on these shapes (e.g. 12x12 "
+                   "24x16 32x32), --seeds plants each")
+    p.add_argument("--seeds", type=int, default=3)
     args = p.parse_args()
     if args.spread:
         spread()
+        return
+    if args.planted is not None:
+        planted_recall(args.planted or ["12x12", "24x16", "32x32"], args.seeds, args.threads,
+                       Path(args.out))
         return
     if args.model is None:
         p.error("--model is required (or --spread)")
