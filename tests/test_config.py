@@ -14,7 +14,7 @@ import pytest
 
 from workbench.config import CELConfig
 from workbench.errors import WorkbenchError
-from workbench.options import AblationKind, ClusterMode, RankBy
+from workbench.options import AblationKind, ClusterMode, RankBy, SearchDtype
 from workbench.search.registry import strategy_list, strategy_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +68,22 @@ def test_options_are_named_types_written_as_strings():
         AblationKind.ZERO, "exact", RankBy.OBJECTIVE, ClusterMode.AUTO)
     assert all(type(v) in (str, int, float, bool, list, type(None))
                for v in plain.to_dict().values())
+
+
+def test_search_dtype_is_written_only_off_its_default_and_reads_back():
+    plain = CELConfig(model="m", task="t")
+    assert plain.search_dtype is SearchDtype.FLOAT32 and "search_dtype" not in plain.to_dict()
+    low = CELConfig(model="m", task="t", search_dtype="bfloat16")
+    d = low.to_dict()
+    assert d["search_dtype"] == "bfloat16" and type(d["search_dtype"]) is str
+    again = CELConfig.from_dict(json.loads(json.dumps(d)))
+    assert again == low and again.search_dtype is SearchDtype.BFLOAT16
+    # a folder written before the field reads as float32, and differs from a bfloat16 run
+    assert CELConfig.from_dict(plain.to_dict()) == plain
+    assert plain.differences(low) == ["search_dtype"]
+    with pytest.raises(WorkbenchError, match=r"search dtype 'float8' is unknown; expected one "
+                       r"of \['float32', 'bfloat16'\]"):
+        CELConfig(model="m", task="t", search_dtype="float8")
 
 
 @pytest.mark.parametrize("path", GOLDEN_CONFIGS, ids=lambda p: p.parent.name)

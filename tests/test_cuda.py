@@ -103,6 +103,35 @@ def test_cuda_cel_run_finds_what_the_cpu_finds(tiny_task):
     assert gap <= 1e-4
 
 
+def test_cuda_bf16_search_scores_within_the_cpus_bound_and_confirms_in_float32(tiny_task):
+    """`search_dtype="bfloat16"` on the GPU: the copy's screening within `BF16_SHARE` of the
+    run's scale of float32's (the CPU's measured bound), and the confirmation of a bfloat16
+    search equal to a float32 run's on the same GPU when the sets agree."""
+    from tests.test_precision import BF16_SHARE
+    from workbench.pipeline import run_cel
+    from workbench.precision import fast_bf16
+
+    print("fast bfloat16 on this GPU:", fast_bf16("cuda"))
+    model = tiny_model(attn_only=False, seed=1, device="cuda")
+    runs = {dt: run_cel(model, tiny_task, n_random=20, n_boot=50, plots=False, progress=False,
+                        search_dtype=dt) for dt in ("float32", "bfloat16")}
+    f32, bf16 = runs["float32"], runs["bfloat16"]
+    obj = f32.config.objective
+    from workbench.scoring.scorer import MaskScorer
+
+    clean = MaskScorer(model, encode_task(model, tiny_task, "select")).clean()[obj]
+    scale = float(clean.abs().max())
+    same_n = f32.heads[f"d_{obj}_n"] == bf16.heads[f"d_{obj}_n"]  # racing may stop apart
+    gap = float(np.abs(bf16.heads.loc[same_n, f"d_{obj}"]
+                       - f32.heads.loc[same_n, f"d_{obj}"]).max())
+    print(f"bf16 vs float32 screening d_{obj} on cuda: {gap:.2e} (bound "
+          f"{BF16_SHARE * scale:.2e})")
+    assert gap <= BF16_SHARE * scale
+    assert bf16.confirmation["heads"].tolist() == f32.confirmation["heads"].tolist()
+    col = f"d_{obj}"
+    assert np.array_equal(bf16.confirmation[col].to_numpy(), f32.confirmation[col].to_numpy())
+
+
 def test_cuda_smollm2_matches_hugging_face_on_the_gpu(smollm2, smollm2_hf):
     """SmolLM2 on the GPU against Hugging Face's forward of the same weights on the GPU:
     logits and zero/mean head ablation against `o_proj` edits."""

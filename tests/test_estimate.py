@@ -104,6 +104,40 @@ def test_the_forward_is_timed_tiled_as_the_scorers_tile(micro, monkeypatch):
     assert tiles * rows * width <= MEASURE_TOKENS and tiles > 1 and seconds > 0
 
 
+def test_a_bf16_search_is_timed_on_its_copy(micro, monkeypatch):
+    """Under `search_dtype="bfloat16"` screening and the search run on the bfloat16 copy: the
+    estimate times a forward on it too and scales those two stages' costs by its share of a
+    float32 forward (a stand-in timing: half), the confirmation's not at all, and no count;
+    the copy it times is the one screening then uses (built once)."""
+    import torch
+
+    import workbench.estimate as estimate
+
+    model, task, side = micro
+    runs = {dt: prepare_run(model, task, others=[side], search_dtype=dt, progress=False)
+            for dt in ("float32", "bfloat16")}
+    timed = []
+
+    def timing(run, on=None):
+        on = run.model if on is None else on
+        timed.append(on.cfg.dtype)
+        return 1.0 if on.cfg.dtype == torch.bfloat16 else 2.0
+
+    monkeypatch.setattr(estimate, "measure_forward", timing)
+    f32, bf16 = (estimate.estimate_run(runs[dt]) for dt in ("float32", "bfloat16"))
+    assert timed == [torch.float32, torch.float32, torch.bfloat16]
+    assert bf16.forwards == f32.forwards and bf16.seconds_per_forward == 2.0
+    for stage in ("screen", "search"):
+        assert bf16.costs[stage] == pytest.approx(tuple(c / 2 for c in f32.costs[stage]))
+    assert bf16.costs["confirm"] == f32.costs["confirm"]
+    assert runs["bfloat16"].searcher() is runs["bfloat16"].searcher_model
+    assert runs["bfloat16"].searcher().cfg.dtype == torch.bfloat16
+    # a resumed run whose screening and search are done times no copy
+    timed.clear()
+    estimate.estimate_run(runs["bfloat16"], ("screen", "search"))
+    assert timed == [torch.float32]
+
+
 def test_printed_times_round_down():
     """A bound printed stays one: 59.9 s is `~59 s`, 119 s `~1 min`, 2.99 h `~2.9 h`."""
     assert _duration(59.9) == "~59 s"

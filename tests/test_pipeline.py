@@ -429,3 +429,47 @@ def test_a_task_with_few_examples_runs_and_says_so(micro, tmp_path):
         warnings.simplefilter("error", FewExamplesWarning)
         enough = prepare_run(model, task, max_examples=10, **FAST)
     assert enough.small == {}
+
+
+@pytest.mark.parametrize("case", ["tiny_zero_exact", "tiny_mean_exact", "tiny_resample_exact",
+                                  "tiny_mean_attribution", "tiny_zero_exact_guarded"])
+def test_a_bf16_search_leaves_every_held_out_number_to_float32(case, tmp_path):
+    """`search_dtype="bfloat16"` screens and searches on a bfloat16 copy (its numbers in
+    `heads`: not float32's), and when it picks float32's sets, confirmation never sees
+    bfloat16: the confirmation, side effects and trade-off tables equal a float32 run's bit
+    for bit, the selection-split gains of the chosen sets too (scored again on the float32
+    model) up to batching. The golden cases' model and tasks, under every ablation kind, and
+    under guards (default ones, and the guarded case's own with a side-task guard): their
+    feasibility is decided on the bfloat16 copy (the guard metrics in `combos`), their
+    held-out safety test in float32 (`guarded_p` in the confirmation, bit for bit)."""
+    from tests.golden import CASES, TINY, tiny_inputs
+
+    model, main, side = tiny_inputs(tmp_path / "tasks")
+    settings = {**TINY, **CASES[case]}
+    runs = {dt: run_cel(model, load_task(main), others=[load_task(side)], search_dtype=dt,
+                        out_dir=tmp_path / dt, **settings) for dt in ("float32", "bfloat16")}
+    f32, bf16 = runs["float32"], runs["bfloat16"]
+    obj = f32.config.objective
+    assert next(iter(model.parameters())).dtype == torch.float32  # the model is left alone
+    assert not np.allclose(bf16.heads[f"d_{obj}"], f32.heads[f"d_{obj}"], rtol=0, atol=1e-6)
+    assert list(bf16.confirmation["heads"]) == list(f32.confirmation["heads"])
+    select = f"select_d_{obj}"
+    assert_close(torch.tensor(bf16.confirmation[select].to_numpy()),
+                 torch.tensor(f32.confirmation[select].to_numpy()))
+    pd.testing.assert_frame_equal(bf16.confirmation.drop(columns=select),
+                                  f32.confirmation.drop(columns=select), check_exact=True)
+    for table in ("side_effects", "tradeoff"):
+        pd.testing.assert_frame_equal(getattr(bf16, table), getattr(f32, table),
+                                      check_exact=True)
+    if "feasible" in f32.combos:  # guarded: chosen among sets feasible in bfloat16
+        assert "feasible" in bf16.combos and "guarded_p" in bf16.confirmation
+        b, f = (r.combos.drop_duplicates("heads", keep="last").set_index("heads")["d_logprob"]
+                for r in (bf16, f32))  # a guard metric, per set
+        common = b.index.intersection(f.index)
+        assert len(common) and not np.allclose(b[common], f[common], rtol=0, atol=1e-6)
+    assert bf16.config.search_dtype == "bfloat16" and "search_dtype" not in f32.config.to_dict()
+    assert CELResult.load(tmp_path / "bfloat16").config == bf16.config
+    # a float32 rerun into the bfloat16 folder is another config
+    with pytest.raises(WorkbenchError, match=r"differs in \['search_dtype'\]"):
+        run_cel(model, load_task(main), others=[load_task(side)], out_dir=tmp_path / "bfloat16",
+                **settings)

@@ -376,3 +376,61 @@ def test_cpu_tiles_small_slices_up_to_its_token_target(gpt2_like_model, tiny_tas
         assert_close(tiled[m], one[m], msg=m)
 
 
+
+
+def test_racing_pays_while_a_slice_costs_its_share():
+    """The rule of `--racing auto`: pure compute (a slice costs its share of a pass) races,
+    pure launch overhead (a slice costs a whole pass) does not; the bound is `RACING_SAVING`
+    times the slice's share."""
+    from workbench.racing import RACING_SAVING, racing_pays
+
+    share = 16 / 154
+    assert racing_pays(share * 2.5, 2.5, share)  # compute-bound: the CPU's case
+    assert not racing_pays(0.020, 0.024, share)  # launch-bound: a small model on a GPU
+    bound = RACING_SAVING * share * 1.0
+    assert racing_pays(bound * 0.99, 1.0, share) and not racing_pays(bound * 1.01, 1.0, share)
+    with pytest.raises(WorkbenchError, match="0 < share <= 1"):
+        racing_pays(0.1, 1.0, 0.0)
+
+
+def test_auto_racing_measures_on_a_gpu_only(attn_model, tiny_task, monkeypatch):
+    """A CPU or a torch.distributed group races without measuring; a GPU's measurement (here
+    stood in for) decides, and the line says what was measured."""
+    import types
+
+    import workbench.racing as racing
+    from workbench.scoring.scorer import MaskScorer
+    from workbench.tasks.encoding import encode_task
+
+    scorer = MaskScorer(attn_model, encode_task(attn_model, tiny_task, "select"))
+    n = 154  # SmolLM2's ioi selection split: a first slice of 20
+
+    def unmeasured(*args, **kwargs):
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(racing, "time_slice_and_pass", unmeasured)
+    assert racing.auto_racing(scorer) == (True, None)
+    gpu = types.SimpleNamespace(model=types.SimpleNamespace(cfg=types.SimpleNamespace(
+        device="cuda:0")), data=range(n))
+    assert racing.auto_racing(gpu, distributed=True) == (True, None)
+    for (slice_s, full_s), on in (((0.020, 0.024), False), ((0.003, 0.024), True)):
+        monkeypatch.setattr(racing, "time_slice_and_pass",
+                            lambda s, first, t=(slice_s, full_s): t)
+        got, why = racing.auto_racing(gpu)
+        assert got is on and why.startswith(f"racing {'on' if on else 'off'}: on cuda:0 ")
+        assert f"{racing.first_slice(n)} of {n} selection examples" in why
+
+
+def test_the_timed_slice_and_pass_run_on_the_model(attn_model, tiny_task):
+    from workbench.racing import time_slice_and_pass
+    from workbench.scoring.scorer import MaskScorer
+    from workbench.tasks.encoding import encode_task
+
+    scorer = MaskScorer(attn_model, encode_task(attn_model, tiny_task, "select"))
+    calls = []
+    score = scorer.score
+    scorer.score = lambda masks, rows=None: calls.append(None if rows is None else len(rows)) \
+        or score(masks, rows=rows)
+    slice_s, full_s = time_slice_and_pass(scorer, 5, repeats=2)
+    assert slice_s > 0 and full_s > 0
+    assert calls == [5, 5, 5, None, None, None]  # one untimed call before each timed pair

@@ -21,7 +21,7 @@ from workbench.environment import auto_threads as auto_threads
 from workbench.environment import resolve_threads as resolve_threads
 from workbench.errors import WorkbenchError
 from workbench.guards import DEFAULT_RULE, GuardRule, labels, parse_guards
-from workbench.options import AblationKind, ClusterMode, RankBy
+from workbench.options import AblationKind, ClusterMode, RankBy, SearchDtype
 from workbench.screening.registry import get_method
 from workbench.search.registry import strategy_names, strategy_settings
 
@@ -147,6 +147,14 @@ class CELConfig:
             when the objective is a difference, else none); `()`: no guards. A run records
             the guards it used; a config without any writes no such key.
         guard_rule: a `GuardRule`: how a guard decides on the selection split.
+        search_dtype: a `SearchDtype`; `"bfloat16"` screens and searches on a bfloat16 copy
+            of a float32 model (`workbench.precision`): `heads.csv` and `combos.csv` hold
+            bfloat16 numbers, which only choose the sets; the confirmed sets are scored again
+            in the model's own dtype on the selection split (the confirmation's
+            `select_d_<objective>`) and on the held-out split, as are the baselines, the side
+            effects and the trade-off table. Never raises the precision: on a bfloat16 model
+            every stage is bfloat16 either way. A config at the default (`"float32"`) writes
+            no such key.
     """
 
     model: str
@@ -182,6 +190,7 @@ class CELConfig:
     random_looks: bool = True
     guards: tuple[str, ...] | None = None
     guard_rule: GuardRule = DEFAULT_RULE
+    search_dtype: SearchDtype = SearchDtype.FLOAT32
     model_fingerprint: str = ""
     task_fingerprint: str = ""
     others_fingerprint: str = ""
@@ -191,6 +200,7 @@ class CELConfig:
         self.method = get_method(self.method, cel=True).name
         self.rank_by = RankBy.parse(self.rank_by)
         self.cluster = ClusterMode.parse(self.cluster)
+        self.search_dtype = SearchDtype.parse(self.search_dtype)
         self.strategies = strategy_names(self.strategies)
         self.strategy_settings = strategy_settings(self.strategies, self.strategy_settings)
         guards = parse_guards(self.guards)
@@ -234,13 +244,15 @@ class CELConfig:
 
     def to_dict(self) -> dict:
         """The fields as JSON values: options as their strings, tuples as lists; no
-        `strategy_settings` and no `guards` when there are none (so configs from before they
-        existed are unchanged)."""
+        `strategy_settings` when there are none, no `guards` when there are none and no
+        `search_dtype` at its default (so configs from before they existed are unchanged)."""
         d = dataclasses.asdict(self)
         if not d["strategy_settings"]:
             del d["strategy_settings"]
         if not d["guards"]:  # unguarded runs write what they wrote before guards existed
             del d["guards"], d["guard_rule"]
+        if d["search_dtype"] is SearchDtype.FLOAT32:
+            del d["search_dtype"]
         for key, value in d.items():
             if isinstance(value, Enum):
                 d[key] = value.value

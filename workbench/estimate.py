@@ -38,6 +38,13 @@ makes about screening's outcome. A forward is timed now as the scorers run one
 bound holds at the load of the moment it was measured; a machine that gets faster later (other
 jobs end) can beat it. The high end is every candidate on every example, every set restarted
 at its first layer: no bound, the size of a run that races nothing.
+
+A run that screens and searches at a lower precision (`CELConfig.search_dtype`,
+`workbench.precision`) runs those two stages on its bfloat16 copy, whose forward costs less
+(about half on an AVX-512 BF16 CPU, more on one without): so the forward is timed on the copy
+too (built then, and kept for screening), and screening's and the search's costs are counted
+in the model's own forwards scaled by the ratio of the two (`searched_share`). Their
+forward-equivalents do not change with the precision.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import torch
 from workbench.compute import default_masks_per_pass
 from workbench.confirmation.baseline import set_looks
 from workbench.confirmation.confirm import TRADEOFF_EXAMPLES
+from workbench.precision import lowers
 from workbench.racing import first_slice
 from workbench.screening.registry import ScreenCostInputs, get_method
 from workbench.search.registry import CostInputs, get_strategy
@@ -61,6 +69,7 @@ MEASURE_ROWS = 32  # selection examples in the measured forward (tiled, scaled p
 MEASURE_TOKENS = 1 << 16
 LONG_RUN_S = 60.0  # `workbench cel` prints the estimate of a run expected to take longer
 STAGES = ("screen", "search", "confirm")
+SEARCHED = ("screen", "search")  # the stages that run at `CELConfig.search_dtype`
 Span = tuple[float, float]
 SE_MARGIN = 2.0  # standard errors below the mean share of random sets, at the low end
 
@@ -213,7 +222,7 @@ def stage_forwards(run) -> dict[str, Span | None]:
     return {stage: (None if p is None else p.count) for stage, p in _stages(run).items()}
 
 
-def measure_forward(run) -> float:
+def measure_forward(run, model=None) -> float:
     """Seconds of one plain forward over the selection split, timed as the scorers run one:
     up to `MEASURE_ROWS` selection examples tiled as many times as the scorers tile masks of
     that batch (`workbench.compute.default_masks_per_pass`, at most `MEASURE_TOKENS` tokens),
@@ -223,8 +232,9 @@ def measure_forward(run) -> float:
     The timed pass stops before the unembedding (`return_type=None`), as the scorers unembed
     only the answer positions; it follows an untimed one-example pass (the first forward
     pays for allocations: 1.4x the next on SmolLM2), and of two timed passes the faster
-    counts (another job's burst slows one, not the model). Run under the run's threads."""
-    model = run.model
+    counts (another job's burst slows one, not the model). Run under the run's threads, on
+    `model` when given (the run's searcher), else on the run's model."""
+    model = run.model if model is None else model
     tokens = run.select.tokens[:MEASURE_ROWS].to(model.cfg.device)
     rows, width = tokens.shape
     budget, _ = run.compute.budgets(model.cfg)
@@ -305,10 +315,25 @@ def _duration(seconds: float) -> str:
     return f"~{math.floor(seconds / 360) / 10:.1f} h"
 
 
+def searched_share(run, seconds: float) -> float:
+    """What a forward of the model that screens and searches costs, as a share of one of the
+    run's model (`seconds`, `measure_forward(run)`): 1 at the model's own precision, else the
+    ratio of a forward timed on its lower-precision copy (`run.searcher()`, built now and
+    kept for screening) to `seconds`."""
+    if not lowers(run.model, run.config.search_dtype):
+        return 1.0
+    return measure_forward(run, run.searcher()) / seconds
+
+
 def estimate_run(run, done: tuple[str, ...] = ()) -> RunEstimate:
     """The estimate of a prepared run's stages not in `done` (stages a results folder
-    already holds), from one measured forward."""
+    already holds), from one measured forward (and one on the searcher when screening or the
+    search runs at a lower precision: `searched_share`)."""
     stages = {k: v for k, v in _stages(run).items() if k not in done}
+    seconds = measure_forward(run)
+    share = searched_share(run, seconds) if any(k in stages for k in SEARCHED) else 1.0
+    costs = {k: None if v is None else
+             (v.cost if k not in SEARCHED else (v.cost[0] * share, v.cost[1] * share))
+             for k, v in stages.items()}
     return RunEstimate({k: None if v is None else v.count for k, v in stages.items()},
-                       {k: None if v is None else v.cost for k, v in stages.items()},
-                       measure_forward(run), len(run.select))
+                       costs, seconds, len(run.select))

@@ -176,3 +176,24 @@ def check_dtype_name(dtype: str | None) -> None:
     if dtype is not None and str(dtype) != "auto" and str(dtype) not in DTYPE_NAMES:
         raise WorkbenchError(
             f"dtype {dtype!r} is unknown; expected 'auto' or one of {sorted(DTYPE_NAMES)}")
+
+
+class SearchDtype(Option, what="search dtype"):
+    """The precision of screening and search (`CELConfig.search_dtype`): `float32` (the
+    model as loaded), or `bfloat16`: a bfloat16 copy of the model screens every head and
+    scores the search's sets, which only choose; confirmation, the random baselines, the
+    trade-off table and the explanation run on the model as loaded (`workbench.precision`)."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
+class Racing(Option, what="racing"):
+    """`--racing`: whether candidates are scored on growing slices of a split until decided
+    (`CELConfig.adaptive`). `on`, `off`: outright; `auto`: on, except on a GPU where a
+    measured pass over the first slice costs nearly a full pass (`workbench.racing.
+    auto_racing`), and a resumed run keeps its folder's choice."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"

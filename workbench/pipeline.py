@@ -49,6 +49,7 @@ from workbench.guards import (
 )
 from workbench.metrics.records import base_metric, check_objective
 from workbench.metrics.scores import multi_token_metric, task_metric
+from workbench.precision import search_model
 from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.results.result import CELResult
 from workbench.results.store import ResultStore
@@ -88,6 +89,7 @@ class CELRun:
         started: `time.perf_counter()` when preparation began (the setup time counts it).
         small: the splits and side tasks with fewer examples than intervals need, and how
             many they hold (`workbench.tasks.format.small_splits`; the run warns).
+        searcher_model: what `searcher()` built, dropped when the search ends.
     """
 
     model: object
@@ -101,6 +103,7 @@ class CELRun:
     compute: Compute
     started: float = 0.0
     small: dict = dataclasses.field(default_factory=dict)
+    searcher_model: object | None = dataclasses.field(default=None, repr=False)
 
     @property
     def stats(self) -> Stats:
@@ -115,10 +118,17 @@ class CELRun:
         """The run's guards (resolved when the run starts; `workbench.guards`)."""
         return parse_guards(self.config.guards) or ()
 
-    def scorer(self, data, means: HeadMeans | None = None) -> MaskScorer:
-        return MaskScorer(self.model, data, kind=self.config.kind, means=means,
-                          metric=task_metric(self.metric, data),
+    def scorer(self, data, means: HeadMeans | None = None, model=None) -> MaskScorer:
+        return MaskScorer(self.model if model is None else model, data, kind=self.config.kind,
+                          means=means, metric=task_metric(self.metric, data),
                           per_position=self.config.per_position, compute=self.compute)
+
+    def searcher(self):
+        """The model that screens and searches: the model itself, or its copy at the config's
+        lower `search_dtype` (`workbench.precision.search_model`), built on first use."""
+        if self.searcher_model is None:
+            self.searcher_model = search_model(self.model, self.config.search_dtype)
+        return self.searcher_model
 
     def means_of(self, data: TaskBatch) -> HeadMeans | None:
         """Mean-ablation means over `data`'s own prompts (None for other kinds)."""
@@ -283,6 +293,7 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
         result.heads = _resumed(store, cfg, "heads", "screen", screen_stage, run, result)
         _check_heads(result.heads, model, store.folder)
         result.combos = _resumed(store, cfg, "combos", "search", search_stage, run, result)
+        run.searcher_model = None  # a lower-precision copy is not needed past the search
 
         confirmation = store.load("confirmation", cfg)
         side_effects = store.load("side_effects", cfg) if other_tasks else pd.DataFrame()
@@ -327,7 +338,7 @@ def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     """Stage 1: the single-head screening table with the candidates marked."""
     config = run.config
     race = ScreenRace(run.order[0], screen_race_rule(config.strategies))
-    heads = screen_heads(run.model, run.select, config.kind, config.method, split=None,
+    heads = screen_heads(run.searcher(), run.select, config.kind, config.method, split=None,
                          others=run.others if config.side_screening else (),
                          metric=run.metric, means=run.means, per_position=config.per_position,
                          stats=run.stats, race_on=race if config.adaptive else None,
@@ -335,7 +346,7 @@ def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
     if not get_method(config.method).exact and config.check_attribution:
         # an estimate is checked against exact screening: rank correlation, helpful heads
-        _, exact = single_head_diffs(run.model, run.select, "exact", config.kind, run.means,
+        _, exact = single_head_diffs(run.searcher(), run.select, "exact", config.kind, run.means,
                                      run.metric, per_position=config.per_position,
                                      compute=run.compute, desc="exact check")
         rho, agreement = {}, {}
@@ -362,7 +373,8 @@ def screen_race_rule(strategies) -> str:
 def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     """Stage 2: every head set the strategies scored on the selection split."""
     config = run.config
-    space = SearchSpace(run.scorer(run.select, run.means), candidate_heads(result.heads),
+    space = SearchSpace(run.scorer(run.select, run.means, run.searcher()),
+                        candidate_heads(result.heads),
                         config.objective, config.secondary, rank_by=config.rank_by,
                         max_size=config.max_size, top_m=config.top_m,
                         beam_width=config.beam_width, n_masks=config.n_masks,
@@ -379,7 +391,8 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
     side_guards = [g for g in run.guards if not g.on_main]
     if side_guards:  # the best sets' side-task guards, on each side task's selection split
         space.check_side_guards(side_guards, {
-            g.task: run.scorer(*_split_data(run, g.task, "select")) for g in side_guards})
+            g.task: run.scorer(*_split_data(run, g.task, "select"), run.searcher())
+            for g in side_guards})
     result.summary.update(space.notes)
     result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
     return pd.DataFrame(space.records)

@@ -24,6 +24,7 @@ model on those rows only, so a slice of an eighth of the split costs an eighth o
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -255,3 +256,63 @@ def separated_from(values: dict[str, float]) -> OpenFn:
         return still
 
     return open_fn
+
+
+# Racing saves wall time only while a pass over a slice costs its share of a full pass; where
+# launching a forward costs what computing it does (small models on a GPU) a slice costs
+# nearly a full pass and racing's looks cost more than they save. Measured on an NVIDIA H200
+# (docs/speed.md): the embedded main job took 6 s raced against 4 s unraced, though racing cut
+# its forward-equivalents 3.2x. `RACING_SAVING` is that smallest measured cut: racing pays
+# while a first slice costs per example less than that many times a full pass.
+RACING_SAVING = 3.0
+
+
+def racing_pays(slice_s: float, full_s: float, share: float) -> bool:
+    """Whether racing saves wall time on a device where a pass over a first slice (`share`
+    of the split's examples) took `slice_s` seconds and a pass over all of them `full_s`:
+    `slice_s < RACING_SAVING * share * full_s`. Pure compute gives `slice_s = share * full_s`
+    (racing pays); pure launch overhead `slice_s = full_s` (it does not)."""
+    if not 0.0 < share <= 1.0 or slice_s < 0.0 or full_s <= 0.0:
+        raise WorkbenchError(f"racing_pays needs 0 < share <= 1 and times >= 0; got share "
+                             f"{share}, slice {slice_s} s, full {full_s} s")
+    return slice_s < RACING_SAVING * share * full_s
+
+
+def time_slice_and_pass(scorer, first: int, repeats: int = 3) -> tuple[float, float]:
+    """`(slice_s, full_s)`: seconds of one mask that restarts at the first layer (a whole
+    pass) scored on the first `first` examples of racing's order and on every example, the
+    faster of `repeats` each after an untimed one (synchronized on CUDA)."""
+    model = scorer.model
+    masks = torch.zeros(1, model.cfg.n_layers, model.cfg.n_heads)
+    masks[0, 0, 0] = 1.0
+    rows = example_order(len(scorer.data), 0)[:first]
+    cuda = torch.device(model.cfg.device).type == "cuda"
+    best = {}
+    for name, r in (("slice", rows), ("full", None)):
+        times = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            scorer.score(masks, rows=r)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        best[name] = min(times[1:])
+    return best["slice"], best["full"]
+
+
+def auto_racing(scorer, distributed: bool = False) -> tuple[bool, str | None]:
+    """`(race?, why)` for `workbench cel --racing auto`: on a CPU (compute-bound: a slice
+    costs its share) and under torch.distributed (every rank must decide alike) racing stays
+    on, unmeasured (`why` None); on a GPU it is on when `racing_pays` for a measured first
+    slice (`time_slice_and_pass`), `why` saying so in one line. Not yet run on a real GPU
+    (docs/speed.md)."""
+    device = torch.device(scorer.model.cfg.device)
+    if device.type == "cpu" or distributed:
+        return True, None
+    n = len(scorer.data)
+    first = first_slice(n)
+    slice_s, full_s = time_slice_and_pass(scorer, first)
+    on = racing_pays(slice_s, full_s, first / n)
+    return on, (f"racing {'on' if on else 'off'}: on {device} one mask took {slice_s:.3g} s "
+                f"on {first} of {n} selection examples and {full_s:.3g} s on all of them "
+                f"(racing pays below {RACING_SAVING:g} x {first}/{n} of the full pass)")

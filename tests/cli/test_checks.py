@@ -40,6 +40,8 @@ BAD_OPTIONS = [
     (["--device", "cuda:x"], "device 'cuda:x' is not a torch device"),
     (["--dtype", "float8"], "dtype 'float8' is unknown; expected 'auto' or one of"),
     (["--ablation", "sideways"], "invalid choice: 'sideways'"),
+    (["--search-dtype", "float8"], "invalid choice: 'float8' (choose from 'float32', 'bfloat16')"),
+    (["--racing", "sometimes"], "invalid choice: 'sometimes' (choose from 'auto', 'on', 'off')"),
 ]
 
 _CHECK = """
@@ -104,6 +106,27 @@ def test_every_bad_option_is_one_line_before_torch_and_creates_no_folder(
         assert lines[0].startswith("workbench: error: ") and words in lines[0], (extra, err)
         assert not created, (command, extra)
     assert heavy == []
+
+
+def test_check_options_refuses_a_bad_racing_or_search_dtype_by_name():
+    """`check_options` itself (not only the parser's choices) refuses a `--racing` or
+    `--search-dtype` outside its option type, naming the values allowed, and a resumed run
+    under `--racing auto` takes `adaptive` from its folder (`resumed_choices`)."""
+    import argparse
+
+    from workbench.cli.checks import check_options, resumed_choices
+    from workbench.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match=r"racing 'sometimes' is unknown; expected one of "
+                       r"\['auto', 'on', 'off'\]"):
+        check_options(argparse.Namespace(racing="sometimes"), {})
+    with pytest.raises(WorkbenchError, match=r"search dtype 'float8' is unknown; expected one "
+                       r"of \['float32', 'bfloat16'\]"):
+        check_options(argparse.Namespace(racing="auto"), {"search_dtype": "float8"})
+    assert check_options(argparse.Namespace(racing="off"), {"search_dtype": "bfloat16"}) \
+        .search_dtype == "bfloat16"
+    assert resumed_choices(argparse.Namespace(racing="auto")) == ("adaptive",)
+    assert resumed_choices(argparse.Namespace(racing="on")) == ()
 
 
 @pytest.fixture

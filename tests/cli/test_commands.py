@@ -146,6 +146,65 @@ def test_compute_flags_reach_run_cel():
     assert "token_budget" not in options
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_bf16_search_runs_and_says_once_where_it_will_be_slow(fast, demo_files, tmp_path,
+                                                               capsys, monkeypatch):
+    """`--search-dtype bfloat16` reaches the config; on a device without fast bfloat16 (the
+    CPU's flags, `workbench.precision.fast_bf16`, stood in for) the run goes on and says so in
+    one line, once; the found sets are the float32 run's."""
+    import workbench.precision
+
+    monkeypatch.setattr(workbench.precision, "fast_bf16", lambda device, flags=None: fast)
+    model_dir, main, _ = demo_files
+    out = tmp_path / "out"
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
+            "--device", "cpu", "--no-explain", "--search-dtype", "bfloat16", *FAST]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    notes = [x for x in (captured.out + captured.err).splitlines() if "bfloat16" in x]
+    if fast:
+        assert notes == []
+    else:
+        assert notes == ["note: --search-dtype bfloat16: this CPU has neither AVX-512 BF16 nor "
+                         "AMX (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), so bfloat16 "
+                         "matmuls are emulated and screening and the search will be slower "
+                         "than in float32; the results are as valid"]
+    result = CELResult.load(out)
+    assert result.config.search_dtype == "bfloat16" and result.best == ["L0H1", "L0H3", "L1H1"]
+    assert "Screening and search ran on a bfloat16 copy" in (out / "report.md").read_text()
+    assert commands.run_options(cli.build_parser("cel").parse_args(
+        ["cel", "--search-dtype", "bfloat16"]))["search_dtype"] == "bfloat16"
+
+
+def test_racing_auto_is_measured_once_and_a_rerun_keeps_the_folders_choice(
+        demo_files, tmp_path, capsys, monkeypatch):
+    """`--racing auto` (the default) takes `workbench.racing.auto_racing`'s decision (a GPU's
+    measurement, stood in for here) into the config and prints its line; a rerun resumes
+    with the folder's choice without measuring; `--racing on` / `off` set it outright."""
+    import workbench.racing
+
+    monkeypatch.setattr(workbench.racing, "auto_racing",
+                        lambda scorer, distributed=False: (False, "racing off: stand-in"))
+    model_dir, main, _ = demo_files
+    out = tmp_path / "out"
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
+            "--device", "cpu", "--no-explain", *FAST]
+    assert cli.main(argv) == 0
+    assert "racing off: stand-in" in capsys.readouterr().out.splitlines()
+    assert CELResult.load(out).config.adaptive is False
+    monkeypatch.setattr(workbench.racing, "auto_racing",
+                        lambda scorer, distributed=False: (True, "racing on: measured again"))
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "resuming from" in printed and "measured again" not in printed
+    assert cli.main([*argv, "--racing", "on"]) == 2  # another config than the folder's
+    assert "different config" in capsys.readouterr().err
+    for flag, adaptive in (("on", True), ("off", False)):
+        args = cli.build_parser("cel").parse_args(["cel", "--racing", flag])
+        assert commands.run_options(args)["adaptive"] is adaptive
+    assert "adaptive" not in commands.run_options(cli.build_parser("cel").parse_args(["cel"]))
+
+
 class _Stop(WorkbenchError):
     """Raised by a stand-in for the model loader: the test has seen what it needs."""
 

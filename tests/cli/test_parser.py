@@ -131,7 +131,7 @@ def test_parser_choices_are_the_option_types():
 
     from workbench.loading import names, sources
     from workbench.loading.checkpoint import CONFIG_FILE
-    from workbench.options import AblationKind, ClusterMode, SweepSplit
+    from workbench.options import AblationKind, ClusterMode, Racing, SearchDtype, SweepSplit
     from workbench.search.registry import strategy_list
     from workbench.tasks.names import TASKS_DIR
 
@@ -142,6 +142,8 @@ def test_parser_choices_are_the_option_types():
         assert actions["--method"].choices == ("attribution", "exact")
         assert actions["--cluster"].choices == ClusterMode.values()
         assert tuple(actions["--strategy"].choices) == strategy_list()
+        assert actions["--search-dtype"].choices == SearchDtype.values()
+        assert actions["--racing"].choices == Racing.values() == ["auto", "on", "off"]
         assert (actions["--ablation"].nargs == "+") is several
     assert _actions("sweep")["--split"].choices == SweepSplit.values()
     assert sources.CHECKPOINT_CONFIG == CONFIG_FILE
@@ -173,7 +175,8 @@ def test_flag_defaults_are_the_config_defaults():
     defaults = {f.name: f.default for f in dataclasses.fields(CELConfig)}
     flagged = {"kind", "per_position", "method", "check_attribution", "max_size", "strategies",
                "cluster", "top_m", "search_budget", "objective", "n_random", "n_boot",
-               "max_examples", "side_screening", "side_examples", "seed", "guards", "guard_rule"}
+               "max_examples", "side_screening", "side_examples", "seed", "guards", "guard_rule",
+               "search_dtype"}
     for command in ("cel", "sweep"):
         args = cli.build_parser(command).parse_args([command])
         options = commands.run_options(args)
@@ -217,6 +220,21 @@ def test_threads_below_one_is_a_parser_error(value, capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert f"argument --threads: expected auto or an integer >= 1; got '{value}'" in err
+
+
+@pytest.mark.parametrize("command", ["cel", "sweep"])
+def test_a_bad_search_dtype_is_one_line_naming_the_allowed_values(command, capsys):
+    """Before anything loads: one line, exit status 2 (`test_help_and_typos_import_no_torch`
+    checks that no torch was imported by then)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([command, "--search-dtype", "float8"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "workbench: error: argument --search-dtype: invalid choice: 'float8' (choose from "
+        f"'float32', 'bfloat16') (`workbench {command} --help` lists the options)"]
+    assert _actions(command)["--search-dtype"].choices == ["float32", "bfloat16"]
+    assert _actions(command)["--search-dtype"].default == CELConfig.search_dtype == "float32"
 
 
 def test_theory_subcommand_keeps_its_options(capsys):

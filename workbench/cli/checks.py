@@ -4,10 +4,12 @@ folder, set the threads, and quiet what loading prints.
 Loading a model takes seconds to minutes, and opening a results folder creates it; a run that
 is then refused wastes the first and leaves the second behind. So `workbench cel` and
 `workbench sweep` check every option first, in one line each, as `run_cel` would refuse it
-(`check_options`: the whole `CELConfig`, the objective's name, `--device` and `--dtype`,
-none of which needs torch), the objective against the task once the task file is read
-(`check_task_objective`), and the results folder (`check_out`: not a file, not held by
-another run, writable, its recorded tables unchanged, its config the one these options make).
+(`check_options`: the whole `CELConfig`, `--search-dtype` with it, the objective's name,
+`--device`, `--dtype` and `--racing`, none of which needs torch), the objective against the
+task once the task file is read (`check_task_objective`), and the results folder (`check_out`:
+not a file, not held by another run, writable, its recorded tables unchanged, its config the
+one these options make, but for what the run takes from the folder: `--racing auto` keeps a
+resumed folder's choice, `resumed_choices`).
 `run_cel` checks all of it again; these checks only come first. Then `use_threads` sets
 torch's threads (`--threads`, `workbench.environment`) and `bars_off` keeps loading quiet.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from workbench.config import CELConfig, resolve_threads
 from workbench.errors import WorkbenchError
 from workbench.metrics.records import base_metric, check_objective
-from workbench.options import check_device_name, check_dtype_name
+from workbench.options import Racing, check_device_name, check_dtype_name
 
 # CELConfig fields a run's flags do not set (`workbench.cli.commands.run_options`), or that
 # are resolved once the model loads
@@ -33,8 +35,9 @@ _RESOLVED = ("task", "others", "objective", "secondary", "model_fingerprint",
 
 def check_options(args, options: dict, model: str = "model", task: str = "task") -> CELConfig:
     """The run's `CELConfig` from the flags' `options` (`run_options`), validated now (a bad
-    value is one `WorkbenchError`), with `--objective`, `--device` and `--dtype` checked by
-    name. Imports no torch."""
+    value is one `WorkbenchError`; `--search-dtype` is `CELConfig.search_dtype`), with
+    `--objective`, `--device`, `--dtype` and `--racing` checked by name. Imports no torch."""
+    Racing.parse(getattr(args, "racing", Racing.AUTO))
     fields = {k: v for k, v in options.items() if k in CELConfig.__dataclass_fields__}
     config = CELConfig(model=model, task=task, **fields)
     check_objective(config.objective)
@@ -43,17 +46,26 @@ def check_options(args, options: dict, model: str = "model", task: str = "task")
     return config
 
 
+def resumed_choices(args) -> tuple[str, ...]:
+    """The `CELConfig` fields a run takes from the folder it resumes rather than from its
+    flags: `adaptive` under `--racing auto` (`workbench.cli.commands.decide_racing`)."""
+    return ("adaptive",) if Racing.parse(getattr(args, "racing", Racing.AUTO)) is Racing.AUTO \
+        else ()
+
+
 def check_task_objective(objective: str | None, task) -> None:
     """Refuse an objective the task cannot score (a difference metric on a task without wrong
     answers), once its file is read and before the model loads."""
     check_objective(objective, task.name, any(e.wrong for e in task.examples))
 
 
-def check_out(out: Path, overwrite: bool, config: CELConfig | None = None) -> None:
+def check_out(out: Path, overwrite: bool, config: CELConfig | None = None,
+              resumed: tuple[str, ...] = ()) -> None:
     """Refuse, before loading anything (and before saying "resuming"), an --out that is a
     file, a folder another run holds, one this user or its file system cannot write, a
     results folder whose recorded tables were changed, or one made with other options than
-    `config`'s (`run_cel` checks all of it again when it opens the folder)."""
+    `config`'s but for the fields in `resumed`, which the run takes from the folder
+    (`resumed_choices`; `run_cel` checks all of it again when it opens the folder)."""
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {str(out)!r} is a file; expected a folder (new or a CEL "
                              "results folder)")
@@ -68,17 +80,18 @@ def check_out(out: Path, overwrite: bool, config: CELConfig | None = None) -> No
 
     recorded = verify_folder(out)["config"]
     if config is not None:
-        _check_same_options(out, config, recorded)
+        _check_same_options(out, config, recorded, resumed)
 
 
-def _check_same_options(out: Path, config: CELConfig, recorded: dict) -> None:
+def _check_same_options(out: Path, config: CELConfig, recorded: dict,
+                        resumed: tuple[str, ...] = ()) -> None:
     """Refuse a folder whose recorded config differs from `config` in a field the flags set
     (the model, task and fingerprints are compared once they are loaded)."""
     try:
         before = CELConfig.from_dict(recorded)
     except WorkbenchError:
         return  # `run_cel` says what is wrong with it
-    diff = [k for k in config.differences(before) if k not in _RESOLVED]
+    diff = [k for k in config.differences(before) if k not in (*_RESOLVED, *resumed)]
     if config.objective is not None and base_metric(config.objective) != before.objective:
         diff.append("objective")
     if config.model == "demo" or before.model == "demo":

@@ -33,10 +33,12 @@ from workbench.cli.checks import (
     check_options,
     check_out,
     check_task_objective,
+    resumed_choices,
     use_threads,
 )
 from workbench.config import CELConfig
 from workbench.errors import FewExamplesWarning, WorkbenchError
+from workbench.options import Racing
 
 DEFAULT_OUT = "cel_results"
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -69,6 +71,9 @@ def run_options(args) -> dict:
         if getattr(args, "guards", None):
             raise WorkbenchError("--guard and --no-guard contradict each other; give one")
         options["guards"] = ()
+    racing = Racing.parse(getattr(args, "racing", Racing.AUTO))
+    if racing is not Racing.AUTO:  # auto: the config's default, or measured (`decide_racing`)
+        options["adaptive"] = racing is Racing.ON
     share = getattr(args, "share_prefix", "auto")
     if share != "auto":
         options["share_prefix"] = share == "on"
@@ -149,7 +154,7 @@ def run_cel_command(args) -> int:
         others = [load_task(o) for o in other_names]
         check_task_objective(args.objective, task)
         _check_guards(config, task, others)
-        check_out(out, args.overwrite, config)
+        check_out(out, args.overwrite, config, resumed_choices(args))
         check_hub_models([model_name])
     except BaseException:
         if note:  # the demo's files
@@ -164,6 +169,7 @@ def run_cel_command(args) -> int:
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
+    from workbench.precision import SlowSearchWarning, lowers, slow_search_note
     from workbench.results.store import CONFIG_FILE
 
     check_counterfactuals(args.kind, [task, *others])  # before the model loads
@@ -201,17 +207,29 @@ def run_cel_command(args) -> int:
     # the threads and why, the device and the machine: what the timings were measured on
     env = environment(model, thread_choice(args.threads))
     print(f"environment: {environment_line(env)}", flush=True)
+    slow = slow_search_note(cfg.device, args.search_dtype) if lowers(
+        model, args.search_dtype) else None
+    if slow:  # said once here; the run's own warning of it is not repeated
+        print(f"note: {slow}", flush=True)
     resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
     if resuming:
         print(f"resuming from {out}", flush=True)
-    estimate = estimate_run(run, _stages_done(out) if resuming else ())
+    if Racing.parse(args.racing) is Racing.AUTO:
+        why = decide_racing(run, out if resuming else None)
+        if why:
+            print(why, flush=True)
+    with warnings.catch_warnings():  # a bfloat16 search times its copy (said once above)
+        warnings.simplefilter("ignore", SlowSearchWarning)
+        estimate = estimate_run(run, _stages_done(out) if resuming else ())
     if estimate.seconds[1] >= LONG_RUN_S:  # a long run says what it costs before it starts
         print(estimate.line(), flush=True)
     # in a log (stderr not a terminal), progress is plain lines with the run's ETA
     seconds = {stage: (c[0] * estimate.seconds_per_forward, c[1] * estimate.seconds_per_forward)
                for stage, c in estimate.costs.items() if c is not None}
     shown = not args.quiet and distributed.is_main()
-    with distributed.rank_out_dir(out) as run_out, progress.tracking(seconds if shown else {}):
+    with distributed.rank_out_dir(out) as run_out, progress.tracking(seconds if shown else {}), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", SlowSearchWarning)  # said once above
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
     from workbench.results.headline import explained_line, result_lines, results_line
 
@@ -236,6 +254,23 @@ def _check_guards(config, task, others) -> None:
     if guards:
         check_guards(guards, {MAIN: task_metrics(task),
                               **{o.name: task_metrics(o) for o in others}})
+
+
+def decide_racing(run, resumed: Path | None) -> str | None:
+    """`--racing auto`: `run.config.adaptive` from a first slice measured on a GPU
+    (`workbench.racing.auto_racing`), or a resumed folder's choice; the line to print."""
+    from workbench import distributed
+    from workbench.racing import auto_racing
+    from workbench.results.store import read_run_file
+    from workbench.scoring.scorer import MaskScorer
+
+    if resumed is not None:
+        on, why = bool(read_run_file(resumed)["config"].get("adaptive", True)), None
+    else:
+        scorer = MaskScorer(run.model, run.select, compute=run.compute.replace(progress=False))
+        on, why = auto_racing(scorer, distributed.is_distributed())
+    run.config = dataclasses.replace(run.config, adaptive=on)
+    return why
 
 
 def _stages_done(out: Path) -> tuple[str, ...]:

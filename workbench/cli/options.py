@@ -15,7 +15,7 @@ import dataclasses
 from workbench.config import DEFAULT_THREADS, CELConfig
 from workbench.guards import GuardRule
 from workbench.metrics.records import help_text as metric_help
-from workbench.options import AblationKind, ClusterMode
+from workbench.options import AblationKind, ClusterMode, Racing, SearchDtype
 from workbench.screening.registry import cel_methods
 from workbench.screening.registry import methods as screening_methods
 from workbench.search.registry import strategies, strategy_list
@@ -264,6 +264,25 @@ def _data_options(p) -> None:
                    "(the search's finalist sets), with masks that restart at different layers "
                    "joined into common passes; never under torchrun, whose ranks then write "
                    "what one process writes with off, bit for bit (default %(default)s)")
+    p.add_argument(
+        "--search-dtype",
+        choices=SearchDtype.values(),
+        default=d["search_dtype"],
+        help="precision of screening and search, which only choose the sets: bfloat16 runs "
+        "them on a bfloat16 copy of the model (fast on a GPU and on CPUs with AVX-512 BF16 or "
+        "AMX, slow elsewhere, which the run says); the chosen sets are scored again in the "
+        "model's own dtype, on the selection and held-out splits, as are the baselines, side "
+        "effects and explanation (default %(default)s; docs/speed.md)",
+    )
+    p.add_argument(
+        "--racing",
+        choices=Racing.values(),
+        default=Racing.AUTO.value,
+        help="score candidates on growing slices of a split until decided (docs/speed.md); "
+        "auto: on, except on a GPU where a measured pass over the first slice costs nearly a "
+        "full pass (launch overhead: small models), where it is off; a resumed run keeps its "
+        "folder's choice (default %(default)s; sweep: auto is on)",
+    )
     p.add_argument("--quiet", action="store_true",
                    help="no progress, those of loading a model included (the GGUF "
                    "conversion's and transformers' bars, TransformerLens's 'Moving model to "

@@ -17,6 +17,7 @@ summary are computed once every size is in.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import pandas as pd
 import torch
@@ -33,8 +34,10 @@ from workbench.confirmation.confirm import (
 )
 from workbench.guards import closest_infeasible, labels
 from workbench.heads import HeadSet
+from workbench.precision import lowers
 from workbench.results.result import flagged_heads, mark_best
 from workbench.results.store import json_values, stage_inputs
+from workbench.scoring.scorer import Scorer, masks_of
 from workbench.search.candidates import best_sets, search_pool, set_record
 from workbench.tasks.encoding import encode_task
 
@@ -44,6 +47,19 @@ STAGE = "confirm"  # the checkpoint's name (`confirm.partial.json`)
 def score_means(scores: dict[str, torch.Tensor]) -> dict[str, float]:
     """Each metric's mean over the examples (NaN-skipping), as floats."""
     return {m: float(torch.nanmean(v.float())) for m, v in scores.items()}
+
+
+def rescored_gains(scorer: Scorer, sets: Mapping[int, object], objective: str,
+                   release: bool = True) -> dict[int, float]:
+    """size -> each set's mean objective gain on every example of `scorer`'s split, one mask
+    per set: after a search at a lower precision (`CELConfig.search_dtype`) the selection
+    gains a confirmation reports, measured on the model as loaded."""
+    clean = scorer.clean()[objective]
+    scores = scorer.score(masks_of(scorer.model, list(sets.values())))[objective]
+    if release:
+        scorer.release()
+    return {size: float(torch.nanmean((scores[i] - clean).float()))
+            for i, size in enumerate(sets)}
 
 
 class _Checkpoint:
@@ -89,6 +105,8 @@ def confirm_stage(run, result, store=None) -> tuple[pd.DataFrame, pd.DataFrame, 
     # a first slice and scored again later has a slice row too)
     select_gains = {size: float(set_record(combos, names)[f"d_{config.objective}"])
                     for size, names in sets.items()}
+    if lowers(run.model, config.search_dtype):  # the search's numbers chose; report exact ones
+        select_gains = rescored_gains(run.scorer(run.select, run.means), sets, config.objective)
     heldout = run.scorer(run.heldout, run.means)
     others = {}
     for name, task in run.others.items():
