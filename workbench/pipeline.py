@@ -370,7 +370,8 @@ def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
                         knockout_examples=config.knockout_examples,
                         seed=config.seed, adaptive=config.adaptive, ci=config.ci,
                         progress=run.compute.progress,
-                        pool=search_pool(result.heads, run.order[0], second=run.order[1]),
+                        pool=search_pool(result.heads, run.order[0], second=run.order[1],
+                                         guards=[g for g in run.guards if g.on_main]),
                         guards=tuple(g for g in run.guards if g.on_main),
                         guard_rule=config.guard_rule)
     for name in config.strategies:
