@@ -251,7 +251,7 @@ def run_gaming_plant(
             table = heads[[head_name(l, h) != gamer for l, h in zip(heads["layer"], heads["head"],
                                                                      strict=True)]]
         cands = select_candidates(table.reset_index(drop=True), FIRST, SECOND, 8, guards=guards)
-        pool = search_pool(cands, FIRST)
+        pool = search_pool(cands, FIRST, guards=guards)
         scorer = CountingScorer(pm.scorer("select"))
         scorer.clean()
         space = SearchSpace(

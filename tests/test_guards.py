@@ -28,6 +28,7 @@ from workbench.guards import (
     default_guards,
     parse_guards,
     task_metrics,
+    with_defaults,
 )
 from workbench.metrics.records import Metric, declare
 from workbench.pipeline import run_cel
@@ -82,6 +83,13 @@ def test_the_defaults_come_from_the_metric_records():
         raise AssertionError
 
     assert default_guards("margin", ["margin", "hit"], custom) == (Guard("main", "hit"),)
+    defaults = default_guards("logit_diff", names)
+    assert with_defaults((), defaults) == defaults
+    assert with_defaults((Guard("side", "accuracy", 0.02),), defaults) == (
+        *defaults, Guard("side", "accuracy", 0.02))
+    assert with_defaults((Guard("side", "accuracy"), Guard("main", "accuracy", 0.1)),
+                         defaults) == (Guard("main", "accuracy", 0.1), Guard("main", "logprob"),
+                                       Guard("side", "accuracy"))
     with pytest.raises(WorkbenchError, match=r"guards \['main:accuracy'\] are given more than"):
         parse_guards(["main:accuracy", "main:accuracy:0.1"])
 
@@ -128,6 +136,15 @@ def test_the_config_records_the_guards_and_refuses_other_ones_on_resume(micro, t
     with pytest.raises(WorkbenchError, match=r"differs in \['guards'\]"):
         run_cel(model, main, others=[side], out_dir=out,
                 guards=["main:accuracy", f"{side.name}:accuracy:0.1"], **FAST)
+    # a named guard adds to the defaults (its own tolerance wins for the same task and metric),
+    # and the same names resume the folder they made
+    side_out = tmp_path / "side"
+    named = [f"{side.name}:accuracy:0.1", "main:logprob:0.5"]
+    guarded = run_cel(model, main, others=[side], out_dir=side_out, guards=named, **FAST)
+    assert guarded.config.guards == ("main:accuracy", "main:logprob:0.5",
+                                     f"{side.name}:accuracy:0.1")
+    again = run_cel(model, main, others=[side], out_dir=side_out, guards=named, **FAST)
+    assert again.config.guards == guarded.config.guards
     # an objective that is not a difference gets no guards, and writes no such key
     plain = run_cel(model, main, out_dir=tmp_path / "acc", **{**FAST, "objective": "accuracy"})
     assert plain.config.guards == ()

@@ -138,6 +138,24 @@ def default_guards(objective: str, metrics: Sequence[str],
                  if m != objective and record(m, custom).guards)
 
 
+def with_defaults(guards: Sequence[Guard], defaults: Sequence[Guard]) -> tuple[Guard, ...]:
+    """The run's guards when it names some: the defaults, each replaced by a named guard of the
+    same task and metric (its tolerance wins), then the other named guards in their order.
+    `--guard induction:accuracy:0.02` adds a side task's guard to the main task's; only an
+    empty tuple (`--no-guard`) drops the defaults."""
+    named = {(g.task, g.metric): g for g in guards}
+    merged = [named.pop((d.task, d.metric), d) for d in defaults]
+    return (*merged, *(g for g in guards if (g.task, g.metric) in named))
+
+
+def run_guards(specs, objective: str, metrics: Sequence[str],
+               custom: Callable | None = None) -> tuple[Guard, ...]:
+    """A run's guards from its config's `guards`: None, the defaults (`default_guards`); an
+    empty tuple, none; else the named guards with the defaults (`with_defaults`)."""
+    guards, defaults = parse_guards(specs), default_guards(objective, metrics, custom)
+    return defaults if guards is None else with_defaults(guards, defaults) if guards else ()
+
+
 def check_guards(guards: Sequence[Guard], tasks: dict[str, Sequence[str]]) -> None:
     """Every guard names a task of the run and a metric that task can compute: `tasks` maps
     `"main"` and each side task's name to its metrics. One line naming the allowed values

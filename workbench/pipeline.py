@@ -3,7 +3,8 @@
 1. screen (`screen_stage`): the effect of removing each head alone on the selection split
    (and on every side task), and the candidate pool;
 2. search (`search_stage`): head sets scored jointly on the selection split by the config's
-   strategies;
+   strategies (its scoring calls saved as they go and replayed by a rerun after an interrupt,
+   `workbench.search.replay`);
 3. confirm (`confirm_stage`, `workbench.confirmation.stage`, which saves each finished size
    so that an interrupted confirmation resumes from it): the best set of each size re-scored
    on the held-out split, against random sets of the same size, with side effects on the
@@ -21,6 +22,7 @@ stage only when config, model, tasks and upstream files are unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
 from collections.abc import Sequence
@@ -42,12 +44,12 @@ from workbench.guards import (
     MAIN,
     Guard,
     check_guards,
-    default_guards,
     labels,
     parse_guards,
+    run_guards,
     task_metrics,
 )
-from workbench.metrics.records import base_metric, check_objective
+from workbench.metrics.records import base_metric, check_objective, default_secondary
 from workbench.metrics.scores import multi_token_metric, task_metric
 from workbench.precision import search_model
 from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
@@ -64,6 +66,7 @@ from workbench.search.candidates import (
     select_candidates,
 )
 from workbench.search.registry import get_strategy
+from workbench.search.replay import SearchCheckpoint
 from workbench.search.space import SearchSpace
 from workbench.stats import Stats, helpful_agreement, rank_correlation
 from workbench.tables import head_name
@@ -292,7 +295,8 @@ def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult
 
         result.heads = _resumed(store, cfg, "heads", "screen", screen_stage, run, result)
         _check_heads(result.heads, model, store.folder)
-        result.combos = _resumed(store, cfg, "combos", "search", search_stage, run, result)
+        result.combos = _resumed(store, cfg, "combos", "search",
+                                 functools.partial(search_stage, store=store), run, result)
         run.searcher_model = None  # a lower-precision copy is not needed past the search
 
         confirmation = store.load("confirmation", cfg)
@@ -330,7 +334,7 @@ def _resumed(store: ResultStore, cfg: dict, table: str, stage: str, run_stage, r
         with progress.stage(stage, run.compute.progress):
             df = run_stage(run, result)
         _add_time(result, stage, t)
-        store.save(result.run_file(), **{table: df})
+        store.save(result.run_file(), finished=(stage,), **{table: df})  # its checkpoint goes
     return df
 
 
@@ -370,31 +374,37 @@ def screen_race_rule(strategies) -> str:
     return "hurts" if any(get_strategy(s).ranked for s in strategies) else "pool"
 
 
-def search_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
-    """Stage 2: every head set the strategies scored on the selection split."""
+def search_stage(run: CELRun, result: CELResult, store: ResultStore | None = None
+                 ) -> pd.DataFrame:
+    """Stage 2: every head set the strategies scored on the selection split. With `store`,
+    its scoring calls are saved as they go and an interrupted run's are replayed
+    (`workbench.search.replay`)."""
     config = run.config
-    space = SearchSpace(run.scorer(run.select, run.means, run.searcher()),
-                        candidate_heads(result.heads),
-                        config.objective, config.secondary, rank_by=config.rank_by,
-                        max_size=config.max_size, top_m=config.top_m,
-                        beam_width=config.beam_width, n_masks=config.n_masks,
-                        knockout_p=config.knockout_p, budget=config.search_budget,
-                        knockout_examples=config.knockout_examples,
-                        seed=config.seed, adaptive=config.adaptive, ci=config.ci,
-                        progress=run.compute.progress,
-                        pool=search_pool(result.heads, run.order[0], second=run.order[1]),
-                        guards=tuple(g for g in run.guards if g.on_main),
-                        guard_rule=config.guard_rule)
-    for name in config.strategies:
-        get_strategy(name)(space, **config.strategy_settings.get(name, {}))
-    space.scorer.release()
-    side_guards = [g for g in run.guards if not g.on_main]
-    if side_guards:  # the best sets' side-task guards, on each side task's selection split
-        space.check_side_guards(side_guards, {
-            g.task: run.scorer(*_split_data(run, g.task, "select"), run.searcher())
-            for g in side_guards})
+    with SearchCheckpoint(store, config.to_dict(), result) as saved:
+        space = SearchSpace(saved.wrap(run.scorer(run.select, run.means, run.searcher()), "main"),
+                            candidate_heads(result.heads),
+                            config.objective, config.secondary, rank_by=config.rank_by,
+                            max_size=config.max_size, top_m=config.top_m,
+                            beam_width=config.beam_width, n_masks=config.n_masks,
+                            knockout_p=config.knockout_p, budget=config.search_budget,
+                            knockout_examples=config.knockout_examples,
+                            seed=config.seed, adaptive=config.adaptive, ci=config.ci,
+                            progress=run.compute.progress,
+                            pool=search_pool(result.heads, run.order[0], second=run.order[1],
+                                             guards=[g for g in run.guards if g.on_main]),
+                            guards=tuple(g for g in run.guards if g.on_main),
+                            guard_rule=config.guard_rule)
+        for name in config.strategies:
+            get_strategy(name)(space, **config.strategy_settings.get(name, {}))
+        space.scorer.release()
+        side_guards = [g for g in run.guards if not g.on_main]
+        if side_guards:  # the best sets' side-task guards, on each side task's selection split
+            space.check_side_guards(side_guards, {g.task: saved.wrap(
+                run.scorer(*_split_data(run, g.task, "select"), run.searcher()), g.task)
+                for g in side_guards})
     result.summary.update(space.notes)
     result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
+    result.timings["search"] = result.timings.get("search", 0.0) + saved.seconds  # earlier runs'
     return pd.DataFrame(space.records)
 
 
@@ -460,10 +470,8 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
         raise WorkbenchError(
             f"objective {objective!r} is not a metric of this run; expected one of {names}"
         )
-    secondary = config.secondary or _default_secondary(objective, names)
-    guards = parse_guards(config.guards)
-    if guards is None:
-        guards = default_guards(objective, names, metric)
+    secondary = config.secondary or default_secondary(objective, names)
+    guards = run_guards(config.guards, objective, names, metric)
     main_metrics = names if metric is not None and metric is not multi_token_metric else [
         m for m in names if m in task_metrics(main)]
     check_guards(guards, {MAIN: main_metrics,
@@ -474,14 +482,6 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
         model_fingerprint=model_fingerprint(model), task_fingerprint=task_fingerprint(main),
         others_fingerprint=digest([task_fingerprint(t) for t in others.values()]),
     )
-
-
-def _default_secondary(objective: str, names: Sequence[str]) -> str | None:
-    for candidate in ("logprob", "accuracy") if objective != "logprob" else ("accuracy",):
-        if candidate in names and candidate != objective:
-            return candidate
-    others = [n for n in names if n != objective]
-    return others[0] if others else None
 
 
 def _split_data(run: CELRun, task: str, split: str) -> tuple[TaskBatch, HeadMeans | None]:

@@ -253,7 +253,7 @@ import workbench.pipeline as pipeline
 
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a slow exit hangs
 
-def slow_search(run, result):  # the real run, stopped in its second stage
+def slow_search(run, result, store=None):  # the real run, stopped in its second stage
     print("searching", flush=True)
     time.sleep(300)
 

@@ -48,3 +48,27 @@ def test_search_pool_falls_back_to_the_secondary_when_the_objective_has_no_inter
     blind = df.assign(d_accuracy_hi=np.nan)
     assert search_pool(blind, "accuracy") == []
     assert search_pool(blind, "accuracy", second="logprob") == [(0, 1), (1, 0)]
+
+
+def test_a_guarded_pool_leaves_out_heads_that_clearly_break_a_guard():
+    from workbench.guards import Guard
+
+    df = pd.DataFrame(
+        {
+            "layer": [0, 0, 1, 1, 2],
+            "head": [0, 1, 0, 1, 0],
+            "d_logit_diff_hi": [0.5, 3.0, 0.2, 0.1, 0.4],
+            # head (0, 1) is a gamer: the objective rises, accuracy clearly falls
+            "d_accuracy_hi": [0.0, -0.2, -0.01, np.nan, 0.1],
+            "d_logprob_hi": [0.1, -1.0, 0.1, 0.2, -0.03],
+        }
+    )
+    assert search_pool(df, "logit_diff") == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]
+    guards = [Guard("main", "accuracy"), Guard("main", "logprob")]
+    # (1, 0) falls below 0 by 0.01 on accuracy; (2, 0) by 0.03 on log-prob; NaN stays
+    assert search_pool(df, "logit_diff", guards=guards) == [(0, 0), (1, 1)]
+    tolerant = [Guard("main", "accuracy", 0.02), Guard("main", "logprob", 0.05)]
+    assert search_pool(df, "logit_diff", guards=tolerant) == [(0, 0), (1, 0), (1, 1), (2, 0)]
+    # a guard metric screening did not measure leaves the pool alone
+    assert search_pool(df, "logit_diff", guards=[Guard("main", "prob_diff")]) == \
+        search_pool(df, "logit_diff")

@@ -208,8 +208,9 @@ def _guard_options(p) -> None:
         metavar="TASK:METRIC[:TOL]",
         help="search only sets that do not lower METRIC on TASK ('main' or a side task) by "
         "more than TOL (default 0; 0.02 = two points of accuracy), and confirm them so held "
-        "out; repeatable. Default: with a difference objective (logit_diff, prob_diff) the "
-        "main task's accuracy and answer log-prob, else none",
+        "out; repeatable; adds to the default guards (a guard of the same task and metric "
+        "sets its tolerance). Default: with a difference objective (logit_diff, prob_diff) "
+        "the main task's accuracy and answer log-prob, else none",
     )
     p.add_argument("--no-guard", action="store_true",
                    help="no guards: the unconstrained search of earlier versions")

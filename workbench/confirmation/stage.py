@@ -125,7 +125,8 @@ def confirm_stage(run, result, store=None) -> tuple[pd.DataFrame, pd.DataFrame, 
               **{n: cluster_labels(s.data, config.cluster) for n, s in others.items()}}
     result.summary["clustered"] = {n: g is not None for n, g in groups.items()}
     head_sets = {s: HeadSet.of(run.model, n) for s, n in sets.items()}
-    pool = search_pool(result.heads, run.order[0], second=run.order[1])
+    pool = search_pool(result.heads, run.order[0], second=run.order[1],
+                       guards=[g for g in run.guards if g.on_main])
     other_groups = {n: g for n, g in groups.items() if n != "heldout" and g is not None}
     plan = ConfirmPlan(config.objective, config.secondary, best_size, select_gains,
                        config.n_random, run.stats, pool, groups["heldout"], other_groups,

@@ -24,7 +24,7 @@ This module imports no torch: the command line and the task format read it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from workbench.errors import WorkbenchError
@@ -170,3 +170,13 @@ def check_objective(objective: str | None, task: str | None = None,
             f"objective {objective!r} compares the answer with wrong answers, and task "
             f"{task!r} has none; expected one of "
             f"{', '.join(m.name for m in METRIC_RECORDS if not m.needs_wrong)}")
+
+
+def default_secondary(objective: str, names: Sequence[str]) -> str | None:
+    """The metric that breaks the objective's ties when the config names none: the answer's
+    log-prob, else accuracy, else the first other metric of the run (`names`)."""
+    for candidate in ("logprob", "accuracy") if objective != "logprob" else ("accuracy",):
+        if candidate in names and candidate != objective:
+            return candidate
+    others = [n for n in names if n != objective]
+    return others[0] if others else None

@@ -11,10 +11,12 @@ table is recorded in `config.json` under `files` with
 
 A stage that takes long also saves its finished part as it goes (`save_partial`): the
 confirmation after each size's set, its random baselines and side effects, and after each
-size of the trade-off table. That checkpoint, `<stage>.partial.json`, is recorded in
-`config.json` under `partial` with its sha256 and the inputs of the stage's table, so a rerun
-takes it up only when it was made by the same inputs (`load_partial`); it is deleted once the
-stage's tables are saved, so a finished folder holds none.
+size of the trade-off table; the search its scoring calls (`save_partial_bytes`,
+`workbench.search.replay`). That checkpoint, `<stage>.partial.json` (the search's
+`search.partial.pt`, recorded with its `file` name), is recorded in `config.json` under
+`partial` with its sha256 and the inputs of the stage's table, so a rerun takes it up only
+when it was made by the same inputs (`load_partial`); it is deleted once the stage's tables
+are saved, so a finished folder holds none.
 
 `ResultStore` opens a folder for a run: it refuses a path that is a file or not writable, a
 folder holding CEL tables without a `config.json`, and any recorded file that is missing or
@@ -46,6 +48,7 @@ from workbench.tables import load_table, save_table
 CONFIG_FILE = "config.json"
 LOCK_FILE = ".cel.lock"
 PARTIAL_SUFFIX = ".partial.json"  # a stage's checkpoint: `confirm.partial.json`
+PARTIAL_MARK = ".partial."  # in every checkpoint's name (the search's: `search.partial.pt`)
 TABLES = ("heads", "combos", "confirmation", "side_effects", "tradeoff")
 # the stage files each table is computed from
 UPSTREAM = {"heads": (), "combos": ("heads",), "confirmation": ("combos",),
@@ -64,15 +67,28 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 
-def write_text(path: Path, text: str) -> Path:
-    """Write text atomically (temporary file, then rename)."""
+def write_text(path: Path, text: str | bytes) -> Path:
+    """Write text (or bytes) atomically (temporary file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)  # only after a failure or an interrupt
     return path
+
+
+def partial_name(stage: str, record: dict) -> str:
+    """The file name of `stage`'s checkpoint as `config.json` records it (`file`; a JSON
+    checkpoint, `<stage>.partial.json`, records none); a recorded name that is not a plain
+    checkpoint name in the folder is not taken."""
+    name = record.get("file")
+    if isinstance(name, str) and Path(name).name == name and PARTIAL_MARK in name:
+        return name
+    return f"{stage}{PARTIAL_SUFFIX}"
 
 
 def write_json(path: Path, obj) -> Path:
@@ -194,7 +210,7 @@ def verify_folder(folder: str | Path) -> dict:
         if not path.is_file() or file_digest(path) != record.get("sha256"):
             read_table(folder, name, record)  # raises the precise error
     for stage, record in data.get("partial", {}).items():
-        path = folder / f"{stage}{PARTIAL_SUFFIX}"
+        path = folder / partial_name(stage, record)
         if path.is_file() and file_digest(path) != record.get("sha256"):
             raise WorkbenchError(
                 f"{str(folder)!r}: {path.name} was changed after it was written (its sha256 "
@@ -288,9 +304,10 @@ class ResultStore:
         # hash); one written but not yet recorded when its run stopped goes
         recorded = self.previous.get("partial", {})
         self.partials = {stage: r for stage, r in recorded.items()
-                         if (folder / f"{stage}{PARTIAL_SUFFIX}").is_file()}
-        for path in folder.glob(f"*{PARTIAL_SUFFIX}"):
-            if path.name[:-len(PARTIAL_SUFFIX)] not in self.partials:
+                         if (folder / partial_name(stage, r)).is_file()}
+        kept = {partial_name(stage, r) for stage, r in self.partials.items()}
+        for path in folder.glob(f"*{PARTIAL_MARK}*"):
+            if path.name not in kept and path.is_file():
                 path.unlink()
 
     def _acquire(self) -> None:
@@ -360,11 +377,10 @@ class ResultStore:
         for name in sorted(tables, key=TABLES.index):
             inputs = stage_inputs(name, run_file["config"], self.files)
             self.files[name] = write_table(self.folder, name, tables[name], inputs)
-        for stage in finished:
-            self.partials.pop(stage, None)
+        done = [partial_name(stage, self.partials.pop(stage, {})) for stage in finished]
         self._write_run_file(run_file)
-        for stage in finished:
-            (self.folder / f"{stage}{PARTIAL_SUFFIX}").unlink(missing_ok=True)
+        for name in done:
+            (self.folder / name).unlink(missing_ok=True)
 
     def _write_run_file(self, run_file: dict) -> None:
         partial = {"partial": self.partials} if self.partials else {}
@@ -373,19 +389,34 @@ class ResultStore:
     def load_partial(self, stage: str, inputs: str) -> dict | None:
         """The checkpoint of `stage` (`save_partial`) if this folder holds one made from
         `inputs`, else None."""
+        data = self.load_partial_bytes(stage, inputs)
+        return None if data is None else json.loads(data)
+
+    def load_partial_bytes(self, stage: str, inputs: str) -> bytes | None:
+        """The bytes of `stage`'s checkpoint (`save_partial`, `save_partial_bytes`) if this
+        folder holds one made from `inputs`, else None."""
         record = self.partials.get(stage)
         if self.folder is None or record is None or record.get("inputs") != inputs:
             return None
-        return json.loads((self.folder / f"{stage}{PARTIAL_SUFFIX}").read_text())
+        return (self.folder / partial_name(stage, record)).read_bytes()
 
     def save_partial(self, run_file: dict, stage: str, inputs: str, data: dict) -> None:
         """Write `stage`'s checkpoint `data` (JSON values, key order kept) atomically, then
         `config.json` recording it with its sha256 and `inputs`."""
+        self.save_partial_bytes(run_file, stage, inputs,
+                                json.dumps(data, default=_json_default).encode())
+
+    def save_partial_bytes(self, run_file: dict, stage: str, inputs: str, data: bytes,
+                           suffix: str = "json") -> None:
+        """`save_partial` for a checkpoint already in bytes, `<stage>.partial.<suffix>`
+        (recorded by its name unless JSON)."""
         if self.folder is None:
             return
-        path = write_text(self.folder / f"{stage}{PARTIAL_SUFFIX}",
-                          json.dumps(data, default=_json_default))
-        self.partials[stage] = {"sha256": file_digest(path), "inputs": inputs}
+        name = f"{stage}{PARTIAL_MARK}{suffix}"
+        path = write_text(self.folder / name, data)
+        record = {"sha256": file_digest(path), "inputs": inputs}
+        self.partials[stage] = record if name == f"{stage}{PARTIAL_SUFFIX}" else {
+            **record, "file": name}
         self._write_run_file(run_file)
 
     def clear(self) -> None:

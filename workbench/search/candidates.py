@@ -34,7 +34,8 @@ def sort_key(gains: dict[str, float], first: str, second: str | None) -> tuple:
 
 
 def search_pool(
-    heads: pd.DataFrame, first: str, atol: float = 1e-5, second: str | None = None
+    heads: pd.DataFrame, first: str, atol: float = 1e-5, second: str | None = None,
+    guards=(),
 ) -> list[Head]:
     """Heads whose single removal does not clearly hurt `first`: the upper end of the paired
     interval of `d_<first>` is >= `-atol` (`atol` absorbs the float error of an effect that
@@ -42,12 +43,24 @@ def search_pool(
     an interval for `first` (attribution on a multi-token task's exact match), `second`
     decides instead, as it ranks the candidates then (`select_candidates`).
 
+    With `guards` (`workbench.guards.Guard`s of the main task), a head whose single removal
+    clearly breaks a guard is left out too: the upper end of its `d_<metric>` interval lies
+    below `-tolerance - atol`. Such a head (a "gamer": it raises a difference objective by
+    pushing every answer down) otherwise dominates the knockouts' regression on the objective
+    and hides the main effects of the heads that enhance the task (`docs/guards.md`). A head
+    with no interval for a guard metric stays.
+
     Returns:
         The pool, in `(layer, head)` order.
     """
     first = estimated_metric(heads, first, second, "_hi")
     hi = heads[f"d_{first}_hi"].to_numpy(dtype=float)
     keep = ~np.isnan(hi) & (hi >= -atol)
+    for g in guards:
+        column = f"d_{g.metric}_hi"
+        if column in heads:
+            g_hi = heads[column].to_numpy(dtype=float)
+            keep &= ~(g_hi < -g.tolerance - atol)
     return [
         (int(l), int(h)) for l, h, k in zip(heads["layer"], heads["head"], keep, strict=True) if k
     ]
