@@ -28,7 +28,9 @@ objective: a set whose guard interval lies below `-tolerance` is dropped at once
 lower bound a set must reach is taken among the sets not yet shown infeasible.
 
 On the held-out split each guard is a one-sided sign-flip test of "the change is above
-`-tolerance`"; a set passes when the objective's test and every guard's reject, which is an
+`-tolerance`", whose p-value is 0 when no held-out example's change falls below `-tolerance`
+(`workbench.confirmation.confirm.guard_pvalue`: a set that lowers no example is not worse, as on the
+selection split); a set passes when the objective's test and every guard's reject, which is an
 intersection-union test of level alpha, and the sizes are Holm-corrected on its p-value
 (`guarded_p`, `guarded_p_holm` in `confirmation.csv`).
 

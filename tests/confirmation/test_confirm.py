@@ -89,3 +89,33 @@ def test_pool_random_sets_reuse_the_random_sets_and_stay_uniform():
     assert len(counts) == 28
     share = np.array(list(counts.values())) / n_seeds
     assert np.abs(share - 10 / 28).max() < 0.04
+
+
+def test_a_guard_passes_held_out_when_no_example_falls_or_its_mean_is_shown_above():
+    import torch
+
+    from workbench.confirmation.confirm import guard_pvalue
+    from workbench.stats import sign_flip_pvalue
+
+    flips, seed = 2000, 0
+    ties = torch.zeros(40)
+    ties[:2] = 1.0  # accuracy: two examples fixed, none broken
+    assert guard_pvalue(ties, 0.0, None, flips, seed) == 0.0
+    assert guard_pvalue(torch.zeros(40), 0.0, None, flips, seed) == 0.0  # at 100 %: nothing moves
+    # the naive one-sided sign-flip test could not pass either at any level
+    assert sign_flip_pvalue(ties, None, flips, seed) > 0.2
+    assert sign_flip_pvalue(torch.zeros(40), None, flips, seed) == 1.0
+    # one example broken: the mean must be shown above -tolerance, by the sign-flip test
+    mixed = ties.clone()
+    mixed[-1] = -1.0
+    assert guard_pvalue(mixed, 0.0, None, flips, seed) == sign_flip_pvalue(mixed, None, flips,
+                                                                            seed) > 0.2
+    # within a tolerance of 0.1 on the mean (the broken example alone falls by more)
+    assert guard_pvalue(mixed, 0.1, None, flips, seed) == sign_flip_pvalue(
+        mixed + 0.1, None, flips, seed) < 0.01
+    assert guard_pvalue(mixed, 1.0, None, flips, seed) == 0.0  # no example falls by > 1
+    # float noise of a change that is exactly 0 is not a fall; a NaN example is left out
+    noisy = torch.tensor([1e-6, -1e-7, 0.0, float("nan")])
+    assert guard_pvalue(noisy, 0.0, None, flips, seed) == 0.0
+    # a gamed set: most examples fall
+    assert guard_pvalue(-ties, 0.0, None, flips, seed) == 1.0

@@ -69,7 +69,7 @@ from workbench.confirmation.baseline import (
     random_head_sets,
 )
 from workbench.errors import WorkbenchError
-from workbench.guards import Guard
+from workbench.guards import SLACK, Guard
 from workbench.heads import HeadSet
 from workbench.options import ClusterMode
 from workbench.racing import example_order
@@ -223,6 +223,21 @@ class ConfirmPlan:
     guards: tuple[Guard, ...] = ()
 
 
+def guard_pvalue(changes: torch.Tensor, tolerance: float, groups, n_flips: int, seed: int) -> float:
+    """The held-out safety test of one guard: the one-sided sign-flip p-value of "the change is
+    above `-tolerance`", or 0 when no example's change falls below `-tolerance` (beyond the
+    float slack of `workbench.guards.SLACK`). As the search's intervals are clipped at the
+    smallest per-example change (`workbench.guards.bounds`), a set that lowers no held-out
+    example is not worse on them: accuracy, whose changes are mostly ties at 0, would otherwise
+    have to rise significantly to pass a guard of tolerance 0, which no set can do from a
+    clean accuracy of 100 %. A set that lowers some example must show its mean change above
+    `-tolerance`."""
+    finite = changes[~torch.isnan(changes)]
+    if finite.numel() and bool((finite >= -tolerance - SLACK).all()):
+        return 0.0
+    return sign_flip_pvalue(changes + tolerance, groups, n_flips, seed)
+
+
 def check_groups(plan: ConfirmPlan) -> None:
     """Refuse clustered inference on fewer than `MIN_CLUSTERS` groups (before any forward)."""
     _check_clusters(plan.groups, "held-out split")
@@ -278,13 +293,13 @@ def confirm_size(heldout: Scorer, size: int, head_set: HeadSet, others: Mapping[
             if g.task == task:  # the safety test on the side task's held-out examples
                 rows = _heldout_rows(scorer.data)
                 sub = None if og is None else [og[i] for i in rows.tolist()]
-                row[f"guard_p_{task}_{g.metric}"] = sign_flip_pvalue(
-                    side_diffs[g.metric][rows.to(side_diffs[g.metric].device)] + g.tolerance,
+                row[f"guard_p_{task}_{g.metric}"] = guard_pvalue(
+                    side_diffs[g.metric][rows.to(side_diffs[g.metric].device)], g.tolerance,
                     sub, n_flips, seed)
     for g in plan.guards:
         if g.on_main:
-            row[f"guard_p_main_{g.metric}"] = sign_flip_pvalue(
-                diffs[g.metric] + g.tolerance, groups, n_flips, seed)
+            row[f"guard_p_main_{g.metric}"] = guard_pvalue(diffs[g.metric], g.tolerance,
+                                                           groups, n_flips, seed)
     if plan.guards:
         row["guarded_p"] = max(row["p_value"], *(row[f"guard_p_{g.task}_{g.metric}"]
                                                  for g in plan.guards))
