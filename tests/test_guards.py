@@ -186,6 +186,15 @@ def test_feasibility_is_the_rule_on_each_sets_own_changes(micro, rule, adaptive)
         assert str(size) in result.summary["infeasible"]
 
 
+def _guard_p(changes, tolerance: float) -> float:
+    """The naive safety test of one guard: 0 when no example falls below -tolerance (a float
+    slack of 1e-5), else the one-sided sign-flip p-value of the shifted changes."""
+    changes = np.asarray(changes, dtype=float)
+    if (changes[~np.isnan(changes)] >= -tolerance - 1e-5).all():
+        return 0.0
+    return sign_flip_pvalue(changes + tolerance)
+
+
 def test_the_safety_test_is_an_intersection_union_of_sign_flip_tests(micro):
     model, main, side, _ = micro
     result = run_cel(model, main, others=[side],
@@ -198,14 +207,14 @@ def test_the_safety_test_is_an_intersection_union_of_sign_flip_tests(micro):
     for row in c.itertuples():
         heads = row.heads.split(",")
         held = evaluate(model, main, heads, split="heldout")
-        ps = {"main_accuracy": sign_flip_pvalue(held["correct"] - clean["correct"]),
-              "main_logprob": sign_flip_pvalue(held["logprob"] - clean["logprob"] + 0.05)}
+        ps = {"main_accuracy": _guard_p(held["correct"] - clean["correct"], 0.0),
+              "main_logprob": _guard_p(held["logprob"] - clean["logprob"], 0.05)}
         s = evaluate(model, side, heads)
         rows = (side_clean["split"] == "heldout").to_numpy()
         if not rows.any():
             rows[:] = True
-        ps[f"{side.name}_accuracy"] = sign_flip_pvalue(
-            (s["correct"] - side_clean["correct"]).to_numpy()[rows] + 0.5)
+        ps[f"{side.name}_accuracy"] = _guard_p(
+            (s["correct"] - side_clean["correct"]).to_numpy()[rows], 0.5)
         for key, p in ps.items():
             assert getattr(row, f"guard_p_{key}") == pytest.approx(p, abs=1e-12), key
         assert row.guarded_p == max(row.p_value, *ps.values())
