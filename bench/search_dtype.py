@@ -60,10 +60,10 @@ def screen_and_search(model, task, others, dtype: str, out: Path, threads: int,
     stage_fns = {s: getattr(pipeline, f"{s}_stage") for s in (*STAGES, "confirm")}
 
     def timed(stage):
-        def run(run_, result):
+        def run(run_, result, **kwargs):  # kwargs: the search stage's checkpoint store
             record["forward"][stage] = measure_forward(run_)
             t0 = time.perf_counter()
-            table = stage_fns[stage](run_, result)
+            table = stage_fns[stage](run_, result, **kwargs)
             record["seconds"][stage] = time.perf_counter() - t0
             record["load"] = os.getloadavg()[0]
             if stage == "search":
