@@ -72,7 +72,7 @@ def screen_and_search(model, task, others, dtype: str, out: Path, threads: int,
             return table
         return run
 
-    def stop(run_, result):  # the search's table is saved by now
+    def stop(*args, **kwargs):  # the search's table is saved by now
         raise SearchDone
 
     for s in STAGES:
