@@ -183,12 +183,13 @@ def report_text(path: Path) -> str:
 
 
 def config_text(path: Path) -> str:
-    """config.json without its timings and environment (they differ by run and machine), and
-    with the task files it records by file name only (their folders differ by checkout and
-    temporary folder), as JSON text with sorted keys."""
+    """config.json without its timings, environment and cost (they differ by run and machine), and
+    with the task files it records by file name only (their folders differ by checkout and temporary
+    folder), as JSON text with sorted keys."""
     data = json.loads(path.read_text())
     data.pop("timings", None)
     data.pop("environment", None)
+    data.pop("cost", None)
     summary = data.get("summary", {})
     if summary.get("task_file"):
         summary["task_file"] = Path(summary["task_file"]).name

@@ -55,6 +55,7 @@ def command_output(folder: Path, out: Path = Path("cel_results")) -> str:
     """What `workbench cel` prints after its run for the results folder `folder`, written to
     `out`: the lines the command itself prints (`workbench.cli.commands`), so a change to
     them or to the numbers shows here."""
+    from workbench.results.cost import cost_line
     from workbench.results.headline import explained_line, result_lines, results_line
     from workbench.results.result import CELResult
 
@@ -63,6 +64,8 @@ def command_output(folder: Path, out: Path = Path("cel_results")) -> str:
     explained = result.best or result.top_candidate
     if explained:
         lines.append(explained_line(",".join(explained), out))
+    if result.cost:  # a folder written by the CLI since issue 46 (the golden copies predate it)
+        lines.append(cost_line(result.cost))
     lines.append(results_line(out))
     return "\n".join(lines).lstrip("\n") + "\n"
 

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,7 @@ import workbench.cli.parser as cli
 from workbench.config import resolve_threads
 from workbench.errors import WorkbenchError
 from workbench.loading.shipped import CACHE_ENV
+from workbench.results.cost import STAGES
 from workbench.results.headline import best_line
 from workbench.results.result import CELResult
 
@@ -42,9 +44,20 @@ def test_cel_end_to_end(demo_files, tmp_path, capsys):
         "cpu",
         *FAST,
     ]
+    started = time.perf_counter()
     assert cli.main(argv) == 0
+    elapsed = time.perf_counter() - started
     printed = capsys.readouterr().out
     assert "best set: L0H1,L0H3,L1H1" in printed
+    # what the run cost, in forward-times: every stage, adding up to the command's wall time
+    cost = json.loads((out / "config.json").read_text())["cost"]
+    stages = cost["stages"]
+    assert set(stages) == set(STAGES)
+    assert sum(s["seconds"] for s in stages.values()) == pytest.approx(cost["seconds"], abs=0.01)
+    assert sum(s["share"] for s in stages.values()) == pytest.approx(1.0, abs=1e-3)
+    assert cost["forward_times"] == pytest.approx(cost["seconds"] / cost["forward_s"], rel=1e-3)
+    assert cost["seconds"] <= elapsed
+    assert f"cost: {cost['forward_times']:.1f} forward-times" in printed
     assert "micro_short" in printed
     result = CELResult.load(out)
     assert result.best == ["L0H1", "L0H3", "L1H1"]

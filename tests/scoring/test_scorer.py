@@ -10,7 +10,7 @@ import torch
 from tests.helpers import assert_close, micro_cel
 from workbench import ablated, compute_head_means, evaluate
 from workbench.compute import Compute
-from workbench.scoring.scorer import MaskScorer, masks_of
+from workbench.scoring.scorer import MEMO_MASKS, MaskScorer, masks_of
 from workbench.tasks.encoding import encode_task
 from workbench.tasks.task import load_task
 
@@ -113,3 +113,31 @@ def test_multi_token_scores_of_a_slice_equal_the_full_scores_columns(attn_model,
     assert calls == [2, 2, 2]  # each mask ran on the 2 rows alone
     for name in ("logprob", "accuracy", "logit_diff", "prob_diff"):
         assert_close(got[name], full[name][:, rows])
+
+
+def test_a_remembered_call_returns_what_the_call_computes_without_a_forward(gpt2_like_model,
+                                                                             tiny_task):
+    # the confirmation and the trade-off table score each found set on every example: the
+    # second call is answered from the scorer's memo, with the values a fresh call computes
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, "select")
+    one = masks_of(model, [["L0H1", "L1H2"]])
+    scorer = MaskScorer(model, batch)
+    first = scorer.score(one)
+    calls = []
+    real = scorer._score
+    scorer._score = lambda *a: calls.append(a) or real(*a)
+    again = scorer.score(one)
+    assert calls == []  # no forward
+    fresh = MaskScorer(model, batch).score(one)
+    for m in first:
+        assert torch.equal(again[m], first[m]) and torch.equal(again[m], fresh[m])
+    # a slice of rows, a mask not seen, or more than MEMO_MASKS masks: computed
+    scorer.score(one, rows=torch.tensor([0, 1]))
+    scorer.score(masks_of(model, [["L0H0"]]))
+    many = masks_of(model, [["L0H1", "L1H2"]] * (MEMO_MASKS + 1))
+    got = scorer.score(many)
+    assert len(calls) == 3
+    for m in first:
+        assert got[m].shape == (MEMO_MASKS + 1, len(batch))
+        assert_close(got[m][0], first[m][0], msg=m)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -143,6 +144,7 @@ def _resolve_names(args) -> tuple[str, str | None, list[str]]:
 
 def run_cel_command(args) -> int:
     """Run `workbench cel`; returns the exit status."""
+    started = time.perf_counter()  # the run's wall time, torch's import and the load included
     model_name, task_name, other_names, note = resolve_inputs(args)  # no torch yet
     out = Path(args.out)
     try:  # every option, then the folder, before the model loads (`workbench.cli.checks`)
@@ -227,6 +229,7 @@ def run_cel_command(args) -> int:
     seconds = {stage: (c[0] * estimate.seconds_per_forward, c[1] * estimate.seconds_per_forward)
                for stage, c in estimate.costs.items() if c is not None}
     shown = not args.quiet and distributed.is_main()
+    loaded, before = time.perf_counter(), recorded_seconds(out) if resuming else 0.0
     with distributed.rank_out_dir(out) as run_out, progress.tracking(seconds if shown else {}), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", SlowSearchWarning)  # said once above
@@ -234,6 +237,7 @@ def run_cel_command(args) -> int:
     from workbench.results.headline import explained_line, result_lines, results_line
 
     print("\n".join(result_lines(result)))
+    explained = time.perf_counter()
     if not args.no_explain and distributed.is_main() and result.complete:
         from workbench.explain.report import explain_folder
 
@@ -241,8 +245,30 @@ def run_cel_command(args) -> int:
         ex = explain_folder(out, model, sampled, result)
         if ex is not None:
             print(explained_line(str(ex.heads), out))
+    if distributed.is_main():  # what the run cost, in forward-times (`workbench.results.cost`)
+        from workbench.results.cost import cost_line, run_cost, save_cost, stage_seconds
+
+        now = time.perf_counter()
+        result.cost = run_cost(stage_seconds(
+            result.timings, load=loaded - started, explain=now - explained,
+            wall=now - started, before=before), estimate.seconds_per_forward)
+        save_cost(out, result)
+        print(cost_line(result.cost))
     print(results_line(out))
     return 0
+
+
+def recorded_seconds(out: Path) -> float:
+    """The stage seconds an earlier run of the results folder `out` recorded (0 if none)."""
+    import json
+
+    from workbench.results.store import CONFIG_FILE
+
+    try:
+        timings = json.loads((out / CONFIG_FILE).read_text()).get("timings") or {}
+    except (OSError, ValueError):
+        return 0.0
+    return float(sum(timings.values()))
 
 
 def _check_guards(config, task, others) -> None:

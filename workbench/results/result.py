@@ -24,8 +24,9 @@
 `mark_best` never calls a `gamed` set best: one whose objective rises while the main task's
 accuracy or answer log-prob falls significantly (`workbench.results.tradeoff.gamed`).
 
-A results folder holds `config.json` (config, seeds, timings, summary, and the `environment`
-the run computed on: `workbench.environment`), one CSV per table, four plots
+A results folder holds `config.json` (config, seeds, timings, summary, the `environment`
+the run computed on: `workbench.environment`, and, from the CLI, its `cost` in forward-times:
+`workbench.results.cost`), one CSV per table, four plots
 (`workbench.results.plots`) and `report.md` (rendered by `workbench.results.report`, which
 `report`, `write_report` and `save` call; it reads the result and imports nothing from here).
 Every file is written atomically (temporary file, then rename), so an interrupted run leaves
@@ -77,6 +78,7 @@ class CELResult:
     seeds: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    cost: dict = field(default_factory=dict)
 
     @property
     def alpha(self) -> float:
@@ -107,6 +109,8 @@ class CELResult:
         """`config.json`'s content; `environment` beside the config, not in it (a rerun on
         another machine resumes), and only where known."""
         env = {"environment": self.environment} if self.environment else {}
+        if self.cost:  # forward-times, known where the CLI measured a forward
+            env["cost"] = self.cost
         return {
             "format": "cel-result",
             "version": RESULT_VERSION,
@@ -189,6 +193,7 @@ class CELResult:
             seeds=data.get("seeds", {}),
             timings=data.get("timings", {}),
             environment=data.get("environment", {}),
+            cost=data.get("cost", {}),
             **tables,
         )
 

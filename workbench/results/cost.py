@@ -1,0 +1,83 @@
+"""What a run cost, in forward-times: the whole run and each stage's share.
+
+A forward-time is wall time over one clean forward of the selection split, both measured in
+the same process (`workbench.estimate.measure_forward`, the forward the estimate line
+prints). Seconds do not compare across machines (the same command took 866 s on one 2-core
+CPU and 452 s on another); forward-times do, to the extent the machine's speed scales every
+pass alike.
+
+`run_cost` builds `config.json`'s `cost` record from the stages' seconds:
+
+- `load`: loading the model, the tasks and the estimate's forward (the CLI's share before
+  the first stage);
+- `setup`, `screen`, `search`, `confirm`: the pipeline's stages (`CELResult.timings`,
+  accumulated over resumed runs);
+- `explain`: the explanation of the best set (`workbench.explain.report.explain_folder`);
+- `report`: the rest of the wall time (tables, plots, `report.md`, `view.html`).
+
+    {"forward_s": 3.6, "seconds": 209.0, "forward_times": 58.1,
+     "stages": {"screen": {"seconds": 61.0, "forward_times": 16.9, "share": 0.29}, ...}}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from workbench.errors import WorkbenchError
+
+# the stages in run order; a stage the run did not time is left out
+STAGES = ("load", "setup", "screen", "search", "confirm", "explain", "report")
+
+
+def run_cost(seconds: Mapping[str, float], forward_s: float) -> dict:
+    """The `cost` record of a run whose stages took `seconds` (`{stage: s}`, names from
+    `STAGES`), measured where one clean forward of the selection split took `forward_s`."""
+    if not (forward_s > 0 and math.isfinite(forward_s)):
+        raise WorkbenchError(f"a forward's seconds must be positive and finite; got {forward_s}")
+    unknown = sorted(set(seconds) - set(STAGES))
+    if unknown:
+        raise WorkbenchError(f"unknown stages {unknown}; expected some of {list(STAGES)}")
+    total = float(sum(max(0.0, float(s)) for s in seconds.values()))
+    stages = {}
+    for name in STAGES:
+        if name in seconds:
+            s = max(0.0, float(seconds[name]))
+            stages[name] = {"seconds": round(s, 3), "forward_times": round(s / forward_s, 2),
+                            "share": round(s / total, 4) if total > 0 else 0.0}
+    return {"forward_s": float(f"{forward_s:.6g}"), "seconds": round(total, 3),
+            "forward_times": round(total / forward_s, 2), "stages": stages}
+
+
+def cost_line(cost: Mapping) -> str:
+    """One line: `cost: 58.1 forward-times (3.5 min; a forward took 3.6 s here): screen 29 %,
+    ...` (stages under half a percent left out)."""
+    stages = cost["stages"]  # in run order (config.json sorts its keys)
+    parts = [f"{name} {stages[name]['share'] * 100:.0f} %" for name in STAGES
+             if name in stages and stages[name]["share"] >= 0.005]
+    return (f"cost: {cost['forward_times']:.1f} forward-times ({_seconds(cost['seconds'])}; a "
+            f"forward over the selection split took {cost['forward_s']:.3g} s here): "
+            + ", ".join(parts))
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
+
+
+def stage_seconds(timings: Mapping[str, float], *, load: float, explain: float, wall: float,
+                  before: float = 0.0) -> dict[str, float]:
+    """`run_cost`'s `{stage: seconds}` for a CLI run: `load` (before the first stage), the
+    pipeline's `timings` (which hold `before` seconds recorded by earlier runs of a resumed
+    folder), `explain`, and `report`: the rest of this process's `wall` time."""
+    now = float(sum(timings.values())) - before  # the stages' seconds in this process
+    return {"load": load, **timings, "explain": explain,
+            "report": max(0.0, wall - load - explain - now)}
+
+
+def save_cost(folder, result) -> None:
+    """Write `result.cost` into the results folder's `config.json` (atomically, keeping the
+    record of its tables)."""
+    from workbench.results.store import ResultStore
+
+    with ResultStore(folder) as store:
+        store.save(result.run_file())
