@@ -57,6 +57,7 @@ def test_cel_end_to_end(demo_files, tmp_path, capsys):
     assert sum(s["share"] for s in stages.values()) == pytest.approx(1.0, abs=1e-3)
     assert cost["forward_times"] == pytest.approx(cost["seconds"] / cost["forward_s"], rel=1e-3)
     assert cost["seconds"] <= elapsed
+    assert stages["report"]["seconds"] > 0  # no stage counted twice (the rest is left over)
     assert f"cost: {cost['forward_times']:.1f} forward-times" in printed
     assert "micro_short" in printed
     result = CELResult.load(out)
@@ -447,3 +448,22 @@ def test_a_task_with_few_examples_is_named_before_the_run(demo_files, tmp_path, 
         "examples the smallest one-sided sign-flip p-value is 0.12, so a set may not be "
         "significant whatever it does; give at least 10 per split")
     assert "**Few examples:**" in (out / "report.md").read_text()
+
+
+def test_the_cost_counts_loading_until_the_run_is_prepared_and_no_second_more(
+        demo_files, tmp_path, monkeypatch):
+    # `load` ends where the pipeline's setup timer starts (`prepare_run`): no second is in both
+    import workbench.pipeline as pipeline
+
+    model_dir, main, side = demo_files
+    real, called = pipeline.prepare_run, []
+    monkeypatch.setattr(pipeline, "prepare_run",
+                        lambda *a, **k: called.append(time.perf_counter()) or real(*a, **k))
+    started = time.perf_counter()
+    out = tmp_path / "out"
+    assert cli.main(["cel", "--model", str(model_dir), "--task", str(main), "--others",
+                     str(side), "--out", str(out), "--device", "cpu", *FAST]) == 0
+    stages = CELResult.load(out).cost["stages"]
+    assert stages["load"]["seconds"] <= called[0] - started
+    assert stages["load"]["seconds"] + stages["setup"]["seconds"] <= (
+        time.perf_counter() - started - stages["screen"]["seconds"])

@@ -229,7 +229,8 @@ def run_cel_command(args) -> int:
     seconds = {stage: (c[0] * estimate.seconds_per_forward, c[1] * estimate.seconds_per_forward)
                for stage, c in estimate.costs.items() if c is not None}
     shown = not args.quiet and distributed.is_main()
-    loaded, before = time.perf_counter(), recorded_seconds(out) if resuming else 0.0
+    # the pipeline's setup stage is timed from `prepare_run` on (the estimate included)
+    loaded, before = run.started, recorded_seconds(out) if resuming else 0.0
     with distributed.rank_out_dir(out) as run_out, progress.tracking(seconds if shown else {}), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", SlowSearchWarning)  # said once above

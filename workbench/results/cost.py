@@ -8,10 +8,11 @@ pass alike.
 
 `run_cost` builds `config.json`'s `cost` record from the stages' seconds:
 
-- `load`: loading the model, the tasks and the estimate's forward (the CLI's share before
-  the first stage);
+- `load`: importing torch, loading the model and the tasks (the CLI's share before
+  `workbench.pipeline.prepare_run`);
 - `setup`, `screen`, `search`, `confirm`: the pipeline's stages (`CELResult.timings`,
-  accumulated over resumed runs);
+  accumulated over resumed runs; setup runs from `prepare_run` on: encoding the tasks, the
+  estimate's forward, the clean pass);
 - `explain`: the explanation of the best set (`workbench.explain.report.explain_folder`);
 - `report`: the rest of the wall time (tables, plots, `report.md`, `view.html`).
 
