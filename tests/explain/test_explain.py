@@ -619,3 +619,24 @@ def test_qk_circuit_applies_the_heads_query_and_key_norms(post_norm_model, tiny_
     got = dict(zip(table["source_token"], table["score"], strict=True))
     for j, tid in enumerate(src):
         assert got[tok.str_tokens([tid])[0]] == pytest.approx(float(want[j]), abs=1e-5)
+
+
+@pytest.mark.parametrize("heads", [[(1, 3)], [(0, 2), (1, 0), (1, 3)]])
+def test_removal_passes_restarted_at_the_heads_layer_equal_passes_from_the_embedding(
+        gpt2_like_model, tiny_task, heads):
+    # the explanation's removal passes restart from the clean run's residual entering each
+    # head's layer: the same numbers, bit for bit, as one pass from the embedding per head
+    from workbench.ablation import AblationKind, ablation_hooks
+    from workbench.explain.removal import _removal_logits
+    from workbench.metrics.scores import answer_logits
+    from workbench.tasks.encoding import encode_task
+
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task)
+    got = _removal_logits(model, batch, heads, AblationKind.ZERO, None, False, batch_size=7)
+    with torch.no_grad():
+        for h in heads:
+            hooks = ablation_hooks(model, [h], AblationKind.ZERO, None, False)
+            ref = torch.cat([answer_logits(model, batch.rows(slice(s, s + 7)), hooks).float()
+                             for s in range(0, len(batch), 7)])
+            assert torch.equal(got[h], ref), h

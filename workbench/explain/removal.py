@@ -16,6 +16,7 @@ and its `attribute`, for `explain_heads`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ from workbench.explain.dla import (
     logit_directions,
 )
 from workbench.heads import HeadSet, HeadSpec
-from workbench.metrics.scores import answer_logits, evaluate, logprob
+from workbench.metrics.scores import answer_logits, evaluate, forward_kwargs, is_bridge, logprob
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task
@@ -131,16 +132,11 @@ def removal_table(
     clean_lp = logprob(cap.logits, batch)
     d_answer, _ = logit_directions(model, answer_ids)
     d_wrong, _ = logit_directions(model, wrong_ids)
+    removed = _removal_logits(model, batch, list(heads), kind, means, per_position, batch_size)
     frames = []
     for layer, head in heads:
-        hooks = ablation_hooks(model, [(layer, head)], kind, means, per_position)
+        logits = removed[(layer, head)]
         with torch.no_grad():
-            logits = torch.cat(
-                [
-                    answer_logits(model, batch.rows(slice(s, s + batch_size)), hooks).float()
-                    for s in range(0, len(batch), batch_size)
-                ]
-            )
             own = torch.einsum("be,ed->bd", cap.z[:, layer, head], model.W_O[layer, head].float())
             delta_out = attention_writes(
                 model,
@@ -168,6 +164,47 @@ def removal_table(
         )
     df = pd.concat(frames, ignore_index=True)
     return attach_outcome(df, outcomes)
+
+
+def _removal_logits(model, batch: TaskBatch, heads: list, kind: AblationKind,
+                    means: HeadMeans | None, per_position: bool, batch_size: int
+                    ) -> dict[tuple[int, int], Tensor]:
+    """Each head's answer logits with it alone removed, per mini-batch of `batch_size`: one
+    clean pass up to the highest head's layer keeps the residual entering each head's layer,
+    and each head's pass restarts there (the layers before it are the clean run's, computed
+    on the same rows: the same numbers as a pass from the embedding, in ~(L - l) / L of its
+    time). A TransformerBridge, which cannot start at a layer, runs each from the embedding."""
+    layers = sorted({layer for layer, _ in heads})
+    restart = not is_bridge(model) and layers[-1] > 0
+    out: dict[tuple[int, int], list[Tensor]] = {h: [] for h in heads}
+    with torch.no_grad():
+        for s in range(0, len(batch), batch_size):
+            sub = batch.rows(slice(s, s + batch_size))
+            resid = _resid_pre(model, sub, layers) if restart else {}
+            for layer, head in heads:
+                hooks = ablation_hooks(model, [(layer, head)], kind, means, per_position)
+                at = resid.get(layer)
+                out[(layer, head)].append(answer_logits(
+                    model, sub, hooks, resid=at, start_at_layer=layer if at is not None else None
+                ).float())
+    return {h: torch.cat(v) for h, v in out.items()}
+
+
+def _resid_pre(model, batch: TaskBatch, layers: list[int]) -> dict[int, Tensor]:
+    """`blocks.{l}.hook_resid_pre` of the clean run for each of `layers` above 0, from one
+    pass that stops at the highest."""
+    kept: dict[int, Tensor] = {}
+    top = layers[-1]
+    hooks = [(f"blocks.{l}.hook_resid_pre", partial(_keep, store=kept, layer=l))
+             for l in layers if 0 < l < top]
+    with model.hooks(fwd_hooks=hooks):
+        kept[top] = model(batch.tokens, stop_at_layer=top, **forward_kwargs(model))
+    return kept
+
+
+def _keep(x: Tensor, hook, store: dict, layer: int) -> Tensor:
+    store[layer] = x.clone()
+    return x
 
 
 def removal_vs_dla(
