@@ -353,7 +353,7 @@ class MaskScorer:
         """
         if distributed.shards_masks():
             return distributed.score_sharded(self, masks, progress, desc, rows=rows)
-        keys = _memo_keys(masks) if rows is None and len(masks) <= MEMO_MASKS else None
+        keys = _memo_keys(masks) if rows is None and 0 < len(masks) <= MEMO_MASKS else None
         if keys is not None and all(k in self._memo for k in keys):
             return {m: torch.stack([self._memo[k][m] for k in keys]) for m in self.clean()}
         out = self._score(masks, progress, desc, rows)
