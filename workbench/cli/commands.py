@@ -261,13 +261,11 @@ def run_cel_command(args) -> int:
 
 def recorded_seconds(out: Path) -> float:
     """The stage seconds an earlier run of the results folder `out` recorded (0 if none)."""
-    import json
-
-    from workbench.results.store import CONFIG_FILE
+    from workbench.results.store import read_run_file
 
     try:
-        timings = json.loads((out / CONFIG_FILE).read_text()).get("timings") or {}
-    except (OSError, ValueError):
+        timings = read_run_file(out).get("timings") or {}
+    except WorkbenchError:
         return 0.0
     return float(sum(timings.values()))
 

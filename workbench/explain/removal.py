@@ -16,7 +16,6 @@ and its `attribute`, for `explain_heads`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -33,7 +32,8 @@ from workbench.explain.dla import (
     logit_directions,
 )
 from workbench.heads import HeadSet, HeadSpec
-from workbench.metrics.scores import answer_logits, evaluate, forward_kwargs, is_bridge, logprob
+from workbench.metrics.scores import answer_logits, evaluate, is_bridge, logprob
+from workbench.scoring.scorer import clean_resid_pre
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task
@@ -176,35 +176,20 @@ def _removal_logits(model, batch: TaskBatch, heads: list, kind: AblationKind,
     time). A TransformerBridge, which cannot start at a layer, runs each from the embedding."""
     layers = sorted({layer for layer, _ in heads})
     restart = not is_bridge(model) and layers[-1] > 0
+    hooks = {h: ablation_hooks(model, [h], kind, means, per_position) for h in heads}
     out: dict[tuple[int, int], list[Tensor]] = {h: [] for h in heads}
     with torch.no_grad():
         for s in range(0, len(batch), batch_size):
             sub = batch.rows(slice(s, s + batch_size))
-            resid = _resid_pre(model, sub, layers) if restart else {}
+            # a head in layer 0 runs from the embedding
+            resid = clean_resid_pre(model, sub.tokens, [l for l in layers if l > 0]) \
+                if restart else {}
             for layer, head in heads:
-                hooks = ablation_hooks(model, [(layer, head)], kind, means, per_position)
                 at = resid.get(layer)
                 out[(layer, head)].append(answer_logits(
-                    model, sub, hooks, resid=at, start_at_layer=layer if at is not None else None
-                ).float())
+                    model, sub, hooks[(layer, head)], resid=at,
+                    start_at_layer=layer if at is not None else None).float())
     return {h: torch.cat(v) for h, v in out.items()}
-
-
-def _resid_pre(model, batch: TaskBatch, layers: list[int]) -> dict[int, Tensor]:
-    """`blocks.{l}.hook_resid_pre` of the clean run for each of `layers` above 0, from one
-    pass that stops at the highest."""
-    kept: dict[int, Tensor] = {}
-    top = layers[-1]
-    hooks = [(f"blocks.{l}.hook_resid_pre", partial(_keep, store=kept, layer=l))
-             for l in layers if 0 < l < top]
-    with model.hooks(fwd_hooks=hooks):
-        kept[top] = model(batch.tokens, stop_at_layer=top, **forward_kwargs(model))
-    return kept
-
-
-def _keep(x: Tensor, hook, store: dict, layer: int) -> Tensor:
-    store[layer] = x.clone()
-    return x
 
 
 def removal_vs_dla(

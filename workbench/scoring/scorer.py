@@ -122,6 +122,20 @@ def _save_hook(x: Tensor, hook, store: dict) -> None:
     store[hook.name] = x
 
 
+def clean_resid_pre(model, tokens: Tensor, layers: list[int]) -> dict[int, Tensor]:
+    """`{l: blocks.{l}.hook_resid_pre}` of the clean run over right-padded `tokens` for each
+    of `layers`, from one forward that stops at the highest (a masked pass restarts there)."""
+    top = max(layers)
+    store: dict[str, Tensor] = {}
+    hooks = [(f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
+             for l in layers if l < top]
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+        resid_top = model(tokens, stop_at_layer=top, **forward_kwargs(model))  # (b, T, d)
+    found = {l: store[f"blocks.{l}.hook_resid_pre"] for l in layers if l < top}
+    found[top] = resid_top
+    return found
+
+
 class MaskScorer:
     """Scores one task under many head masks; the clean run is done once.
 
@@ -307,20 +321,7 @@ class MaskScorer:
 
     def _compute_prefix(self, chunk: Chunk, layers: list[int]) -> dict[int, Tensor]:
         """A clean forward up to the highest of `layers`, keeping `hook_resid_pre` there."""
-        model, top = self.model, max(layers)
-        store: dict[str, Tensor] = {}
-        hooks = [
-            (f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
-            for l in layers
-            if l < top
-        ]
-        with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-            resid_top = model(
-                chunk.tokens(self.data), stop_at_layer=top, **forward_kwargs(model)
-            )  # (b, T, d): the residual entering block `top`
-        found = {l: store[f"blocks.{l}.hook_resid_pre"] for l in layers if l < top}
-        found[top] = resid_top
-        return found
+        return clean_resid_pre(self.model, chunk.tokens(self.data), layers)
 
     def _prefix(self, c: int, layers: list[int]) -> dict[int, Tensor]:
         """`blocks.{l}.hook_resid_pre` of chunk `c` for each of `layers`, on the device; from
