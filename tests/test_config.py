@@ -71,18 +71,21 @@ def test_options_are_named_types_written_as_strings():
 
 
 def test_search_dtype_is_written_only_off_its_default_and_reads_back():
+    """float32 (the default) writes no key, so a folder written before the field reads back
+    as float32; `auto` (resolved when a run is prepared) and bfloat16 are written as
+    themselves."""
     plain = CELConfig(model="m", task="t")
     assert plain.search_dtype is SearchDtype.FLOAT32 and "search_dtype" not in plain.to_dict()
-    low = CELConfig(model="m", task="t", search_dtype="bfloat16")
-    d = low.to_dict()
-    assert d["search_dtype"] == "bfloat16" and type(d["search_dtype"]) is str
-    again = CELConfig.from_dict(json.loads(json.dumps(d)))
-    assert again == low and again.search_dtype is SearchDtype.BFLOAT16
-    # a folder written before the field reads as float32, and differs from a bfloat16 run
     assert CELConfig.from_dict(plain.to_dict()) == plain
-    assert plain.differences(low) == ["search_dtype"]
+    for value in ("auto", "bfloat16"):
+        low = CELConfig(model="m", task="t", search_dtype=value)
+        d = low.to_dict()
+        assert d["search_dtype"] == value and type(d["search_dtype"]) is str
+        again = CELConfig.from_dict(json.loads(json.dumps(d)))
+        assert again == low and again.search_dtype is SearchDtype(value)
+        assert plain.differences(low) == ["search_dtype"]
     with pytest.raises(WorkbenchError, match=r"search dtype 'float8' is unknown; expected one "
-                       r"of \['float32', 'bfloat16'\]"):
+                       r"of \['auto', 'float32', 'bfloat16'\]"):
         CELConfig(model="m", task="t", search_dtype="float8")
 
 

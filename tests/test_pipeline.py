@@ -434,11 +434,12 @@ def test_a_task_with_few_examples_runs_and_says_so(micro, tmp_path):
 @pytest.mark.parametrize("case", ["tiny_zero_exact", "tiny_mean_exact", "tiny_resample_exact",
                                   "tiny_mean_attribution", "tiny_zero_exact_guarded"])
 def test_a_bf16_search_leaves_every_held_out_number_to_float32(case, tmp_path):
-    """`search_dtype="bfloat16"` screens and searches on a bfloat16 copy (its numbers in
-    `heads`: not float32's), and when it picks float32's sets, confirmation never sees
-    bfloat16: the confirmation, side effects and trade-off tables equal a float32 run's bit
-    for bit, the selection-split gains of the chosen sets too (scored again on the float32
-    model) up to batching. The golden cases' model and tasks, under every ablation kind, and
+    """`search_dtype="bfloat16"` screens and scores the knockouts on a bfloat16 copy (its
+    numbers in `heads` and in the knockout rows of `combos`, marked `ranked`: not float32's),
+    and compares the finalist sets in float32 (their rows: float32's up to batching); when it
+    picks float32's sets, confirmation never sees bfloat16: the confirmation, side effects and
+    trade-off tables equal a float32 run's bit for bit, the selection-split gains of the
+    chosen sets too (scored again on the float32 model) up to batching. The golden cases' model and tasks, under every ablation kind, and
     under guards (default ones, and the guarded case's own with a side-task guard): their
     feasibility is decided on the bfloat16 copy (the guard metrics in `combos`), their
     held-out safety test in float32 (`guarded_p` in the confirmation, bit for bit)."""
@@ -453,6 +454,21 @@ def test_a_bf16_search_leaves_every_held_out_number_to_float32(case, tmp_path):
     assert next(iter(model.parameters())).dtype == torch.float32  # the model is left alone
     assert not np.allclose(bf16.heads[f"d_{obj}"], f32.heads[f"d_{obj}"], rtol=0, atol=1e-6)
     assert list(bf16.confirmation["heads"]) == list(f32.confirmation["heads"])
+    # the knockouts ranked in bfloat16, the sets compared in float32
+    assert "ranked" not in f32.combos and bf16.combos["ranked"].any()
+    n_ex = f32.combos["n"].max()
+    for ranked in (True, False):
+        b = bf16.combos[bf16.combos["ranked"] == ranked].drop_duplicates("heads", keep="last")
+        f = f32.combos.drop_duplicates("heads", keep="last")
+        if not ranked:  # a finalist set seen on every example in both runs
+            b, f = b[b["n"] == n_ex], f[f["n"] == n_ex]
+        b, f = b.set_index("heads")[f"d_{obj}"], f.set_index("heads")[f"d_{obj}"]
+        common = b.index.intersection(f.index)
+        assert len(common) >= 5
+        if ranked:
+            assert not np.allclose(b[common], f[common], rtol=0, atol=1e-6)
+        else:
+            assert_close(torch.tensor(b[common].to_numpy()), torch.tensor(f[common].to_numpy()))
     select = f"select_d_{obj}"
     assert_close(torch.tensor(bf16.confirmation[select].to_numpy()),
                  torch.tensor(f32.confirmation[select].to_numpy()))

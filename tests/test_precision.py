@@ -9,10 +9,14 @@ import torch
 
 from tests.helpers import randomize_biases, tiny_model
 from workbench.errors import WorkbenchError
+from workbench.options import SearchDtype
 from workbench.precision import (
+    AUTO_MIN_D_MODEL,
+    auto_search_dtype,
     cpu_flags,
     fast_bf16,
     lowers,
+    resolved,
     search_model,
     slow_search_note,
 )
@@ -49,7 +53,7 @@ def test_a_cpu_without_bf16_flags_is_slow_and_says_so_in_one_line(flags, fast):
         assert "\n" not in note
     assert slow_search_note("cpu", "float32", flags) is None  # float32 is never slow
     with pytest.raises(WorkbenchError, match="search dtype 'float8' is unknown; expected one of "
-                       r"\['float32', 'bfloat16'\]"):
+                       r"\['auto', 'float32', 'bfloat16'\]"):
         slow_search_note("cpu", "float8", flags)
 
 
@@ -94,3 +98,46 @@ def test_bf16_scores_are_float32_scores_within_the_measured_spread(tiny_task, at
         gap = float((got - want).abs().max())
         assert gap <= BF16_SHARE * scale[k], (k, gap, scale[k])
         assert gap > 0  # the copy did compute in bfloat16
+
+
+class _Stub:
+    """A model as `auto_search_dtype` sees it: its config's device, dtype and width."""
+
+    def __init__(self, d_model: int, dtype=torch.float32, device: str = "cpu") -> None:
+        self.cfg = type("Cfg", (), {"d_model": d_model, "dtype": dtype, "device": device})()
+
+
+@pytest.mark.parametrize("d_model,dtype,flags,distributed,want,words", [
+    (576, torch.float32, {"avx512_bf16"}, False, "bfloat16", "this CPU has avx512_bf16"),
+    (640, torch.float32, {"amx_bf16", "avx512_bf16"}, False, "bfloat16", "576"),
+    (AUTO_MIN_D_MODEL, torch.float32, {"amx_bf16"}, False, "bfloat16", "512 wide"),
+    (AUTO_MIN_D_MODEL - 1, torch.float32, {"avx512_bf16"}, False, "float32", "511 wide"),
+    (576, torch.float32, {"avx512f", "avx2"}, False, "float32", "no native bfloat16"),
+    (576, torch.float32, {"avx512_bf16"}, True, "float32", "torch.distributed"),
+    (576, torch.bfloat16, {"avx512_bf16"}, False, "float32", "the model's own bfloat16"),
+])
+def test_auto_picks_bfloat16_only_where_it_pays(d_model, dtype, flags, distributed, want, words):
+    """`auto`: bfloat16 on a float32 model at least `AUTO_MIN_D_MODEL` wide on a device with
+    native bfloat16, each other case float32, and one line saying why."""
+    if words == "576":
+        words = "640 wide"
+    choice, why = auto_search_dtype(_Stub(d_model, dtype), distributed, flags)
+    assert choice is SearchDtype(want) and words in why and "\n" not in why
+
+
+def test_auto_is_resolved_when_a_run_is_prepared(monkeypatch, tmp_path):
+    """`prepare_run` turns `auto` into the dtype the model searches at: float32 for the tiny
+    model (too narrow) even where the CPU has AVX-512 BF16; and `resolved` passes an explicit
+    dtype through."""
+    from tests.golden import tiny_inputs
+    from workbench.pipeline import prepare_run
+    from workbench.tasks.task import load_task
+
+    monkeypatch.setattr("workbench.precision.cpu_flags", lambda *a: {"avx512_bf16"})
+    model, main, _ = tiny_inputs(tmp_path)
+    run = prepare_run(model, load_task(main), search_dtype="auto", progress=False)
+    assert run.config.search_dtype is SearchDtype.FLOAT32
+    assert "search_dtype" not in run.config.to_dict()
+    assert resolved(_Stub(576), "auto") is SearchDtype.BFLOAT16
+    assert resolved(_Stub(576), "float32") is SearchDtype.FLOAT32
+    assert resolved(_Stub(64), "bfloat16") is SearchDtype.BFLOAT16

@@ -147,14 +147,17 @@ class CELConfig:
             when the objective is a difference, else none); `()`: no guards. A run records
             the guards it used; a config without any writes no such key.
         guard_rule: a `GuardRule`: how a guard decides on the selection split.
-        search_dtype: a `SearchDtype`; `"bfloat16"` screens and searches on a bfloat16 copy
-            of a float32 model (`workbench.precision`): `heads.csv` and `combos.csv` hold
-            bfloat16 numbers, which only choose the sets; the confirmed sets are scored again
-            in the model's own dtype on the selection split (the confirmation's
-            `select_d_<objective>`) and on the held-out split, as are the baselines, the side
-            effects and the trade-off table. Never raises the precision: on a bfloat16 model
-            every stage is bfloat16 either way. A config at the default (`"float32"`) writes
-            no such key.
+        search_dtype: a `SearchDtype`; `"bfloat16"` screens and scores the search's
+            knockouts on a bfloat16 copy of a float32 model (`workbench.precision`): they only
+            rank heads, and `heads.csv` and the knockout rows of `combos.csv` hold bfloat16
+            numbers; the sets the search compares (its finalists), the confirmation, the
+            baselines, the side effects and the trade-off table run in the model's own dtype.
+            Never raises the precision: on a bfloat16 model every stage is bfloat16 either
+            way. `"auto"` is resolved when the run is prepared
+            (`workbench.precision.auto_search_dtype`: bfloat16 on a device with native
+            bfloat16 for a model at least 512 wide, else float32) and the run's config holds
+            the choice. A config at `"float32"` (the default) writes no such key, so configs
+            from before the option existed read back unchanged.
     """
 
     model: str
@@ -245,7 +248,7 @@ class CELConfig:
     def to_dict(self) -> dict:
         """The fields as JSON values: options as their strings, tuples as lists; no
         `strategy_settings` when there are none, no `guards` when there are none and no
-        `search_dtype` at its default (so configs from before they existed are unchanged)."""
+        `search_dtype` at float32 (so configs from before they existed are unchanged)."""
         d = dataclasses.asdict(self)
         if not d["strategy_settings"]:
             del d["strategy_settings"]

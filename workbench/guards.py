@@ -219,6 +219,9 @@ def closest_infeasible(combos, guards: Sequence[Guard], config, sets: dict) -> d
 
     if combos is None or len(combos) == 0 or "feasible" not in combos:
         return {}
+    from workbench.search.candidates import compared
+
+    combos = compared(combos)  # not the knockouts a lower-precision copy scored
     z = NormalDist().inv_cdf(0.5 + config.ci / 2)
     out = {}
     for size in range(1, config.max_size + 1):

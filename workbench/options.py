@@ -179,11 +179,15 @@ def check_dtype_name(dtype: str | None) -> None:
 
 
 class SearchDtype(Option, what="search dtype"):
-    """The precision of screening and search (`CELConfig.search_dtype`): `float32` (the
-    model as loaded), or `bfloat16`: a bfloat16 copy of the model screens every head and
-    scores the search's sets, which only choose; confirmation, the random baselines, the
-    trade-off table and the explanation run on the model as loaded (`workbench.precision`)."""
+    """The precision of the passes that only rank heads (`CELConfig.search_dtype`): `float32`
+    (the model as loaded), or `bfloat16`: a bfloat16 copy of the model screens every head and
+    scores the search's knockouts; the sets the search compares, the confirmation, the random
+    baselines, the trade-off table and the explanation run on the model as loaded. `auto`:
+    bfloat16 where the device has native bfloat16 matmuls and the model is wide enough for
+    them to pay, else float32 (`workbench.precision.auto_search_dtype`). The default is float32:
+    bfloat16 lost planted triples that float32 found (docs/speed.md)."""
 
+    AUTO = "auto"
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
 

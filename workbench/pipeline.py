@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench import progress
+from workbench import distributed, progress
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
 from workbench.compute import Compute
 from workbench.config import CELConfig
@@ -51,7 +51,7 @@ from workbench.guards import (
 )
 from workbench.metrics.records import base_metric, check_objective, default_secondary
 from workbench.metrics.scores import multi_token_metric, task_metric
-from workbench.precision import search_model
+from workbench.precision import resolved, search_model
 from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.results.result import CELResult
 from workbench.results.store import ResultStore
@@ -211,6 +211,9 @@ def prepare_run(
     if "model_name" in settings:
         settings["model"] = settings.pop("model_name")
     config = _settings_config(config, settings, model)
+    # `auto` becomes the precision this model searches at here (the run's config holds it)
+    config = dataclasses.replace(config, search_dtype=resolved(
+        model, config.search_dtype, distributed.is_distributed()))
     main = resolve_task(task).sample_per_split(config.max_examples, config.seed)
     if metric is None:  # the registered metrics: the objective is checked before any forward
         check_objective(config.objective, main.name, any(e.wrong for e in main.examples))
@@ -380,8 +383,9 @@ def search_stage(run: CELRun, result: CELResult, store: ResultStore | None = Non
     its scoring calls are saved as they go and an interrupted run's are replayed
     (`workbench.search.replay`)."""
     config = run.config
+    low = run.searcher()  # the knockouts only rank heads: at `search_dtype`, like screening
     with SearchCheckpoint(store, config.to_dict(), result) as saved:
-        space = SearchSpace(saved.wrap(run.scorer(run.select, run.means, run.searcher()), "main"),
+        space = SearchSpace(saved.wrap(run.scorer(run.select, run.means), "main"),
                             candidate_heads(result.heads),
                             config.objective, config.secondary, rank_by=config.rank_by,
                             max_size=config.max_size, top_m=config.top_m,
@@ -393,14 +397,18 @@ def search_stage(run: CELRun, result: CELResult, store: ResultStore | None = Non
                             pool=search_pool(result.heads, run.order[0], second=run.order[1],
                                              guards=[g for g in run.guards if g.on_main]),
                             guards=tuple(g for g in run.guards if g.on_main),
-                            guard_rule=config.guard_rule)
+                            guard_rule=config.guard_rule,
+                            ranker=None if low is run.model else saved.wrap(
+                                run.scorer(run.select, run.means, low), "main_ranks"))
         for name in config.strategies:
             get_strategy(name)(space, **config.strategy_settings.get(name, {}))
         space.scorer.release()
+        if space.ranker is not None:
+            space.ranker.release()
         side_guards = [g for g in run.guards if not g.on_main]
         if side_guards:  # the best sets' side-task guards, on each side task's selection split
             space.check_side_guards(side_guards, {g.task: saved.wrap(
-                run.scorer(*_split_data(run, g.task, "select"), run.searcher()), g.task)
+                run.scorer(*_split_data(run, g.task, "select")), g.task)
                 for g in side_guards})
     result.summary.update(space.notes)
     result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq

@@ -1,15 +1,19 @@
-"""A low-precision search, exact where it counts: screening and search on a bfloat16 copy.
+"""A low-precision search, exact where it counts: the passes that only rank heads in bfloat16.
 
-Screening and the search only *choose* head sets; every number a run reports about a chosen
-set is measured again on examples the choice never saw (the held-out confirmation, the random
-baselines, the side effects, the trade-off table, the explanation). So those two stages may
-run at a lower precision as long as the sets they pick are the same, and the rest keeps the
-model's own. `CELConfig.search_dtype="bfloat16"` (`--search-dtype bfloat16`) does that with a
-**bfloat16 copy of the model** (`search_model`), built when screening starts and dropped when
-the search ends; the copy shares the tokenizer, and its parameters are cast one at a time (no
-second float32 copy in memory). bfloat16 keeps float32's range, so nothing overflows; its 8-bit
+Screening and the search's knockouts only *rank* heads: which join the pool, which are
+candidates, which become finalists. The sets the search then compares (every set among the
+finalists), and every number a run reports about a chosen set (the held-out confirmation, the
+random baselines, the side effects, the trade-off table, the explanation), decide the answer.
+So the ranking passes may run at a lower precision, and the comparisons keep the model's own:
+near-ties between sets are broken as the model's own precision breaks them.
+`CELConfig.search_dtype="bfloat16"` (`--search-dtype bfloat16`) does that with a **bfloat16
+copy of the model** (`search_model`), built when screening starts and dropped when the search
+ends; the copy shares the tokenizer, and its parameters are cast one at a time (no second
+float32 copy in memory). bfloat16 keeps float32's range, so nothing overflows; its 8-bit
 mantissa moves a logit by about 2^-9 of its size (docs/speed.md gives the measured spread of
-screening and search scores against float32).
+screening and knockout scores against float32). `"auto"` picks bfloat16 where it pays
+(`auto_search_dtype`); the default stays float32, since on the planted models a bfloat16
+screening found fewer planted triples than float32 (docs/speed.md).
 
 A copy rather than `torch.autocast`: measured on SmolLM2 on an AMD EPYC with AVX-512 BF16, the
 copy ran a forward 1.9x faster than float32 and autocast 1.6x (autocast casts the weights, which
@@ -75,13 +79,56 @@ def slow_search_note(device, search_dtype, flags: set[str] | None = None) -> str
              "/proc/cpuinfo)" if torch.device(device).type == "cpu"
              else f"{device} has no native bfloat16")
     return (f"--search-dtype bfloat16: {where}, so bfloat16 matmuls are emulated and screening "
-            "and the search will be slower than in float32; the results are as valid")
+            "and the search's knockouts will be slower than in float32; the results are as "
+            "valid")
+
+
+# `auto` picks bfloat16 only for models at least this wide: a pass must be matmul-bound for
+# bfloat16's faster matmuls to pay. Measured on this 2-core AMD EPYC with AVX-512 BF16
+# (docs/speed.md): 576-wide SmolLM2 screened and searched 2.3x faster, 640-wide Gemma-3 1.7x,
+# while the planted 40-wide models ran 1.1-1.2x slower (their passes are launch overhead).
+AUTO_MIN_D_MODEL = 512
+
+
+def auto_search_dtype(model, distributed: bool = False,
+                      flags: set[str] | None = None) -> tuple[SearchDtype, str]:
+    """`(dtype, why)` for `search_dtype="auto"`: bfloat16 on a float32 (or float64) model at
+    least `AUTO_MIN_D_MODEL` wide on a device with native bfloat16 matmuls (`fast_bf16`;
+    `flags`: the CPU's, read from /proc/cpuinfo when None), else float32; `why` says which in
+    one line. Under torch.distributed it is float32, since ranks on different machines could
+    decide differently and every rank must screen alike."""
+    cfg = model.cfg
+    device = torch.device(cfg.device)
+    if distributed:
+        return SearchDtype.FLOAT32, "float32 (auto): under torch.distributed every rank alike"
+    if cfg.dtype.itemsize <= 2:
+        return SearchDtype.FLOAT32, f"the model's own {str(cfg.dtype).removeprefix('torch.')}"
+    if not fast_bf16(device, flags):
+        return SearchDtype.FLOAT32, f"float32 (auto): no native bfloat16 on {device}"
+    if cfg.d_model < AUTO_MIN_D_MODEL:
+        return SearchDtype.FLOAT32, (f"float32 (auto): the model is {cfg.d_model} wide, below "
+                                     f"the {AUTO_MIN_D_MODEL} where bfloat16 passes pay")
+    where = ("this CPU has " + " and ".join(f for f in CPU_BF16_FLAGS
+                                             if f in (cpu_flags() if flags is None else flags))
+             if device.type == "cpu" else f"{device} has native bfloat16")
+    return SearchDtype.BFLOAT16, (
+        f"bfloat16 (auto: {where}, the model is {cfg.d_model} wide) for screening and the "
+        "knockouts; the sets are compared, and every number is reported, in "
+        f"{str(cfg.dtype).removeprefix('torch.')}")
+
+
+def resolved(model, search_dtype, distributed: bool = False) -> SearchDtype:
+    """`search_dtype` itself, or what `auto` picks for `model` (`auto_search_dtype`)."""
+    dtype = SearchDtype.parse(search_dtype)
+    if dtype is SearchDtype.AUTO:
+        dtype = auto_search_dtype(model, distributed)[0]
+    return dtype
 
 
 def lowers(model, search_dtype) -> bool:
     """Whether `search_dtype` is below the model's own precision (a float32 or float64 model
     searched in bfloat16): only then do screening and search run on a copy."""
-    dtype = TORCH_DTYPES[SearchDtype.parse(search_dtype)]
+    dtype = TORCH_DTYPES[resolved(model, search_dtype)]
     return dtype != torch.float32 and model.cfg.dtype.itemsize > dtype.itemsize
 
 
@@ -95,7 +142,7 @@ def search_model(model, search_dtype):
     memory peaks at the model plus half of it, not twice the model."""
     if not lowers(model, search_dtype):
         return model
-    dtype = TORCH_DTYPES[SearchDtype.parse(search_dtype)]
+    dtype = TORCH_DTYPES[resolved(model, search_dtype)]
     note = slow_search_note(model.cfg.device, search_dtype)
     if note:
         warnings.warn(note, SlowSearchWarning, stacklevel=2)

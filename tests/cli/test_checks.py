@@ -40,7 +40,7 @@ BAD_OPTIONS = [
     (["--device", "cuda:x"], "device 'cuda:x' is not a torch device"),
     (["--dtype", "float8"], "dtype 'float8' is unknown; expected 'auto' or one of"),
     (["--ablation", "sideways"], "invalid choice: 'sideways'"),
-    (["--search-dtype", "float8"], "invalid choice: 'float8' (choose from 'float32', 'bfloat16')"),
+    (["--search-dtype", "float8"], "invalid choice: 'float8' (choose from 'auto', 'float32', 'bfloat16')"),
     (["--racing", "sometimes"], "invalid choice: 'sometimes' (choose from 'auto', 'on', 'off')"),
 ]
 
@@ -111,7 +111,8 @@ def test_every_bad_option_is_one_line_before_torch_and_creates_no_folder(
 def test_check_options_refuses_a_bad_racing_or_search_dtype_by_name():
     """`check_options` itself (not only the parser's choices) refuses a `--racing` or
     `--search-dtype` outside its option type, naming the values allowed, and a resumed run
-    under `--racing auto` takes `adaptive` from its folder (`resumed_choices`)."""
+    under `--racing auto` takes `adaptive` from its folder, under `--search-dtype auto` its
+    `search_dtype` (`resumed_choices`)."""
     import argparse
 
     from workbench.cli.checks import check_options, resumed_choices
@@ -121,12 +122,15 @@ def test_check_options_refuses_a_bad_racing_or_search_dtype_by_name():
                        r"\['auto', 'on', 'off'\]"):
         check_options(argparse.Namespace(racing="sometimes"), {})
     with pytest.raises(WorkbenchError, match=r"search dtype 'float8' is unknown; expected one "
-                       r"of \['float32', 'bfloat16'\]"):
+                       r"of \['auto', 'float32', 'bfloat16'\]"):
         check_options(argparse.Namespace(racing="auto"), {"search_dtype": "float8"})
     assert check_options(argparse.Namespace(racing="off"), {"search_dtype": "bfloat16"}) \
         .search_dtype == "bfloat16"
-    assert resumed_choices(argparse.Namespace(racing="auto")) == ("adaptive",)
-    assert resumed_choices(argparse.Namespace(racing="on")) == ()
+    ns = argparse.Namespace
+    assert resumed_choices(ns(racing="auto")) == ("adaptive",)
+    assert resumed_choices(ns(racing="on", search_dtype="auto")) == ("search_dtype",)
+    assert resumed_choices(ns(racing="on", search_dtype="float32")) == ()
+    assert resumed_choices(ns(racing="auto", search_dtype="bfloat16")) == ("adaptive",)
 
 
 @pytest.fixture

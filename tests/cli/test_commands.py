@@ -160,6 +160,38 @@ def test_compute_flags_reach_run_cel():
     assert "token_budget" not in options
 
 
+@pytest.mark.parametrize("wide", [True, False])
+def test_search_dtype_auto_says_what_it_chose_and_a_resumed_run_keeps_it(wide, demo_files,
+                                                                         tmp_path, capsys,
+                                                                         monkeypatch):
+    """`--search-dtype auto` on a CPU with AVX-512 BF16 (stood in for): bfloat16 when the model
+    is at least `AUTO_MIN_D_MODEL` wide (lowered here to the demo model's width), said in one
+    line and recorded in the config; float32 otherwise, silently, writing what a float32 run
+    writes. Resumed under auto on a CPU without it, the run keeps the folder's choice."""
+    import workbench.precision
+
+    model_dir, main, _ = demo_files
+    monkeypatch.setattr(workbench.precision, "cpu_flags", lambda *a: {"avx512_bf16"})
+    if wide:
+        monkeypatch.setattr(workbench.precision, "AUTO_MIN_D_MODEL", 1)
+    out = tmp_path / "out"
+    argv = ["cel", "--model", str(model_dir), "--task", str(main), "--out", str(out),
+            "--device", "cpu", "--no-explain", "--search-dtype", "auto", *FAST]
+    assert cli.main(argv) == 0
+    said = [x for x in capsys.readouterr().out.splitlines() if x.startswith("search: ")]
+    want = "bfloat16" if wide else "float32"
+    assert CELResult.load(out).config.search_dtype == want
+    if wide:
+        assert len(said) == 1 and "this CPU has avx512_bf16" in said[0]
+    else:
+        assert said == [] and "search_dtype" not in json.loads(
+            (out / "config.json").read_text())["config"]
+    monkeypatch.setattr(workbench.precision, "cpu_flags", lambda *a: set())
+    assert cli.main(argv) == 0  # resumed: nothing to compute, the folder's choice kept
+    assert "resuming from" in capsys.readouterr().out
+    assert CELResult.load(out).config.search_dtype == want
+
+
 @pytest.mark.parametrize("fast", [True, False])
 def test_a_bf16_search_runs_and_says_once_where_it_will_be_slow(fast, demo_files, tmp_path,
                                                                capsys, monkeypatch):
@@ -181,11 +213,12 @@ def test_a_bf16_search_runs_and_says_once_where_it_will_be_slow(fast, demo_files
     else:
         assert notes == ["note: --search-dtype bfloat16: this CPU has neither AVX-512 BF16 nor "
                          "AMX (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), so bfloat16 "
-                         "matmuls are emulated and screening and the search will be slower "
-                         "than in float32; the results are as valid"]
+                         "matmuls are emulated and screening and the search's knockouts "
+                         "will be slower than in float32; the results are as valid"]
     result = CELResult.load(out)
     assert result.config.search_dtype == "bfloat16" and result.best == ["L0H1", "L0H3", "L1H1"]
-    assert "Screening and search ran on a bfloat16 copy" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Screening and the search's knockouts ran on a bfloat16 copy" in report
     assert commands.run_options(cli.build_parser("cel").parse_args(
         ["cel", "--search-dtype", "bfloat16"]))["search_dtype"] == "bfloat16"
 

@@ -232,8 +232,8 @@ def test_a_bad_search_dtype_is_one_line_naming_the_allowed_values(command, capsy
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
         "workbench: error: argument --search-dtype: invalid choice: 'float8' (choose from "
-        f"'float32', 'bfloat16') (`workbench {command} --help` lists the options)"]
-    assert _actions(command)["--search-dtype"].choices == ["float32", "bfloat16"]
+        f"'auto', 'float32', 'bfloat16') (`workbench {command} --help` lists the options)"]
+    assert _actions(command)["--search-dtype"].choices == ["auto", "float32", "bfloat16"]
     assert _actions(command)["--search-dtype"].default == CELConfig.search_dtype == "float32"
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from workbench.config import CELConfig, resolve_threads
 from workbench.errors import WorkbenchError
 from workbench.metrics.records import base_metric, check_objective
-from workbench.options import Racing, check_device_name, check_dtype_name
+from workbench.options import Racing, SearchDtype, check_device_name, check_dtype_name
 
 # CELConfig fields a run's flags do not set (`workbench.cli.commands.run_options`), or that
 # are resolved once the model loads
@@ -48,9 +48,12 @@ def check_options(args, options: dict, model: str = "model", task: str = "task")
 
 def resumed_choices(args) -> tuple[str, ...]:
     """The `CELConfig` fields a run takes from the folder it resumes rather than from its
-    flags: `adaptive` under `--racing auto` (`workbench.cli.commands.decide_racing`)."""
-    return ("adaptive",) if Racing.parse(getattr(args, "racing", Racing.AUTO)) is Racing.AUTO \
-        else ()
+    flags: `adaptive` under `--racing auto` (`workbench.cli.commands.decide_racing`), and
+    `search_dtype` under `--search-dtype auto`."""
+    racing = Racing.parse(getattr(args, "racing", Racing.AUTO)) is Racing.AUTO
+    searched = SearchDtype.parse(getattr(args, "search_dtype", SearchDtype.FLOAT32))
+    return (("adaptive",) if racing else ()) + (
+        ("search_dtype",) if searched is SearchDtype.AUTO else ())
 
 
 def check_task_objective(objective: str | None, task) -> None:

@@ -171,7 +171,13 @@ def run_cel_command(args) -> int:
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
-    from workbench.precision import SlowSearchWarning, lowers, slow_search_note
+    from workbench.options import SearchDtype
+    from workbench.precision import (
+        SlowSearchWarning,
+        auto_search_dtype,
+        lowers,
+        slow_search_note,
+    )
     from workbench.results.store import CONFIG_FILE
 
     check_counterfactuals(args.kind, [task, *others])  # before the model loads
@@ -185,10 +191,15 @@ def run_cel_command(args) -> int:
     cfg = model.cfg
     # validated, sampled (--max-examples) and encoded once: the counts printed are the
     # examples the run uses, as fitted to this tokenizer (`workbench.tasks.fit` may drop some)
+    options = run_options(args)
+    resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
+    searched = SearchDtype.parse(options.get("search_dtype", SearchDtype.FLOAT32))
+    if resuming and searched is SearchDtype.AUTO:  # `auto`: the folder's choice
+        options["search_dtype"] = folder_search_dtype(out)
     with warnings.catch_warnings(record=True) as caught:  # said in one line below
         warnings.simplefilter("always", FewExamplesWarning)
         run = prepare_run(model, task, others=others, model_name=model_name,
-                          progress=not args.quiet and distributed.is_main(), **run_options(args))
+                          progress=not args.quiet and distributed.is_main(), **options)
     sampled = run.main
     n_sel, n_held = len(run.select), len(run.heldout)
     n_file = len([e for e in sampled.examples if e.split == "select"])
@@ -213,7 +224,10 @@ def run_cel_command(args) -> int:
         model, args.search_dtype) else None
     if slow:  # said once here; the run's own warning of it is not repeated
         print(f"note: {slow}", flush=True)
-    resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
+    if searched is SearchDtype.AUTO and run.config.search_dtype is SearchDtype.BFLOAT16 \
+            and not resuming:  # what auto chose, where it changes something
+        print(f"search: {auto_search_dtype(model, distributed.is_distributed())[1]}",
+              flush=True)
     if resuming:
         print(f"resuming from {out}", flush=True)
     if Racing.parse(args.racing) is Racing.AUTO:
@@ -296,6 +310,13 @@ def decide_racing(run, resumed: Path | None) -> str | None:
         on, why = auto_racing(scorer, distributed.is_distributed())
     run.config = dataclasses.replace(run.config, adaptive=on)
     return why
+
+
+def folder_search_dtype(out: Path) -> str:
+    """The search dtype a results folder's run chose (float32 where its config has none)."""
+    from workbench.results.store import read_run_file
+
+    return str(read_run_file(out)["config"].get("search_dtype", "float32"))
 
 
 def _stages_done(out: Path) -> tuple[str, ...]:

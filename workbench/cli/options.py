@@ -269,11 +269,12 @@ def _data_options(p) -> None:
         "--search-dtype",
         choices=SearchDtype.values(),
         default=d["search_dtype"],
-        help="precision of screening and search, which only choose the sets: bfloat16 runs "
-        "them on a bfloat16 copy of the model (fast on a GPU and on CPUs with AVX-512 BF16 or "
-        "AMX, slow elsewhere, which the run says); the chosen sets are scored again in the "
-        "model's own dtype, on the selection and held-out splits, as are the baselines, side "
-        "effects and explanation (default %(default)s; docs/speed.md)",
+        help="precision of the passes that only rank heads (screening, the search's "
+        "knockouts): bfloat16 runs them on a bfloat16 copy of the model (fast on a GPU and on "
+        "CPUs with AVX-512 BF16 or AMX, slow elsewhere, which the run says); the finalist sets "
+        "are compared, and the chosen sets, baselines, side effects and explanation measured, "
+        "in the model's own dtype; auto: bfloat16 where the device has native bfloat16 and "
+        "the model is at least 512 wide, else float32 (default %(default)s; docs/speed.md)",
     )
     p.add_argument(
         "--racing",

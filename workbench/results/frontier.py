@@ -16,6 +16,7 @@ import math
 import pandas as pd
 
 from workbench.guards import parse_guards
+from workbench.search.candidates import compared
 from workbench.tables import markdown_table
 
 FRONTIER_FILE = "frontier.csv"
@@ -29,6 +30,7 @@ def frontier_table(combos: pd.DataFrame, objective: str, guards) -> pd.DataFrame
     guards = [g for g in parse_guards(guards) or () if g.on_main]
     if combos is None or combos.empty or not guards or "n" not in combos:
         return pd.DataFrame(columns=list(FRONTIER_COLUMNS))
+    combos = compared(combos)  # not the knockouts a lower-precision copy scored
     full = combos[combos["n"] == combos.groupby("size")["n"].transform("max")]
     full = full.drop_duplicates("heads", keep="last")
     rows = []

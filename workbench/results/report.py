@@ -91,10 +91,10 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
     lines.append("Effects are ablated minus clean: positive means removing the heads helps.")
     if cfg.search_dtype.value != "float32":  # `workbench.precision`
         lines.append(
-            f"Screening and search ran on a {cfg.search_dtype} copy of the model "
-            "(`heads.csv` and `combos.csv` hold its numbers, which chose the sets, and the "
-            "guards' feasibility where there are guards); every number below about the "
-            "chosen sets is measured in the model's own dtype.")
+            f"Screening and the search's knockouts ran on a {cfg.search_dtype} copy of the "
+            "model (`heads.csv` and the `ranked` rows of `combos.csv` hold its numbers, which "
+            "only ranked heads); the finalist sets were compared, and every number below is "
+            "measured, in the model's own dtype.")
     lines.append("")
     if s.get("n_examples"):
         n = s["n_examples"]

@@ -53,6 +53,7 @@ from workbench.results.store import (
 )
 from workbench.results.store import TABLES, ResultStore, read_folder
 from workbench.results.tradeoff import gamed, gaming_note
+from workbench.search.candidates import compared
 
 RESULT_VERSION = 2
 # a guarded run's Holm-corrected p-value of its guards, per confirmed set: where a
@@ -277,6 +278,7 @@ def select_n(combos: pd.DataFrame, heads: str, gain: float, objective: str) -> i
     of the search's row of `heads` whose `d_<objective>` is nearest to it (the most examples
     on ties; None when the search has no row of the set). Folders written before
     `workbench.search.candidates.set_record` took the set's first row, not its fullest."""
+    combos = compared(combos)  # not the knockouts a lower-precision copy scored
     rows = combos[combos["heads"].astype(str) == str(heads)]
     if rows.empty:
         return None

@@ -140,7 +140,9 @@ def best_sets(
     column (examples a score rests on), only the sets of a size scored on the most examples
     compete: a set a race dropped early keeps a slice estimate, not a score to rank by. Where
     it has a `feasible` column (a guarded search, `workbench.guards`), only feasible sets
-    compete: a size with none has no best set."""
+    compete: a size with none has no best set. Rows that only ranked heads at a lower
+    precision (a `ranked` column, `workbench.search.space.SearchSpace.ranker`) never compete."""
+    combos = compared(combos)
     most = combos.groupby("size")["n"].max().to_dict() if "n" in combos and len(combos) else {}
     guarded = "feasible" in combos
     best: dict[int, tuple[tuple, str]] = {}
@@ -176,11 +178,22 @@ def _true(value) -> bool:
     return bool(value) if isinstance(value, (bool, np.bool_)) else str(value) == "True"
 
 
+def compared(combos: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `combos` that scored sets to compare them: all of them, but for the rows a
+    `ranked` column marks (the knockouts a lower-precision copy scored, which only rank
+    heads)."""
+    if "ranked" not in combos or combos.empty:
+        return combos
+    return combos[~combos["ranked"].astype(bool)]
+
+
 def set_record(combos: pd.DataFrame, heads: str) -> pd.Series | None:
     """The row of `combos` that scored the set `heads` (`"L1H0,L1H6"`) on the most examples
     (the first such row); None when the search never scored it. A set raced out early and
     scored again later has several rows: only the one with the most examples is the set's
-    full-split value (`best_sets` ranks by those rows too)."""
+    full-split value (`best_sets` ranks by those rows too). Rows that only ranked heads are
+    not a set's value (`compared`)."""
+    combos = compared(combos)
     if combos.empty:
         return None
     rows = combos[combos["heads"].astype(str) == heads]

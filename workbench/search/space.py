@@ -38,7 +38,7 @@ from workbench.tables import head_name
 
 HeadTuple = tuple[Head, ...]
 # the entries of a cached set that are not a metric's gain
-_NOT_GAINS = ("score", "n", "feasible", "spread")
+_NOT_GAINS = ("score", "n", "feasible", "spread", "ranked")
 
 
 def _names(heads: Iterable[Head]) -> str:
@@ -54,6 +54,12 @@ class SearchSpace:
     main task's `workbench.guards.Guard`s) every set's feasibility is decided by
     `guard_rule` from its guard metrics' changes on the same passes, recorded (`feasible`),
     and ranks first in the sort keys: a strategy maximises the objective over feasible sets.
+
+    With a `ranker` (a scorer of the same split on a lower-precision copy of the model,
+    `workbench.precision`) the masks that only rank heads (`evaluate(..., rank=True)`: the
+    interaction search's knockouts) are scored by it, and every set the strategies compare
+    by `scorer`, at the model's own precision: a set scored by the ranker is never taken
+    for a comparison, but scored again.
     """
 
     scorer: MaskScorer
@@ -76,6 +82,7 @@ class SearchSpace:
     ci: float = 0.95
     guards: tuple = ()
     guard_rule: str = DEFAULT_RULE
+    ranker: MaskScorer | None = None
     records: list[dict] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
     forward_eq: float = 0.0
@@ -140,27 +147,39 @@ class SearchSpace:
         n = self.n_examples
         return example_order(n, self.seed)[: first_slice(n, self.knockout_examples)]
 
+    def _scored(self, s: HeadTuple, rank: bool = False) -> int:
+        """Examples the cached set `s` was scored on, for a comparison (`rank` False: only
+        by `scorer`) or for a ranking (either scorer); -1 when not cached."""
+        entry = self._cache.get(s)
+        if entry is None or (entry.get("ranked", False) and not rank):
+            return -1
+        return entry["n"]
+
     def evaluate(
-        self, sets: Sequence[Iterable[Head]], strategy: str, rows: torch.Tensor | None = None
+        self, sets: Sequence[Iterable[Head]], strategy: str, rows: torch.Tensor | None = None,
+        rank: bool = False,
     ) -> list[tuple]:
         """Score head sets (once each, cached), record them, return their sort keys.
 
         With `rows` the sets are scored on those examples only (and recorded with their `n`);
-        a set cached from fewer examples than asked is scored again.
+        a set cached from fewer examples than asked is scored again. With `rank` the sets
+        only rank heads and are scored by `ranker` where there is one (class docstring).
         """
         sets = [tuple(sorted(set(s))) for s in sets]
         n_ex = self.n_examples
         want = n_ex if rows is None else len(rows)
-        new = list(dict.fromkeys(s for s in sets if self._cache.get(s, {}).get("n", -1) < want))
+        new = list(dict.fromkeys(s for s in sets if self._scored(s, rank) < want))
         if new:
-            clean = self.scorer.clean()
+            scorer = self.ranker if rank and self.ranker is not None else self.scorer
+            clean = scorer.clean()
             kw = {} if rows is None else {"rows": rows}
-            scores = self.scorer.score(masks_of(self.model, new), self.progress, strategy, **kw)
+            scores = scorer.score(masks_of(self.model, new), self.progress, strategy, **kw)
             picked = {m: c if rows is None else c[rows.to(c.device)] for m, c in clean.items()}
             diffs = {m: v - picked[m][None] for m, v in scores.items()}
             gains = {m: torch.nanmean(d, dim=-1).cpu().numpy() for m, d in diffs.items()}
             self.forward_eq += len(new) * want / n_ex
-            self._store(new, gains, [want] * len(new), self._spread(diffs))
+            self._store(new, gains, [want] * len(new), self._spread(diffs),
+                        ranked=scorer is not self.scorer)
         return self._record(sets, strategy)
 
     def score_sets(self, sets: Sequence[Iterable[Head]], strategy: str) -> list[tuple]:
@@ -174,7 +193,7 @@ class SearchSpace:
         """
         sets = [tuple(sorted(set(s))) for s in sets]
         n_ex = self.n_examples
-        new = list(dict.fromkeys(s for s in sets if self._cache.get(s, {}).get("n", -1) < n_ex))
+        new = list(dict.fromkeys(s for s in sets if self._scored(s) < n_ex))
         if new:
             first = self.order[0]
             sizes = torch.tensor([len(s) for s in new])
@@ -220,13 +239,16 @@ class SearchSpace:
             out[g.metric] = tuple(v.cpu().numpy() for v in (mean_se(d)[1], lo, hi))
         return out
 
-    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int], spread: dict) -> None:
+    def _store(self, new: list[HeadTuple], gains: dict, ns: list[int], spread: dict,
+               ranked: bool = False) -> None:
         clean_mean = float(torch.nanmean(self.scorer.clean()[self.objective].float()))
         z = NormalDist().inv_cdf(0.5 + self.ci / 2)
         for i, s in enumerate(new):
             entry = {m: float(gains[m][i]) for m in gains}
             entry["score"] = clean_mean + entry[self.objective]
             entry["n"] = int(ns[i])
+            if ranked:
+                entry["ranked"] = True
             if self.guards:
                 entry["spread"] = {m: tuple(float(v[i]) for v in spread[m]) for m in spread}
                 entry["feasible"] = all(
@@ -249,6 +271,8 @@ class SearchSpace:
                 "n": entry["n"],
                 **{f"d_{m}": v for m, v in entry.items() if m not in _NOT_GAINS},
             }
+            if self.ranker is not None:  # which rows only ranked heads, at lower precision
+                row["ranked"] = bool(entry.get("ranked", False))
             if self.guards:
                 for m, (se, smallest, largest) in entry["spread"].items():
                     row.update({f"d_{m}_se": se, f"d_{m}_min": smallest, f"d_{m}_max": largest})
@@ -274,7 +298,8 @@ class SearchSpace:
         failed: dict[HeadTuple, list[str]] = {}
         for size in range(1, self.max_size + 1):
             ranked = sorted((s for s, e in self._cache.items()
-                             if len(s) == size and e["n"] == n_ex and e.get("feasible", True)),
+                             if len(s) == size and e["n"] == n_ex and e.get("feasible", True)
+                             and not e.get("ranked", False)),
                             key=lambda s: (sort_key(self._cache[s], *self.order), _names(s)),
                             reverse=True)
             for s in ranked:

@@ -121,8 +121,10 @@ def interaction(space, settings: Mapping | None = None) -> None:
     x = rng.random((n_masks, len(pool))) < p
     x[~x.any(1), 0] = True  # no empty mask: the clean run is no measurement
     sets = [[pool[j] for j in np.flatnonzero(row)] for row in x]
-    # adaptive: the knockouts only rank heads for the finalists, so one slice of examples each
-    space.evaluate(sets, NAME, rows=space.knockout_rows() if space.adaptive else None)
+    # the knockouts only rank heads for the finalists: one slice of examples each when
+    # adaptive, and at the search's lower precision where it has one (`space.ranker`)
+    space.evaluate(sets, NAME, rows=space.knockout_rows() if space.adaptive else None,
+                   rank=True)
     knockout_eq = space.forward_eq
     target = space.regression_target
     coef = _main_effects(x, np.array(space.gains(sets, target)))
