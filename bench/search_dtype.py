@@ -21,6 +21,7 @@ The CPU's bfloat16 flags (`avx512_bf16`, `amx_bf16`) and torch's CPU capability 
     .venv/bin/python bench/search_dtype.py --model smollm2-135m --task ioi --others induction \
         --threads 1 --out /tmp/sd_smollm2
     .venv/bin/python bench/search_dtype.py --spread        # tiny models: the tests' bound
+    .venv/bin/python bench/search_dtype.py --planted 12x12 --seeds 10 --run-seeds 0 1 2 3
 
 `--spread` measures the share on 20 tiny models (attention-only and with MLPs and random
 biases, seeds 0-9; every head alone and 30 random sets each), the figure `BF16_SHARE` in
@@ -149,34 +150,40 @@ def spread() -> None:
         print(f"| {k} | {len(v)} | {max(v):.2g} | {statistics.median(v):.2g} |")
 
 
-def planted_recall(shapes: list[str], seeds: int, threads: int, out: Path) -> None:
-    """Recall of the planted best sets by the default screening and search in float32 and in
-    bfloat16, on planted models run through their real forward passes (`bench/planted.py`;
-    zero ablation, 64 selection examples)."""
+def planted_recall(shapes: list[str], seeds: int, threads: int, out: Path,
+                   dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+                   cel_seeds: tuple[int, ...] = (0,)) -> None:
+    """Recall of the planted best sets by the default screening and search in each of
+    `dtypes`, on planted models run through their real forward passes (`bench/planted.py`;
+    zero ablation, 64 selection examples), once per run seed of `cel_seeds` (`CELConfig.seed`:
+    the knockouts' draws and racing's example order)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from bench.planted import PlantSpec, planted_model
 
-    print("| heads | dtype | plants | size 1 found | size 2 found | size 3 found | "
+    print("| heads | dtype | run seed | plants | size 1 found | size 2 found | size 3 found | "
           "screen + search s |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for shape in shapes:
         layers, heads = (int(x) for x in shape.split("x"))
-        found = {d: [0, 0, 0] for d in ("float32", "bfloat16")}
-        secs = {d: 0.0 for d in found}
-        for seed in range(seeds):
-            pm = planted_model(PlantSpec(n_layers=layers, n_heads=heads, seed=seed))
-            for dtype in found:
-                rec = screen_and_search(pm.model, pm.task, [], dtype,
-                                        out / f"planted_{shape}_{seed}_{dtype}", threads)
-                sets = chosen(rec)["sets"]
-                secs[dtype] += sum(rec["seconds"].values())
-                for k in (1, 2, 3):
-                    found[dtype][k - 1] += sets.get(k) == pm.best.get(k)
-        for dtype, f in found.items():
-            print(f"| {layers * heads} | {dtype} | {seeds} | " + " | ".join(
-                f"{x}/{seeds}" for x in f) + f" | {secs[dtype]:.0f} |", flush=True)
+        for cel_seed in cel_seeds:
+            found = {d: [0, 0, 0] for d in dtypes}
+            secs = {d: 0.0 for d in found}
+            for seed in range(seeds):
+                pm = planted_model(PlantSpec(n_layers=layers, n_heads=heads, seed=seed))
+                for dtype in found:
+                    rec = screen_and_search(
+                        pm.model, pm.task, [], dtype,
+                        out / f"planted_{shape}_{seed}_{dtype}_{cel_seed}", threads,
+                        seed=cel_seed)
+                    sets = chosen(rec)["sets"]
+                    secs[dtype] += sum(rec["seconds"].values())
+                    for k in (1, 2, 3):
+                        found[dtype][k - 1] += sets.get(k) == pm.best.get(k)
+            for dtype, f in found.items():
+                print(f"| {layers * heads} | {dtype} | {cel_seed} | {seeds} | " + " | ".join(
+                    f"{x}/{seeds}" for x in f) + f" | {secs[dtype]:.0f} |", flush=True)
 
 
 def main() -> None:
@@ -197,13 +204,15 @@ def main() -> None:
                    help="planted recall in float32 and bfloat16 on these shapes (e.g. 12x12 "
                    "24x16 32x32), --seeds plants each")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--run-seeds", type=int, nargs="+", default=[0],
+                   help="--planted: the runs' seeds (CELConfig.seed), each over every plant")
     args = p.parse_args()
     if args.spread:
         spread()
         return
     if args.planted is not None:
         planted_recall(args.planted or ["12x12", "24x16", "32x32"], args.seeds, args.threads,
-                       Path(args.out))
+                       Path(args.out), tuple(dict.fromkeys(args.order)), tuple(args.run_seeds))
         return
     if args.model is None:
         p.error("--model is required (or --spread)")

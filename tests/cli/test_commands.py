@@ -56,6 +56,8 @@ def test_cel_end_to_end(demo_files, tmp_path, capsys):
     assert sum(s["seconds"] for s in stages.values()) == pytest.approx(cost["seconds"], abs=0.01)
     assert sum(s["share"] for s in stages.values()) == pytest.approx(1.0, abs=1e-3)
     assert cost["forward_times"] == pytest.approx(cost["seconds"] / cost["forward_s"], rel=1e-3)
+    # measured at the start (the estimate's) and at the end; the faster is the unit
+    assert len(cost["forwards_s"]) == 2 and cost["forward_s"] == min(cost["forwards_s"])
     assert cost["seconds"] <= elapsed
     assert stages["report"]["seconds"] > 0  # no stage counted twice (the rest is left over)
     assert f"cost: {cost['forward_times']:.1f} forward-times" in printed

@@ -24,7 +24,17 @@ def test_forward_times_and_shares_of_each_stage():
                                "split took 2.5 s here): load 10 %, screen 30 %, search 60 %")
 
 
-@pytest.mark.parametrize("forward_s", [0.0, -1.0, float("nan"), float("inf")])
+def test_of_several_forward_measurements_the_fastest_counts_and_all_are_recorded():
+    """A forward measured at the start (5.0 s, slowed by a burst) and at the end (2.5 s) of a
+    run: the faster is the unit, both are kept; one measurement records no list."""
+    cost = run_cost({"screen": 30.0, "search": 70.0}, (5.0, 2.5))
+    assert cost["forward_s"] == 2.5 and cost["forward_times"] == 40.0
+    assert cost["forwards_s"] == [5.0, 2.5]
+    assert cost["stages"]["search"]["forward_times"] == 28.0
+    assert "forwards_s" not in run_cost({"screen": 30.0}, 2.5)
+
+
+@pytest.mark.parametrize("forward_s", [0.0, -1.0, float("nan"), float("inf"), (2.0, 0.0), ()])
 def test_a_forward_that_is_not_a_positive_time_is_refused(forward_s):
     with pytest.raises(WorkbenchError, match="positive and finite"):
         run_cost({"screen": 1.0}, forward_s)
