@@ -185,7 +185,8 @@ class SearchDtype(Option, what="search dtype"):
     baselines, the trade-off table and the explanation run on the model as loaded. `auto`:
     bfloat16 where the device has native bfloat16 matmuls and the model is wide enough for
     them to pay, else float32 (`workbench.precision.auto_search_dtype`). The default is float32:
-    bfloat16 lost planted triples that float32 found (docs/speed.md)."""
+    bfloat16 screening moves the pool, and with it the sets found (planted triples lost,
+    SmolLM2 x greater_than's triple changed; docs/speed.md)."""
 
     AUTO = "auto"
     FLOAT32 = "float32"

@@ -274,7 +274,8 @@ def _data_options(p) -> None:
         "CPUs with AVX-512 BF16 or AMX, slow elsewhere, which the run says); the finalist sets "
         "are compared, and the chosen sets, baselines, side effects and explanation measured, "
         "in the model's own dtype; auto: bfloat16 where the device has native bfloat16 and "
-        "the model is at least 512 wide, else float32 (default %(default)s; docs/speed.md)",
+        "the model is at least 512 wide, else float32. Faster, but bfloat16 screening can "
+        "move the pool and so the sets found (default %(default)s; docs/speed.md)",
     )
     p.add_argument(
         "--racing",
