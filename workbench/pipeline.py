@@ -211,8 +211,7 @@ def prepare_run(
     if "model_name" in settings:
         settings["model"] = settings.pop("model_name")
     config = _settings_config(config, settings, model)
-    # `auto` becomes the precision this model searches at here (the run's config holds it)
-    config = dataclasses.replace(config, search_dtype=resolved(
+    config = dataclasses.replace(config, search_dtype=resolved(  # `auto`: the config holds it
         model, config.search_dtype, distributed.is_distributed()))
     main = resolve_task(task).sample_per_split(config.max_examples, config.seed)
     if metric is None:  # the registered metrics: the objective is checked before any forward
@@ -402,9 +401,8 @@ def search_stage(run: CELRun, result: CELResult, store: ResultStore | None = Non
                                 run.scorer(run.select, run.means, low), "main_ranks"))
         for name in config.strategies:
             get_strategy(name)(space, **config.strategy_settings.get(name, {}))
-        space.scorer.release()
-        if space.ranker is not None:
-            space.ranker.release()
+        for used in filter(None, (space.scorer, space.ranker)):
+            used.release()
         side_guards = [g for g in run.guards if not g.on_main]
         if side_guards:  # the best sets' side-task guards, on each side task's selection split
             space.check_side_guards(side_guards, {g.task: saved.wrap(

@@ -48,7 +48,7 @@ def check_options(args, options: dict, model: str = "model", task: str = "task")
 
 def resumed_choices(args) -> tuple[str, ...]:
     """The `CELConfig` fields a run takes from the folder it resumes rather than from its
-    flags: `adaptive` under `--racing auto` (`workbench.cli.commands.decide_racing`), and
+    flags: `adaptive` under `--racing auto` (`workbench.cli.auto.decide_racing`), and
     `search_dtype` under `--search-dtype auto`."""
     racing = Racing.parse(getattr(args, "racing", Racing.AUTO)) is Racing.AUTO
     searched = SearchDtype.parse(getattr(args, "search_dtype", SearchDtype.FLOAT32))

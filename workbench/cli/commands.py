@@ -171,13 +171,8 @@ def run_cel_command(args) -> int:
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
-    from workbench.options import SearchDtype
-    from workbench.precision import (
-        SlowSearchWarning,
-        auto_search_dtype,
-        lowers,
-        slow_search_note,
-    )
+    from workbench.cli.auto import decide_racing, resolves_search_dtype
+    from workbench.precision import SlowSearchWarning, auto_search_dtype, lowers, slow_search_note
     from workbench.results.store import CONFIG_FILE
 
     check_counterfactuals(args.kind, [task, *others])  # before the model loads
@@ -193,9 +188,7 @@ def run_cel_command(args) -> int:
     # examples the run uses, as fitted to this tokenizer (`workbench.tasks.fit` may drop some)
     options = run_options(args)
     resuming = (out / CONFIG_FILE).is_file() and not args.overwrite
-    searched = SearchDtype.parse(options.get("search_dtype", SearchDtype.FLOAT32))
-    if resuming and searched is SearchDtype.AUTO:  # `auto`: the folder's choice
-        options["search_dtype"] = folder_search_dtype(out)
+    searched = resolves_search_dtype(options, out if resuming else None)
     with warnings.catch_warnings(record=True) as caught:  # said in one line below
         warnings.simplefilter("always", FewExamplesWarning)
         run = prepare_run(model, task, others=others, model_name=model_name,
@@ -224,10 +217,8 @@ def run_cel_command(args) -> int:
         model, args.search_dtype) else None
     if slow:  # said once here; the run's own warning of it is not repeated
         print(f"note: {slow}", flush=True)
-    if searched is SearchDtype.AUTO and run.config.search_dtype is SearchDtype.BFLOAT16 \
-            and not resuming:  # what auto chose, where it changes something
-        print(f"search: {auto_search_dtype(model, distributed.is_distributed())[1]}",
-              flush=True)
+    if searched and run.config.search_dtype == "bfloat16":  # what auto chose, if it matters
+        print(f"search: {auto_search_dtype(model, distributed.is_distributed())[1]}", flush=True)
     if resuming:
         print(f"resuming from {out}", flush=True)
     if Racing.parse(args.racing) is Racing.AUTO:
@@ -296,30 +287,6 @@ def _check_guards(config, task, others) -> None:
     if guards:
         check_guards(guards, {MAIN: task_metrics(task),
                               **{o.name: task_metrics(o) for o in others}})
-
-
-def decide_racing(run, resumed: Path | None) -> str | None:
-    """`--racing auto`: `run.config.adaptive` from a first slice measured on a GPU
-    (`workbench.racing.auto_racing`), or a resumed folder's choice; the line to print."""
-    from workbench import distributed
-    from workbench.racing import auto_racing
-    from workbench.results.store import read_run_file
-    from workbench.scoring.scorer import MaskScorer
-
-    if resumed is not None:
-        on, why = bool(read_run_file(resumed)["config"].get("adaptive", True)), None
-    else:
-        scorer = MaskScorer(run.model, run.select, compute=run.compute.replace(progress=False))
-        on, why = auto_racing(scorer, distributed.is_distributed())
-    run.config = dataclasses.replace(run.config, adaptive=on)
-    return why
-
-
-def folder_search_dtype(out: Path) -> str:
-    """The search dtype a results folder's run chose (float32 where its config has none)."""
-    from workbench.results.store import read_run_file
-
-    return str(read_run_file(out)["config"].get("search_dtype", "float32"))
 
 
 def _stages_done(out: Path) -> tuple[str, ...]:
