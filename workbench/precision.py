@@ -99,22 +99,23 @@ def auto_search_dtype(model, distributed: bool = False,
     decide differently and every rank must screen alike."""
     cfg = model.cfg
     device = torch.device(cfg.device)
+    own = str(cfg.dtype).removeprefix("torch.")
     if distributed:
         return SearchDtype.FLOAT32, "float32 (auto): under torch.distributed every rank alike"
     if cfg.dtype.itemsize <= 2:
-        return SearchDtype.FLOAT32, f"the model's own {str(cfg.dtype).removeprefix('torch.')}"
+        return SearchDtype.FLOAT32, f"the model's own {own}"
+    if device.type == "cpu" and flags is None:  # /proc/cpuinfo read once
+        flags = cpu_flags()
     if not fast_bf16(device, flags):
         return SearchDtype.FLOAT32, f"float32 (auto): no native bfloat16 on {device}"
     if cfg.d_model < AUTO_MIN_D_MODEL:
         return SearchDtype.FLOAT32, (f"float32 (auto): the model is {cfg.d_model} wide, below "
                                      f"the {AUTO_MIN_D_MODEL} where bfloat16 passes pay")
-    where = ("this CPU has " + " and ".join(f for f in CPU_BF16_FLAGS
-                                             if f in (cpu_flags() if flags is None else flags))
+    where = ("this CPU has " + " and ".join(f for f in CPU_BF16_FLAGS if f in flags)
              if device.type == "cpu" else f"{device} has native bfloat16")
     return SearchDtype.BFLOAT16, (
         f"bfloat16 (auto: {where}, the model is {cfg.d_model} wide) for screening and the "
-        "knockouts; the sets are compared, and every number is reported, in "
-        f"{str(cfg.dtype).removeprefix('torch.')}")
+        f"knockouts; the sets are compared, and every number is reported, in {own}")
 
 
 def resolved(model, search_dtype, distributed: bool = False) -> SearchDtype:
