@@ -439,10 +439,11 @@ def test_a_bf16_search_leaves_every_held_out_number_to_float32(case, tmp_path):
     and compares the finalist sets in float32 (their rows: float32's up to batching); when it
     picks float32's sets, confirmation never sees bfloat16: the confirmation, side effects and
     trade-off tables equal a float32 run's bit for bit, the selection-split gains of the
-    chosen sets too (scored again on the float32 model) up to batching. The golden cases' model and tasks, under every ablation kind, and
-    under guards (default ones, and the guarded case's own with a side-task guard): their
-    feasibility is decided on the bfloat16 copy (the guard metrics in `combos`), their
-    held-out safety test in float32 (`guarded_p` in the confirmation, bit for bit)."""
+    chosen sets too (scored again on the float32 model) up to batching. The golden cases'
+    model and tasks, under every ablation kind, and under guards (default ones, and the
+    guarded case's own with a side-task guard): their feasibility is decided on the bfloat16
+    copy (the guard metrics in `combos`), their held-out safety test in float32 (`guarded_p`
+    in the confirmation, bit for bit)."""
     from tests.golden import CASES, TINY, tiny_inputs
 
     model, main, side = tiny_inputs(tmp_path / "tasks")

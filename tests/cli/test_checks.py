@@ -40,7 +40,8 @@ BAD_OPTIONS = [
     (["--device", "cuda:x"], "device 'cuda:x' is not a torch device"),
     (["--dtype", "float8"], "dtype 'float8' is unknown; expected 'auto' or one of"),
     (["--ablation", "sideways"], "invalid choice: 'sideways'"),
-    (["--search-dtype", "float8"], "invalid choice: 'float8' (choose from 'auto', 'float32', 'bfloat16')"),
+    (["--search-dtype", "float8"],
+     "invalid choice: 'float8' (choose from 'auto', 'float32', 'bfloat16')"),
     (["--racing", "sometimes"], "invalid choice: 'sometimes' (choose from 'auto', 'on', 'off')"),
 ]
 

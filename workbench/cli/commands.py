@@ -167,11 +167,11 @@ def run_cel_command(args) -> int:
 
 
     from workbench import distributed, progress
+    from workbench.cli.auto import decide_racing, resolves_search_dtype
     from workbench.environment import environment, environment_line, thread_choice
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
-    from workbench.cli.auto import decide_racing, resolves_search_dtype
     from workbench.precision import SlowSearchWarning, auto_search_dtype, lowers, slow_search_note
     from workbench.results.store import CONFIG_FILE
 
