@@ -12,8 +12,11 @@ import pytest
 
 from tests.helpers import micro_cel
 from workbench.estimate import (
+    LIKELY,
+    LIKELY_MIN_FORWARD_S,
     MEASURE_TOKENS,
     SE_MARGIN,
+    RunEstimate,
     _duration,
     measure_forward,
     random_share,
@@ -143,3 +146,25 @@ def test_printed_times_round_down():
     assert _duration(59.9) == "~59 s"
     assert _duration(119) == "~1 min"
     assert _duration(2.99 * 3600) == "~2.9 h"
+
+
+def test_the_likely_cost_is_the_low_end_times_the_fitted_ratio():
+    """`likely` is each stage's low end times `LIKELY`, at most its high end, in seconds; the
+    line says it first and keeps the bounds; below `LIKELY_MIN_FORWARD_S` (a forward of
+    Python overhead) or with a stage without a rule it says none."""
+    costs = {"screen": (10.0, 100.0), "search": (30.0, 50.0), "confirm": (20.0, 500.0)}
+    forwards = {"screen": (20.0, 200.0), "search": (30.0, 50.0), "confirm": (40.0, 900.0)}
+    est = RunEstimate(forwards, costs, 3.0, 154)
+    assert est.likely == pytest.approx({
+        "screen": 10 * LIKELY["screen"] * 3.0,
+        "search": min(30 * LIKELY["search"], 50.0) * 3.0,
+        "confirm": 20 * LIKELY["confirm"] * 3.0})
+    assert est.likely["search"] == pytest.approx(150.0)  # capped at the high end
+    line = est.line()
+    total = sum(est.likely.values())
+    assert line.startswith(f"estimate: likely ~{total / 60:.0f} min (screen ")
+    assert "; screen 20-200 (" in line and "confirm 40-900 (" in line
+    short = RunEstimate(forwards, costs, LIKELY_MIN_FORWARD_S / 2, 154)
+    assert short.likely is None and short.line().startswith("estimate: screen 20-200 (")
+    unruled = RunEstimate({**forwards, "search": None}, {**costs, "search": None}, 3.0, 154)
+    assert unruled.likely is None and "likely" not in unruled.line()

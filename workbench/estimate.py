@@ -72,6 +72,17 @@ STAGES = ("screen", "search", "confirm")
 SEARCHED = ("screen", "search")  # the stages that run at `CELConfig.search_dtype`
 Span = tuple[float, float]
 SE_MARGIN = 2.0  # standard errors below the mean share of random sets, at the low end
+# The likely cost: each stage's low end (in plain forwards) times what default runs on real
+# models measured over it, the geometric mean of four float32 runs on this project's 2-core
+# CPUs (SmolLM2 x ioi twice, SmolLM2 x greater_than, Gemma-3 x ioi; their ratios: screen
+# 4.2-5.3, search 1.6-3.0, confirm 3.8-5.6). `bench/estimate_fit.py` refits them from run
+# folders; docs/speed.md, "The likely cost", has the fit and its check on runs not in it.
+LIKELY = {"screen": 4.6, "search": 2.0, "confirm": 4.5}
+# each fitted run, left out of its stage's fit, measured this much of what the others predict
+LIKELY_SPREAD = (0.7, 1.7)
+# below this forward a run's time is Python's and not its passes' (the embedded model's
+# forward takes 0.09 s and its run 5x the likely cost), so no likely cost is said
+LIKELY_MIN_FORWARD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -274,6 +285,17 @@ class RunEstimate:
         return (sum(c[0] for c in known) * self.seconds_per_forward,
                 sum(c[1] for c in known) * self.seconds_per_forward)
 
+    @property
+    def likely(self) -> dict[str, float] | None:
+        """Each stage's likely seconds: its low end times `LIKELY` (at most its high end);
+        None where a forward is too short for passes to be what a run spends its time on
+        (`LIKELY_MIN_FORWARD_S`) or a stage has no rule."""
+        if self.seconds_per_forward < LIKELY_MIN_FORWARD_S or any(
+                c is None for c in self.costs.values()):
+            return None
+        return {stage: min(c[0] * LIKELY[stage], c[1]) * self.seconds_per_forward
+                for stage, c in self.costs.items()}
+
     def stage_seconds(self, stage: str) -> Span | None:
         """A stage's `(low, high)` in seconds (None without a rule)."""
         cost = self.costs.get(stage)
@@ -292,6 +314,13 @@ class RunEstimate:
                 continue
             parts.append(f"{stage} {_span(*f, '{:,.0f}')} "
                          f"({_span(*self.stage_seconds(stage), None)})")
+        likely = self.likely
+        if likely:
+            stages = ", ".join(f"{k} {_rounded(v)}" for k, v in likely.items())
+            lo, hi = LIKELY_SPREAD
+            parts[0] = (f"likely {_rounded(sum(likely.values()))} ({stages}: the least "
+                        f"times what default runs on real models took, each within "
+                        f"{lo:g}-{hi:g}x of it); {parts[0]}")
         return (f"estimate: {', '.join(parts)} forward-equivalents, from the least the run "
                 f"can cost (a bound at this load) to none stopped; a forward over the "
                 f"{self.n_select} selection examples measured {self.seconds_per_forward:.2g} s "
@@ -313,6 +342,15 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"~{math.floor(seconds / 60):.0f} min"
     return f"~{math.floor(seconds / 360) / 10:.1f} h"
+
+
+def _rounded(seconds: float) -> str:
+    """A likely time, rounded to the nearest unit (it is no bound)."""
+    if seconds < 90:
+        return f"~{seconds:.0f} s"
+    if seconds < 5400:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds / 3600:.1f} h"
 
 
 def searched_share(run, seconds: float) -> float:

@@ -43,6 +43,21 @@ def test_a_forward_that_is_not_a_positive_time_is_refused(forward_s):
 def test_an_unknown_stage_is_named():
     with pytest.raises(WorkbenchError, match="'warmup'"):
         run_cost({"warmup": 1.0}, 1.0)
+    with pytest.raises(WorkbenchError, match="'warmup'"):
+        run_cost({"screen": 1.0}, 1.0, likely={"warmup": 1.0})
+
+
+def test_the_likely_cost_is_recorded_beside_what_the_stages_took():
+    """The estimate's likely seconds of the stages it predicts are kept (`likely_s`) and the
+    line compares their sum with those stages' measured seconds (load and explain are not
+    predicted: 30 + 100 + 50 s took 180 s = 3.0 min, said 120 + 90 s = 3.5 min)."""
+    took = {"load": 10.0, "screen": 30.0, "search": 100.0, "confirm": 50.0, "explain": 10.0}
+    cost = run_cost(took, 2.0, likely={"screen": 120.04, "search": 60.0, "confirm": 30.0})
+    assert cost["likely_s"] == {"screen": 120.0, "search": 60.0, "confirm": 30.0}
+    assert cost_line(cost).endswith(
+        "; screen, search, confirm took 3.0 min, the estimate said likely 3.5 min")
+    assert "likely_s" not in run_cost(took, 2.0, likely=None)
+    assert "said" not in cost_line(run_cost(took, 2.0))
 
 
 def test_the_stages_add_up_to_the_wall_time_of_a_fresh_run():

@@ -260,7 +260,8 @@ def run_cel_command(args) -> int:
         now = time.perf_counter()
         result.cost = run_cost(stage_seconds(
             result.timings, load=loaded - started, explain=explain_s,
-            wall=now - started, before=before), (estimate.seconds_per_forward, again))
+            wall=now - started, before=before), (estimate.seconds_per_forward, again),
+            estimate.likely)
         save_cost(out, result)
         print(cost_line(result.cost))
     print(results_line(out))

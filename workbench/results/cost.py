@@ -34,12 +34,15 @@ from workbench.errors import WorkbenchError
 STAGES = ("load", "setup", "screen", "search", "confirm", "explain", "report")
 
 
-def run_cost(seconds: Mapping[str, float], forward_s: float | Sequence[float]) -> dict:
+def run_cost(seconds: Mapping[str, float], forward_s: float | Sequence[float],
+             likely: Mapping[str, float] | None = None) -> dict:
     """The `cost` record of a run whose stages took `seconds` (`{stage: s}`, names from
     `STAGES`), measured where one clean forward of the selection split took `forward_s`: one
     measurement, or several (at the run's start and at its end), of which the fastest counts
     (a burst of another job on a shared machine slows a measurement, not the machine) and
-    all are recorded (`forwards_s`)."""
+    all are recorded (`forwards_s`). `likely`: the pre-run estimate's likely seconds per
+    stage (`workbench.estimate.RunEstimate.likely`), recorded beside what the stages took
+    (`likely_s`), so a run checks the prediction it printed."""
     measured = [float(forward_s)] if isinstance(forward_s, (int, float)) else \
         [float(f) for f in forward_s]
     if not measured or not all(f > 0 and math.isfinite(f) for f in measured):
@@ -59,6 +62,11 @@ def run_cost(seconds: Mapping[str, float], forward_s: float | Sequence[float]) -
               "forward_times": round(total / forward_s, 2), "stages": stages}
     if len(measured) > 1:
         record["forwards_s"] = [float(f"{f:.6g}") for f in measured]
+    if likely:
+        unknown = sorted(set(likely) - set(STAGES))
+        if unknown:
+            raise WorkbenchError(f"unknown stages {unknown}; expected some of {list(STAGES)}")
+        record["likely_s"] = {k: round(float(v), 1) for k, v in likely.items()}
     return record
 
 
@@ -68,9 +76,15 @@ def cost_line(cost: Mapping) -> str:
     stages = cost["stages"]  # in run order (config.json sorts its keys)
     parts = [f"{name} {stages[name]['share'] * 100:.0f} %" for name in STAGES
              if name in stages and stages[name]["share"] >= 0.005]
+    likely = cost.get("likely_s")
+    said = ""
+    if likely:  # the stages the estimate predicted, against what they took
+        took = sum(stages[k]["seconds"] for k in likely if k in stages)
+        said = (f"; {', '.join(likely)} took {_seconds(took)}, the estimate said likely "
+                f"{_seconds(sum(likely.values()))}")
     return (f"cost: {cost['forward_times']:.1f} forward-times ({_seconds(cost['seconds'])}; a "
             f"forward over the selection split took {cost['forward_s']:.3g} s here): "
-            + ", ".join(parts))
+            + ", ".join(parts) + said)
 
 
 def _seconds(s: float) -> str:
