@@ -168,3 +168,19 @@ def test_the_likely_cost_is_the_low_end_times_the_fitted_ratio():
     assert short.likely is None and short.line().startswith("estimate: screen 20-200 (")
     unruled = RunEstimate({**forwards, "search": None}, {**costs, "search": None}, 3.0, 154)
     assert unruled.likely is None and "likely" not in unruled.line()
+
+
+def test_the_likely_factors_are_fitted_as_a_geometric_mean_with_a_left_out_check():
+    """`bench/estimate_fit.py`: per stage the geometric mean of the runs' ratios (2, 8 -> 4;
+    1, 1 -> 1), and each run against the others' fit (2 / 8, 8 / 2); `predicted` caps a
+    stage at its high end as `RunEstimate.likely` does."""
+    from bench.estimate_fit import fit_factors, predicted
+
+    factors, left_out = fit_factors([{"screen": 2.0, "search": 1.0, "confirm": 3.0},
+                                     {"screen": 8.0, "search": 1.0, "confirm": 3.0}])
+    assert factors == pytest.approx({"screen": 4.0, "search": 1.0, "confirm": 3.0})
+    assert left_out == [pytest.approx({"screen": 0.25, "search": 1.0, "confirm": 1.0}),
+                        pytest.approx({"screen": 4.0, "search": 1.0, "confirm": 1.0})]
+    row = {"screen": {"low": 10.0, "high": 100.0}, "search": {"low": 5.0, "high": 4.0},
+           "confirm": {"low": 1.0, "high": 50.0}}
+    assert predicted(row, factors) == pytest.approx(40.0 + 4.0 + 3.0)
