@@ -34,6 +34,21 @@ def test_the_eta_is_the_estimate_corrected_by_the_stages_done():
     assert RunTracker({}, io.StringIO()).eta() == ""  # no estimate, no ETA
 
 
+def test_the_eta_expects_the_likely_time_where_the_estimate_says_one():
+    """With the estimate's likely seconds (12, 30, 6) the ETA expects them, not the ranges'
+    mid-points; a stage past its likely time counts down to its high end; a stage without
+    one falls back to its mid-point."""
+    t = RunTracker(ESTIMATE, io.StringIO(), started=0.0,
+                   likely={"screen": 12.0, "search": 30.0, "confirm": 6.0})
+    assert t.remaining(0.0) == pytest.approx(48.0)
+    t.current, t.stage_started = "screen", 0.0
+    assert t.remaining(20.0) == pytest.approx(20.0 + 36.0)  # past 12 s: to its high end, 40
+    t.done, t.took, t.current = ["screen"], 24.0, None  # twice its likely 12 s
+    assert t.remaining(24.0) == pytest.approx(2 * 36.0)
+    partial = RunTracker(ESTIMATE, io.StringIO(), started=0.0, likely={"screen": 12.0})
+    assert partial.remaining(0.0) == pytest.approx(12.0 + 40.0 + 10.0)
+
+
 def test_stage_lines_carry_the_eta_and_bars_write_plain_lines(monkeypatch):
     log = io.StringIO()  # not a terminal
     monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)

@@ -9,10 +9,11 @@ most every `PLAIN_EVERY_S` seconds (what it counts, and where it stands), and ea
 
 Each of those lines carries the run's overall ETA when the command line gave the pre-run
 estimate (`tracking`, from `workbench.estimate.estimate_run`'s seconds per stage): the
-stages still to run at the estimate's geometric mid-point, scaled by how long the stages
-finished so far took against their own estimate (the estimate is timed from one forward at
-the moment's load and has come out 2-5x off: the finished stages correct it), less the time
-the current stage has run. Imports no torch.
+stages still to run at their expected time (the estimate's likely seconds where it says them,
+`RunEstimate.likely`, else the geometric mid-point of its range), scaled by how long the
+stages finished so far took against their own expected time (the estimate is timed from one
+forward at the moment's load: the finished stages correct it), less the time the current
+stage has run. Imports no torch.
 """
 
 from __future__ import annotations
@@ -85,20 +86,27 @@ class RunTracker:
         estimate: `{stage: (low, high)}` seconds for the stages still to run, in run order.
         stream: where the lines go.
         started: `time.perf_counter()` when the run started.
+        likely: `{stage: seconds}` the estimate expects of a stage (else the geometric
+            mid-point of its range).
     """
 
     estimate: dict[str, Span]
     stream: object
     started: float = field(default_factory=time.perf_counter)
+    likely: dict[str, float] = field(default_factory=dict)
     current: str | None = None
     stage_started: float = 0.0
     done: list[str] = field(default_factory=list)
     took: float = 0.0  # seconds of the stages finished in this process
     last_line: float = 0.0
 
+    def expected(self, stage: str) -> float:
+        """A stage's expected seconds: its likely time, else its range's geometric mid-point."""
+        return self.likely[stage] if stage in self.likely else _mid(self.estimate[stage])
+
     def scale(self) -> float:
         """How long the finished stages took against their estimate (1 before any)."""
-        expected = sum(_mid(self.estimate[s]) for s in self.done if s in self.estimate)
+        expected = sum(self.expected(s) for s in self.done if s in self.estimate)
         return self.took / expected if expected > 0 else 1.0
 
     def remaining(self, now: float | None = None) -> float | None:
@@ -108,10 +116,11 @@ class RunTracker:
         now = time.perf_counter() if now is None else now
         k = self.scale()
         left = [s for s in self.estimate if s not in self.done and s != self.current]
-        seconds = sum(k * _mid(self.estimate[s]) for s in left)
+        seconds = sum(k * self.expected(s) for s in left)
         if self.current in self.estimate:
             ran = now - self.stage_started
-            low, high = (k * _mid(self.estimate[self.current]), k * self.estimate[self.current][1])
+            low = k * self.expected(self.current)
+            high = max(low, k * self.estimate[self.current][1])
             seconds += low - ran if ran < low else max(0.0, high - ran)
         return seconds
 
@@ -136,16 +145,18 @@ _TRACKER: RunTracker | None = None
 
 
 @contextmanager
-def tracking(estimate: Mapping[str, Span] | None = None, stream=None) -> Iterator[None]:
+def tracking(estimate: Mapping[str, Span] | None = None, stream=None,
+             likely: Mapping[str, float] | None = None) -> Iterator[None]:
     """Plain progress lines with the run's ETA while inside, where `stream` (default stderr)
-    is not a terminal; `estimate`: `{stage: (low, high)}` seconds of the stages to run."""
+    is not a terminal; `estimate`: `{stage: (low, high)}` seconds of the stages to run;
+    `likely`: `{stage: seconds}` expected of them, where the estimate says it."""
     global _TRACKER
     stream = stream or sys.stderr
     if not plain(stream):
         yield
         return
     before = _TRACKER
-    _TRACKER = RunTracker(dict(estimate or {}), stream)
+    _TRACKER = RunTracker(dict(estimate or {}), stream, likely=dict(likely or {}))
     try:
         yield
     finally:

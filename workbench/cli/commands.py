@@ -236,7 +236,8 @@ def run_cel_command(args) -> int:
     shown = not args.quiet and distributed.is_main()
     # the pipeline's setup stage is timed from `prepare_run` on (the estimate included)
     loaded, before = run.started, recorded_seconds(out) if resuming else 0.0
-    with distributed.rank_out_dir(out) as run_out, progress.tracking(seconds if shown else {}), \
+    with distributed.rank_out_dir(out) as run_out, progress.tracking(
+            seconds if shown else {}, likely=estimate.likely), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", SlowSearchWarning)  # said once above
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
