@@ -390,18 +390,21 @@ def main() -> None:
 
 
 def print_estimate_check(estimate, timings: dict) -> None:
-    """Each stage's measured seconds beside the pre-run estimate's range: the low end must
-    be below every measured stage (`workbench.estimate`, docs/speed.md)."""
-    print("| stage | estimate low s | estimate high s | measured s | measured / low |")
-    print("|---|---|---|---|---|")
+    """Each stage's measured seconds beside the pre-run estimate's range and likely time: the
+    low end must be below every measured stage (`workbench.estimate`, docs/speed.md)."""
+    likely = estimate.likely or {}
+    print("| stage | estimate low s | likely s | estimate high s | measured s | measured / low "
+          "| measured / likely |")
+    print("|---|---|---|---|---|---|---|")
     for s in STAGES:
         span, got = estimate.stage_seconds(s), timings.get(s, float("nan"))
         if span is None:
             continue
         low, high = span
         flag = "" if got >= low else " **below the low end**"
-        print(f"| {s} | {low:.0f} | {high:.0f} | {got:.0f} | "
-              f"{got / low if low else math.inf:.2f}{flag} |")
+        mid = likely.get(s, math.nan)
+        print(f"| {s} | {low:.0f} | {mid:.0f} | {high:.0f} | {got:.0f} | "
+              f"{got / low if low else math.inf:.2f}{flag} | {got / mid:.2f} |")
 
 
 def peak_rss_mib() -> float:
