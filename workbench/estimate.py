@@ -59,6 +59,7 @@ from workbench.compute import default_masks_per_pass
 from workbench.confirmation.baseline import set_looks
 from workbench.confirmation.confirm import TRADEOFF_EXAMPLES
 from workbench.precision import lowers
+from workbench.progress import about
 from workbench.racing import first_slice
 from workbench.screening.registry import ScreenCostInputs, get_method
 from workbench.search.registry import CostInputs, get_strategy
@@ -316,9 +317,9 @@ class RunEstimate:
                          f"({_span(*self.stage_seconds(stage), None)})")
         likely = self.likely
         if likely:
-            stages = ", ".join(f"{k} {_rounded(v)}" for k, v in likely.items())
+            stages = ", ".join(f"{k} {about(v)}" for k, v in likely.items())
             lo, hi = LIKELY_SPREAD
-            parts[0] = (f"likely {_rounded(sum(likely.values()))} ({stages}: the least "
+            parts[0] = (f"likely {about(sum(likely.values()))} ({stages}: the least "
                         f"times what default runs on real models took, each within "
                         f"{lo:g}-{hi:g}x of it); {parts[0]}")
         return (f"estimate: {', '.join(parts)} forward-equivalents, from the least the run "
@@ -342,15 +343,6 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"~{math.floor(seconds / 60):.0f} min"
     return f"~{math.floor(seconds / 360) / 10:.1f} h"
-
-
-def _rounded(seconds: float) -> str:
-    """A likely time, rounded to the nearest unit (it is no bound)."""
-    if seconds < 90:
-        return f"~{seconds:.0f} s"
-    if seconds < 5400:
-        return f"~{seconds / 60:.0f} min"
-    return f"~{seconds / 3600:.1f} h"
 
 
 def searched_share(run, seconds: float) -> float:

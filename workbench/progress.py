@@ -58,7 +58,9 @@ def plain(stream=None) -> bool:
     return not is_terminal(stream or sys.stderr) and not _in_notebook()
 
 
-def _duration(seconds: float) -> str:
+def about(seconds: float) -> str:
+    """A time rounded to its nearest unit: `~45 s`, `~3 min`, `~1.5 h` (an expected time, no
+    bound; `workbench.estimate` rounds its bounds down instead)."""
     if seconds < 90:
         return f"~{seconds:.0f} s"
     if seconds < 5400:
@@ -132,7 +134,7 @@ class RunTracker:
             return ""
         ran = now - self.started
         share = ran / (ran + left) if ran + left > 0 else 1.0
-        return f"; run ~{100 * share:.0f}% done, ETA {_duration(left)}"
+        return f"; run ~{100 * share:.0f}% done, ETA {about(left)}"
 
     def line(self, text: str, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
@@ -183,7 +185,7 @@ def stage(name: str, enabled: bool = True) -> Iterator[None]:
         tracker.done.append(name)
         tracker.took += took if name in tracker.estimate else 0.0
         tracker.current = None
-        tracker.line(f"{name}: done in {_duration(took).lstrip('~')}")
+        tracker.line(f"{name}: done in {about(took).lstrip('~')}")
     finally:
         tracker.current = None
         if own:
