@@ -49,7 +49,7 @@ def stage_rows(folders: list[str]) -> list[dict]:
     import torch
 
     from workbench.config import CELConfig
-    from workbench.estimate import _stages
+    from workbench.estimate import stage_costs
     from workbench.loading.model import load_model
     from workbench.pipeline import prepare_run
     from workbench.screening.screen import resolve_task
@@ -69,13 +69,13 @@ def stage_rows(folders: list[str]) -> list[dict]:
             run = prepare_run(model, resolve_task(config.task),
                               others=[resolve_task(o) for o in config.others], config=config,
                               progress=False)
-            parts = _stages(run)
+            parts = stage_costs(run)
             measured = record["cost"]["stages"]
             rows.append({
                 "folder": folder, "model": name, "task": config.task,
                 "search_dtype": config.search_dtype, "forward_s": record["cost"]["forward_s"],
                 "forward_times": record["cost"]["forward_times"],
-                **{s: {"low": parts[s].cost[0], "high": parts[s].cost[1],
+                **{s: {"low": parts[s][0], "high": parts[s][1],
                        "measured": measured[s]["forward_times"]} for s in STAGES}})
     return rows
 
@@ -91,7 +91,8 @@ def main() -> None:
     parser.add_argument("--check", nargs="*", default=[], help="run folders to check only")
     args = parser.parse_args()
     rows = stage_rows(args.fit + args.check)
-    fitted = [r for r in rows[:len(args.fit)] if r["search_dtype"] == "float32"]
+    # rows come grouped by model: the folder says which list it came from
+    fitted = [r for r in rows if r["folder"] in args.fit and r["search_dtype"] == "float32"]
     if not fitted:
         raise SystemExit("no float32 run to fit on")
     ratios = [{s: r[s]["measured"] / r[s]["low"] for s in STAGES} for r in fitted]

@@ -184,3 +184,18 @@ def test_the_likely_factors_are_fitted_as_a_geometric_mean_with_a_left_out_check
     row = {"screen": {"low": 10.0, "high": 100.0}, "search": {"low": 5.0, "high": 4.0},
            "confirm": {"low": 1.0, "high": 50.0}}
     assert predicted(row, factors) == pytest.approx(40.0 + 4.0 + 3.0)
+
+
+def test_stage_costs_are_the_estimates_plain_forwards(micro, monkeypatch):
+    """`stage_costs` is what `estimate_run` multiplies by its forward (a stand-in of 2 s):
+    the bench's refit (`bench/estimate_fit.py`) reads the costs the line prints."""
+    import workbench.estimate as estimate
+
+    model, task, side = micro
+    run = prepare_run(model, task, others=[side], progress=False)
+    monkeypatch.setattr(estimate, "measure_forward", lambda run, on=None: 2.0)
+    est = estimate.estimate_run(run)
+    costs = estimate.stage_costs(run)
+    assert est.costs == costs and all(0 < c[0] <= c[1] for c in costs.values())
+    for stage, (low, high) in costs.items():
+        assert est.stage_seconds(stage) == pytest.approx((2 * low, 2 * high))

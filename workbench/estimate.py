@@ -1,5 +1,6 @@
 """What a CEL run will cost, said before it starts: forwards and time per stage, as a range
-whose low end is a bound.
+whose low end is a bound, and a likely time (the low end times factors fitted to real runs,
+`LIKELY`).
 
 A run's cost is counted in forward-equivalents (as `bench/real.py` and the results folder's
 `summary["forward_eq"]` count it): one pass of the model over the selection split; a mask
@@ -234,6 +235,13 @@ def stage_forwards(run) -> dict[str, Span | None]:
     return {stage: (None if p is None else p.count) for stage, p in _stages(run).items()}
 
 
+def stage_costs(run) -> dict[str, Span | None]:
+    """Each stage's cost in plain forwards for a prepared run, as `(low, high)` (a pass
+    restarted at layer `l` counts `(L - l) / L`; None for a stage without a rule): what
+    `estimate_run` multiplies by the measured forward, at the model's own precision."""
+    return {stage: (None if p is None else p.cost) for stage, p in _stages(run).items()}
+
+
 def measure_forward(run, model=None) -> float:
     """Seconds of one plain forward over the selection split, timed as the scorers run one:
     up to `MEASURE_ROWS` selection examples tiled as many times as the scorers tile masks of
@@ -319,9 +327,8 @@ class RunEstimate:
         if likely:
             stages = ", ".join(f"{k} {about(v)}" for k, v in likely.items())
             lo, hi = LIKELY_SPREAD
-            parts[0] = (f"likely {about(sum(likely.values()))} ({stages}: the least "
-                        f"times what default runs on real models took, each within "
-                        f"{lo:g}-{hi:g}x of it); {parts[0]}")
+            parts[0] = (f"likely {about(sum(likely.values()))} ({stages}; default runs "
+                        f"on real models took {lo:g}-{hi:g}x their likely time); {parts[0]}")
         return (f"estimate: {', '.join(parts)} forward-equivalents, from the least the run "
                 f"can cost (a bound at this load) to none stopped; a forward over the "
                 f"{self.n_select} selection examples measured {self.seconds_per_forward:.2g} s "
