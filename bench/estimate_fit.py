@@ -24,7 +24,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-STAGES = ("screen", "search", "confirm")
+from workbench.estimate import STAGES, likely_costs
 
 
 def geometric_mean(values: list[float]) -> float:
@@ -81,8 +81,10 @@ def stage_rows(folders: list[str]) -> list[dict]:
 
 
 def predicted(row: dict, factors: dict[str, float]) -> float:
-    """The likely forward-times of a row's three stages, as `RunEstimate.likely` counts them."""
-    return sum(min(row[s]["low"] * factors[s], row[s]["high"]) for s in STAGES)
+    """The likely forward-times of a row's three stages (`workbench.estimate.likely_costs`,
+    as `RunEstimate.likely` counts them)."""
+    return sum(likely_costs({s: (row[s]["low"], row[s]["high"]) for s in STAGES},
+                            factors).values())
 
 
 def main() -> None:

@@ -242,6 +242,13 @@ def stage_costs(run) -> dict[str, Span | None]:
     return {stage: (None if p is None else p.cost) for stage, p in _stages(run).items()}
 
 
+def likely_costs(costs: dict[str, Span], factors: dict[str, float] = LIKELY
+                 ) -> dict[str, float]:
+    """Each stage's likely cost in plain forwards: its low end times its factor (`LIKELY`,
+    or factors being fitted: `bench/estimate_fit.py`), at most its high end."""
+    return {stage: min(low * factors[stage], high) for stage, (low, high) in costs.items()}
+
+
 def measure_forward(run, model=None) -> float:
     """Seconds of one plain forward over the selection split, timed as the scorers run one:
     up to `MEASURE_ROWS` selection examples tiled as many times as the scorers tile masks of
@@ -302,8 +309,8 @@ class RunEstimate:
         if self.seconds_per_forward < LIKELY_MIN_FORWARD_S or any(
                 c is None for c in self.costs.values()):
             return None
-        return {stage: min(c[0] * LIKELY[stage], c[1]) * self.seconds_per_forward
-                for stage, c in self.costs.items()}
+        return {stage: c * self.seconds_per_forward
+                for stage, c in likely_costs(self.costs).items()}
 
     def stage_seconds(self, stage: str) -> Span | None:
         """A stage's `(low, high)` in seconds (None without a rule)."""

@@ -48,9 +48,7 @@ def run_cost(seconds: Mapping[str, float], forward_s: float | Sequence[float],
     if not measured or not all(f > 0 and math.isfinite(f) for f in measured):
         raise WorkbenchError(f"a forward's seconds must be positive and finite; got {forward_s}")
     forward_s = min(measured)
-    unknown = sorted(set(seconds) - set(STAGES))
-    if unknown:
-        raise WorkbenchError(f"unknown stages {unknown}; expected some of {list(STAGES)}")
+    _check_stages(seconds)
     total = float(sum(max(0.0, float(s)) for s in seconds.values()))
     stages = {}
     for name in STAGES:
@@ -63,11 +61,15 @@ def run_cost(seconds: Mapping[str, float], forward_s: float | Sequence[float],
     if len(measured) > 1:
         record["forwards_s"] = [float(f"{f:.6g}") for f in measured]
     if likely:
-        unknown = sorted(set(likely) - set(STAGES))
-        if unknown:
-            raise WorkbenchError(f"unknown stages {unknown}; expected some of {list(STAGES)}")
+        _check_stages(likely)
         record["likely_s"] = {k: round(float(v), 1) for k, v in likely.items()}
     return record
+
+
+def _check_stages(names) -> None:
+    unknown = sorted(set(names) - set(STAGES))
+    if unknown:
+        raise WorkbenchError(f"unknown stages {unknown}; expected some of {list(STAGES)}")
 
 
 def cost_line(cost: Mapping) -> str:
