@@ -17,7 +17,14 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # measured, whatever the machine's load when the suite starts; subprocesses inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from tests.helpers import greedy_decode, randomize_biases, tiny_model, write_task  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    greedy_decode,
+    hf_reading,
+    randomize_biases,
+    tiny_model,
+    workbench_reading,
+    write_task,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -91,23 +98,15 @@ def smollm2(smollm2_hf):
     conversion cache (`$WORKBENCH_CACHE`, default ~/.cache/cel-workbench). On a cold cache
     the entry is converted from `smollm2_hf`'s reading of the file, so a session reads the
     GGUF (the slow part, ~40 s) once."""
-    from workbench import load_model
-    from workbench.loading.gguf import cache_entry
-
-    cache_entry(_smollm2_gguf(), read=smollm2_hf)
-    return load_model("smollm2-135m", device="cpu")
+    return workbench_reading("smollm2-135m", smollm2_hf)
 
 
 @pytest.fixture(scope="session")
 def smollm2_hf():
     """The reference for `smollm2`: transformers' own reading of the same GGUF file,
     `(model, tokenizer)`, float32, CPU."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = _smollm2_gguf()
-    kw = dict(gguf_file=path.name, local_files_only=True)
-    hf = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kw)
-    return hf.eval(), AutoTokenizer.from_pretrained(path.parent, **kw)
+    _smollm2_gguf()
+    return hf_reading("smollm2-135m")
 
 
 def _gemma3_gguf():
@@ -127,9 +126,8 @@ def gemma3_hf():
     """transformers' own reading of the Gemma-3-270m GGUF file, `(model, tokenizer)`, float32,
     CPU: the reference for `gemma3` (~40 s of CPU: transformers parses the 262k-token
     vocabulary's metadata)."""
-    from workbench.loading.gguf import read_gguf
-
-    return read_gguf(_gemma3_gguf())
+    _gemma3_gguf()
+    return hf_reading("gemma-3-270m")
 
 
 @pytest.fixture(scope="session")
@@ -137,8 +135,4 @@ def gemma3(gemma3_hf):
     """Gemma-3-270m as `load_model("gemma-3-270m")` gives it (float32, CPU), from the
     conversion cache; on a cold cache the entry is converted from `gemma3_hf`'s reading, so a
     session reads the GGUF once."""
-    from workbench import load_model
-    from workbench.loading.gguf import cache_entry
-
-    cache_entry(_gemma3_gguf(), read=gemma3_hf)
-    return load_model("gemma-3-270m", device="cpu")
+    return workbench_reading("gemma-3-270m", gemma3_hf)

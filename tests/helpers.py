@@ -337,3 +337,101 @@ def greedy_decode(model, ids: list[int], n: int) -> list[int]:
         for _ in range(n):
             out.append(int(model(torch.tensor([out]))[0, -1].argmax()))
     return out[len(ids) :]
+
+
+def hf_reading(name: str):
+    """transformers' own reading of the shipped real model `name`'s GGUF file ("smollm2-135m"
+    or "gemma-3-270m"), `(model, tokenizer)`, float32, CPU: the independent reference the
+    real-model tests compare the workbench with."""
+    from workbench.loading.gguf import read_gguf
+    from workbench.loading.shipped import REAL_MODELS
+
+    path = REAL_MODELS[name].path()
+    if name == "gemma-3-270m":
+        return read_gguf(path)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw = dict(gguf_file=path.name, local_files_only=True)
+    hf = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kw)
+    return hf.eval(), AutoTokenizer.from_pretrained(path.parent, **kw)
+
+
+def workbench_reading(name: str, hf_pair):
+    """`load_model(name)` (float32, CPU) from the conversion cache; on a cold cache the entry
+    is converted from `hf_pair`, transformers' reading of the same file, so the GGUF file (the
+    slow part) is read once."""
+    from workbench import load_model
+    from workbench.loading.gguf import cache_entry
+    from workbench.loading.shipped import REAL_MODELS
+
+    cache_entry(REAL_MODELS[name].path(), read=hf_pair)
+    return load_model(name, device="cpu")
+
+
+@contextmanager
+def scaled_weight(model, name: str, factor: float):
+    """`model` with its parameter `name` (e.g. "unembed.W_U") multiplied by `factor` in
+    place: a real change of one weight matrix, undone on exit."""
+    param = model.get_parameter(name)
+    saved = param.detach().clone()
+    with torch.no_grad():
+        param.mul_(factor)
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            param.copy_(saved)
+
+
+def prompt_positions(lengths, width: int) -> torch.Tensor:
+    """`[batch, pos]` True at prompt positions, False at padding (which no metric reads)."""
+    return torch.arange(width)[None, :] < lengths[:, None]
+
+
+def measure_logits(model, hf, batch) -> dict[str, float]:
+    """Max |ours - HF| log-softmax over the prompt positions of the batch, and the first
+    prompt's answer probability (" Paris" in the real-model checks) under each."""
+    with torch.no_grad():
+        got = model(batch.tokens).log_softmax(-1)
+        expected = hf(batch.tokens).logits.log_softmax(-1)
+    real = prompt_positions(batch.lengths, batch.tokens.shape[1])
+    paris, end = int(batch.answer_ids[0, 0]), int(batch.lengths[0]) - 1
+    return {
+        "logits": float((got - expected).abs()[real].max()),
+        "p_paris": float(got[0, end, paris].exp()),
+        "p_paris_hf": float(expected[0, end, paris].exp()),
+    }
+
+
+def measure_ablations(model, hf, batch, heads, o_proj: str, d_head: int,
+                      hf_heads=None) -> dict[str, float]:
+    """Max |ours - HF| log-softmax over the prompt positions for zero and mean ablation of
+    each head of `heads` (HF: `hf_head_removed` on `o_proj`), and the largest change a head
+    makes (so the checks can fail). `hf_heads`: the heads HF removes instead, one per head
+    of `heads` (another head: a real change the comparison must catch)."""
+    from workbench.ablation import ablated, compute_head_means
+
+    means = compute_head_means(model, batch.tokens, batch.lengths)
+    tokens = batch.tokens
+    real = prompt_positions(batch.lengths, tokens.shape[1])
+    out = {"zero": 0.0, "mean": 0.0, "head_effect": 0.0}
+
+    def gap(a, b) -> float:
+        return float((a - b).abs()[real].max())
+
+    with torch.no_grad():
+        clean = hf(tokens).logits.log_softmax(-1)
+        for (layer, head), (hf_layer, hf_head) in zip(heads, hf_heads or heads, strict=True):
+            with hf_head_removed(hf, o_proj, hf_layer, hf_head, d_head):
+                ref = hf(tokens).logits.log_softmax(-1)
+            hf_mean = means.averaged[hf_layer, hf_head]
+            with hf_head_removed(hf, o_proj, hf_layer, hf_head, d_head, hf_mean):
+                ref_mean = hf(tokens).logits.log_softmax(-1)
+            with ablated(model, [(layer, head)]):
+                got = model(tokens).log_softmax(-1)
+            with ablated(model, [(layer, head)], "mean", means):
+                got_mean = model(tokens).log_softmax(-1)
+            out["zero"] = max(out["zero"], gap(got, ref))
+            out["mean"] = max(out["mean"], gap(got_mean, ref_mean))
+            out["head_effect"] = max(out["head_effect"], gap(ref, clean))
+    return out

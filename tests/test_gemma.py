@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import hf_checks_batch, hf_head_removed, loop_head_effects
-from tests.test_real_model import _real, _rows
-from workbench import WorkbenchError, ablated, compute_head_means, load_model
+from tests.helpers import hf_checks_batch, loop_head_effects, measure_logits
+from tests.helpers import measure_ablations as ablation_gaps
+from tests.test_real_model import _rows
+from tests.tolerances import bound
+from workbench import WorkbenchError, load_model
 from workbench.loading.shipped import CACHE_ENV
 from workbench.screening.screen import screen_heads
 from workbench.stats import Stats, helpful_agreement
@@ -44,10 +46,7 @@ D_HEAD = 256
 # layer's one key/value head. L0H1 and L17H2: the first and last layers.
 SUBSET = [(3, h) for h in range(4)] + [(5, h) for h in range(4)] + [(0, 1), (17, 2)]
 ABLATED = [(0, 1), (5, 2), (17, 2)]
-# float32 through 18 layers, measured max |ours - HF| log-softmax over the prompt positions:
-# 3.4e-5 (logits), ablations below; exact screening vs the loop bit for bit. 1e-4 is the
-# issue's bound, ~3x the largest measured spread and ~100x below the effects checked.
-TOL = 1e-4
+MODEL = "gemma-3-270m"  # its bounds: tests/tolerances.py, measured by bench/real_spread.py
 WINDOW = 512
 
 
@@ -70,20 +69,6 @@ def batch(gemma3_hf):
 @pytest.fixture(scope="module")
 def exact_table(gemma3, batch):
     return screen_heads(gemma3, batch, split=None, heads=SUBSET, stats=Stats(n_boot=10))
-
-
-def measure_logits(model, hf, batch) -> dict[str, float]:
-    """Max |ours - HF| log-softmax over the prompt positions, and P(" Paris") under each."""
-    with torch.no_grad():
-        got = model(batch.tokens).log_softmax(-1)
-        expected = hf(batch.tokens).logits.log_softmax(-1)
-    real = _real(batch.lengths, batch.tokens.shape[1])
-    paris, end = int(batch.answer_ids[0, 0]), int(batch.lengths[0]) - 1
-    return {
-        "logits": float((got - expected).abs()[real].max()),
-        "p_paris": float(got[0, end, paris].exp()),
-        "p_paris_hf": float(expected[0, end, paris].exp()),
-    }
 
 
 def _last_logits(model, tokens, k: int, window: int | None = None) -> torch.Tensor:
@@ -123,32 +108,9 @@ def measure_long_prompt(model, hf, tokenizer, k: int = 300) -> dict[str, float]:
     }
 
 
-def measure_ablations(model, hf, batch) -> dict[str, float]:
-    """Max |ours - HF| log-softmax over the prompt positions for zero and mean ablation of
-    each head of `ABLATED`, and the largest change a head makes (so the checks can fail)."""
-    means = compute_head_means(model, batch.tokens, batch.lengths)
-    tokens = batch.tokens
-    real = _real(batch.lengths, tokens.shape[1])
-    out = {"zero": 0.0, "mean": 0.0, "head_effect": 0.0}
-
-    def gap(a, b) -> float:
-        return float((a - b).abs()[real].max())
-
-    with torch.no_grad():
-        clean = hf(tokens).logits.log_softmax(-1)
-        for layer, head in ABLATED:
-            with hf_head_removed(hf, O_PROJ, layer, head, D_HEAD):
-                ref = hf(tokens).logits.log_softmax(-1)
-            with hf_head_removed(hf, O_PROJ, layer, head, D_HEAD, means.averaged[layer, head]):
-                ref_mean = hf(tokens).logits.log_softmax(-1)
-            with ablated(model, [(layer, head)]):
-                got = model(tokens).log_softmax(-1)
-            with ablated(model, [(layer, head)], "mean", means):
-                got_mean = model(tokens).log_softmax(-1)
-            out["zero"] = max(out["zero"], gap(got, ref))
-            out["mean"] = max(out["mean"], gap(got_mean, ref_mean))
-            out["head_effect"] = max(out["head_effect"], gap(ref, clean))
-    return out
+def measure_ablations(model, hf, batch, hf_heads=None) -> dict[str, float]:
+    """`tests.helpers.measure_ablations` on `ABLATED` (HF removes `hf_heads` instead)."""
+    return ablation_gaps(model, hf, batch, ABLATED, O_PROJ, D_HEAD, hf_heads)
 
 
 def attribution_agreement(model, batch, exact, heads) -> dict[str, dict]:
@@ -177,8 +139,8 @@ def test_gemma3_tokenizes_as_its_own_tokenizer(gemma3, gemma3_hf):
 def test_gemma3_logits_match_hugging_face(gemma3, gemma3_hf, batch):
     d = measure_logits(gemma3, gemma3_hf[0], batch)
     print(d)
-    assert d["logits"] <= TOL, d
-    assert abs(d["p_paris"] - d["p_paris_hf"]) <= TOL, d
+    assert d["logits"] <= bound(MODEL, "logits"), d
+    assert abs(d["p_paris"] - d["p_paris_hf"]) <= bound(MODEL, "p_paris"), d
 
 
 def test_gemma3_long_prompt_matches_past_the_window(gemma3, gemma3_hf):
@@ -191,15 +153,17 @@ def test_gemma3_long_prompt_matches_past_the_window(gemma3, gemma3_hf):
     d = measure_long_prompt(gemma3, gemma3_hf[0], gemma3_hf[1])
     print(d)
     assert d["n_tokens"] > WINDOW + 150 and d["first_position"] < WINDOW
-    assert d["prob"] <= TOL and d["argmax_agree"] == 1.0, d
+    assert d["prob"] <= bound(MODEL, "long_prompt_prob") and d["argmax_agree"] == 1.0, d
     # an all-global model is the same before the window ends and far off past it
-    assert d["all_global_before_window"] <= TOL and d["all_global_prob"] > 1e-2, d
+    assert d["all_global_before_window"] <= bound(MODEL, "all_global_before_window"), d
+    assert d["all_global_prob"] > 1e-2, d
 
 
 def test_gemma3_head_ablation_matches_hf_o_proj_edits(gemma3, gemma3_hf, batch):
     d = measure_ablations(gemma3, gemma3_hf[0], batch)
     print(d)
-    assert d["zero"] <= TOL and d["mean"] <= TOL, d
+    assert d["zero"] <= bound(MODEL, "zero_ablation"), d
+    assert d["mean"] <= bound(MODEL, "mean_ablation"), d
     assert d["head_effect"] > 1e-2, d
 
 
@@ -210,7 +174,8 @@ def test_gemma3_exact_screening_matches_the_loop(gemma3, batch, exact_table):
     for m in ("logprob", "logit_diff", "accuracy"):
         exact = table_to_matrix(exact_table, f"d_{m}")
         assert np.isnan(np.delete(exact.ravel(), np.ravel_multi_index(rows, exact.shape))).all()
-        np.testing.assert_allclose(exact[rows], loop[m][rows], atol=TOL, rtol=0, err_msg=m)
+        np.testing.assert_allclose(exact[rows], loop[m][rows],
+                                   atol=bound(MODEL, "screening_vs_loop"), rtol=0, err_msg=m)
         gaps[m] = float(np.abs(exact[rows] - loop[m][rows]).max())
     largest = float(np.abs(loop["logprob"][rows]).max())
     print({"max |exact - loop|": gaps, "largest effect": largest})
@@ -303,12 +268,9 @@ if __name__ == "__main__":
             print(name, m, {k: round(v, 3) for k, v in a.items()})
 
 
-def test_gemma3_dla_components_sum_to_the_logit_difference(gemma3, batch):
-    """Gemma-3 normalises each attention output (`ln1_post`) before the residual stream adds
-    it: read at that norm's clean scale and weight, every head, `b_O`, MLP and the embedding
-    sum to the answer-minus-wrong logit difference, with `other` ~0. Measured: 1.0e-5 nats for
-    the sum and 7e-7 for `other`, on logit differences of 2.9-5.9 (float32, 18 layers); each
-    head read before the norm (the reading before this fix) left 3.8 nats in `other`."""
+def measure_dla(model, batch) -> dict[str, float]:
+    """Max |sum of the DLA components - the logit difference| over `batch`, max |other|, and
+    max |other| with each head read before `ln1_post` (so the check can fail)."""
     from dataclasses import replace
 
     from workbench.explain import dla_components
@@ -316,16 +278,24 @@ def test_gemma3_dla_components_sum_to_the_logit_difference(gemma3, batch):
     from workbench.explain.dla import attribute
     from workbench.metrics.scores import answer_logits
 
-    comps = dla_components(gemma3, batch, split=None)
+    comps = dla_components(model, batch, split=None)
     with torch.no_grad():
-        logits = answer_logits(gemma3, batch).float()
+        logits = answer_logits(model, batch).float()
     diff = logits.gather(1, batch.answer_ids)[:, 0] - logits.gather(1, batch.wrong_ids)[:, 0]
     totals = comps[comps["component"] != "other"].groupby("id", sort=False)["dla_diff"].sum()
     other = comps.loc[comps["component"] == "other", "dla_diff"].abs().max()
-    old = attribute(gemma3, replace(capture(gemma3, batch), post_scale=None)).diff("other")
-    print({"max |sum - diff|": float((torch.tensor(totals.to_numpy()) - diff.cpu()).abs().max()),
-           "max |other|": float(other), "max |other| read before ln1_post": float(old.abs().max()),
-           "diff": diff.tolist()})
-    np.testing.assert_allclose(totals.to_numpy(), diff.cpu().numpy(), atol=TOL, rtol=0)
-    assert other < TOL
-    assert float(old.abs().max()) > 0.1
+    old = attribute(model, replace(capture(model, batch), post_scale=None)).diff("other")
+    return {"sum": float((torch.tensor(totals.to_numpy()) - diff.cpu()).abs().max()),
+            "other": float(other), "other_before_ln1_post": float(old.abs().max())}
+
+
+def test_gemma3_dla_components_sum_to_the_logit_difference(gemma3, batch):
+    """Gemma-3 normalises each attention output (`ln1_post`) before the residual stream adds
+    it: read at that norm's clean scale and weight, every head, `b_O`, MLP and the embedding
+    sum to the answer-minus-wrong logit difference, with `other` ~0. Measured: 1.0e-5 nats for
+    the sum and 7e-7 for `other`, on logit differences of 2.9-5.9 (float32, 18 layers); each
+    head read before the norm (the reading before this fix) left 3.8 nats in `other`."""
+    d = measure_dla(gemma3, batch)
+    print(d)
+    assert d["sum"] <= bound(MODEL, "dla_sum") and d["other"] <= bound(MODEL, "dla_other"), d
+    assert d["other_before_ln1_post"] > 0.1, d
