@@ -68,15 +68,17 @@ TABLES = ("heads.csv", "combos.csv", "confirmation.csv", "side_effects.csv", "tr
           "tidy.csv", "frontier.csv")
 SIGNATURE_FILE = "cpu.json"
 
-# run_cel settings of the tiny cases: every stage runs, in seconds
+# run_cel settings of the tiny cases: every stage that makes a table runs, in seconds
 # (one torch thread, as the goldens were frozen: sums split over threads round differently)
-# The tiny task's objective is `logit_diff`, a difference, so its runs would be guarded by
-# default (issue 48, `workbench.guards`): the cases frozen before guards existed run without
-# them (`guards=()`, the command line's `--no-guard`), and `tiny_zero_exact_guarded` freezes a
-# guarded run (side-task guard and tolerances included, rule `no_fall`: on this random model
-# 15 of its 74 sets pass, so every part of the guarded search and confirmation runs).
+# The tiny cases were frozen before `run_cel` explained the best set, so they run without the
+# explanation (`explain=False`, the command line's `--no-explain`). The tiny task's objective
+# is `logit_diff`, a difference, so its runs would be guarded by default (issue 48,
+# `workbench.guards`): the cases frozen before guards existed run without them (`guards=()`,
+# the command line's `--no-guard`), and `tiny_zero_exact_guarded` freezes a guarded run
+# (side-task guard and tolerances included, rule `no_fall`: on this random model 15 of its 74
+# sets pass, so every part of the guarded search and confirmation runs).
 TINY = dict(max_size=2, top_m=4, n_random=30, n_boot=200, progress=False, plots=False,
-            threads=1, guards=())
+            threads=1, guards=(), explain=False)
 CASES = {
     "tiny_zero_exact": dict(kind="zero", method="exact"),
     "tiny_mean_exact": dict(kind="mean", method="exact"),
