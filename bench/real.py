@@ -21,7 +21,7 @@ The pipeline before racing (`adaptive=False`: every candidate on every example) 
 
 Machine load is printed (`os.getloadavg`); the figures compare within one run.
 
-`--before-after OUT` instead runs the current defaults and the defaults before issue 32's
+`--before-after OUT` instead runs the current defaults and the defaults before the 15-minute
 speed cuts (`BEFORE`, config fields whose old values give the old computation) one after the
 other, each with its results folder, report and explanation, and prints per stage the wall
 and CPU seconds, forward-equivalents and the load before and after, then both confirmation
@@ -31,7 +31,7 @@ tables. Every run also prints where its forwards went (`print_profile`).
         --threads 1 --before-after /tmp/ioi
 
     .venv/bin/python bench/real.py --model gemma-3-270m --task ioi --others induction \
-        --cli /tmp/gemma_ioi     # issue 30's default run, end to end, with peak memory
+        --cli /tmp/gemma_ioi     # Gemma-3's default run, end to end, with peak memory
     .venv/bin/python bench/real.py --model /path/to/smollm2-hf --task induction \
         --others greater_than
     .venv/bin/python bench/real.py --model embedded --old run
@@ -187,7 +187,7 @@ def print_profile(label: str, meter: Meter, timings: dict) -> None:
               f"{timings.get(s, 0.0):.0f} | {meter.cpu.get(s, 0.0):.0f} |")
 
 
-# The defaults before issue 32's speed cuts (`--before-after` runs both in one process): the
+# The defaults before the 15-minute speed cuts (`--before-after` runs both in one process): the
 # `CELConfig` fields whose old values give the old computation (every random set drawn, the
 # knockouts and the random sets' first look on the first racing slice, 10 random sets per size
 # and baseline in the trade-off table), and the `Compute` field that restarts every mask at its

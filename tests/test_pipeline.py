@@ -402,7 +402,7 @@ def test_unknown_strategy_is_a_clear_error(micro):
 
 
 def test_a_task_with_few_examples_runs_and_says_so(micro, tmp_path):
-    """Issue 47: a task with 2 selection and 2 held-out examples ran to the end with intervals
+    """A task with 2 selection and 2 held-out examples used to run to the end with intervals
     from n = 2, without a word. It still runs (a smoke test may want it), but warns before
     any forward (`FewExamplesWarning`), records which splits are small, and its report says
     no interval rests on enough examples; a task of 10 per split does not warn."""

@@ -1,4 +1,4 @@
-"""Planted-truth models (`bench/planted.py`, issue 11): their logits are the planted numbers,
+"""Planted-truth models (`bench/planted.py`): their logits are the planted numbers,
 OR members alone do nothing, screening cannot see a pair; and the honest null, screen ->
 interaction search -> held-out confirmation. Each strategy's recall on the planted micro model
 is tests/search/test_recall.py; the statistics' naive references, tests/test_stats.py."""

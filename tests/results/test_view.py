@@ -209,7 +209,7 @@ def test_view_shows_the_attention_rows_of_the_explanation(folder):
 
 def test_view_shows_n_gamed_and_why_by_default(folder):
     """What decides is in view without "all columns": each effect's n, `gamed`, and why each
-    size's set is or is not called best (issue 47 item 3); a guarded run's p-value too."""
+    size's set is or is not called best; a guarded run's p-value too."""
     page = _parse(write_view(folder).read_text())
 
     def shown(table: str) -> set[str]:
