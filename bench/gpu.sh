@@ -2,7 +2,7 @@
 # GPU check, in phases that each fit one device call (<= ~4.5, ~6.5 and ~8 minutes of step
 # limits):
 #
-#   bash bench/gpu.sh random   # issue 46's figures, no weights needed: SmolLM2's and Gemma-3's
+#   bash bench/gpu.sh random   # the real models' GPU figures, no weights needed: SmolLM2's and Gemma-3's
 #                              # exact shapes with random weights (bench/random_models.py): the
 #                              # default run's wall time and forward-times (racing on, off, and
 #                              # --racing auto's decision), exact screening / the naive loop,
@@ -89,7 +89,7 @@ step() {  # step NAME SECONDS COMMAND...
     echo "=== $name: ${STATUS[$name]}"
 }
 
-# the test paths the phases run (the tests mirror the package since issue 45)
+# the test paths the phases run (the tests mirror the package's layout)
 TEST_PATHS=(tests/test_cuda.py tests/test_racing.py tests/test_precision.py)
 if [ "$PHASE" = cpu-check ]; then
     # every test path of this script collects, and the view test it leaves out exists
@@ -103,7 +103,7 @@ if [ "$PHASE" = cpu-check ]; then
     done
 fi
 if [ "$PHASE" = random ]; then
-    # issue 46's figures on the GPU, randomly initialised: SmolLM2 first (the smaller)
+    # the real models' GPU figures, randomly initialised: SmolLM2 first (the smaller)
     for model in smollm2-135m gemma-3-270m; do
         step "random_$model" 240 "$PYTHON" bench/random_models.py --model "$model" \
             --device cuda --threads 4 --out "$LOGS/random_models.jsonl"

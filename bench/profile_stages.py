@@ -37,7 +37,8 @@ PARTS = (
     ("explain: removal passes", "removal_table", None),
     ("explain: outcomes", "ablation_outcomes", None),
     ("explain: capture", "capture", None),
-    ("explain: other", "explain_folder", None),
+    ("explain: other", "explain_stage", None),  # `workbench cel`'s explanation
+    ("explain: other", "explain_folder", None),  # `workbench explain`'s
 )
 
 

@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout: bench.planted
 
 from bench.planted import PlantSpec, planted_model  # noqa: E402
-from workbench.pipeline import screen_race_rule  # noqa: E402
 from workbench.screening.screen import ScreenRace, screen_scorer  # noqa: E402
+from workbench.screening.stage import screen_race_rule  # noqa: E402
 from workbench.search.candidates import (  # noqa: E402
     best_sets,
     candidate_heads,

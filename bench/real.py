@@ -21,7 +21,7 @@ The pipeline before racing (`adaptive=False`: every candidate on every example) 
 
 Machine load is printed (`os.getloadavg`); the figures compare within one run.
 
-`--before-after OUT` instead runs the current defaults and the defaults before issue 32's
+`--before-after OUT` instead runs the current defaults and the defaults before the 15-minute
 speed cuts (`BEFORE`, config fields whose old values give the old computation) one after the
 other, each with its results folder, report and explanation, and prints per stage the wall
 and CPU seconds, forward-equivalents and the load before and after, then both confirmation
@@ -31,7 +31,7 @@ tables. Every run also prints where its forwards went (`print_profile`).
         --threads 1 --before-after /tmp/ioi
 
     .venv/bin/python bench/real.py --model gemma-3-270m --task ioi --others induction \
-        --cli /tmp/gemma_ioi     # issue 30's default run, end to end, with peak memory
+        --cli /tmp/gemma_ioi     # Gemma-3's default run, end to end, with peak memory
     .venv/bin/python bench/real.py --model /path/to/smollm2-hf --task induction \
         --others greater_than
     .venv/bin/python bench/real.py --model embedded --old run
@@ -187,7 +187,7 @@ def print_profile(label: str, meter: Meter, timings: dict) -> None:
               f"{timings.get(s, 0.0):.0f} | {meter.cpu.get(s, 0.0):.0f} |")
 
 
-# The defaults before issue 32's speed cuts (`--before-after` runs both in one process): the
+# The defaults before the 15-minute speed cuts (`--before-after` runs both in one process): the
 # `CELConfig` fields whose old values give the old computation (every random set drawn, the
 # knockouts and the random sets' first look on the first racing slice, 10 random sets per size
 # and baseline in the trade-off table), and the `Compute` field that restarts every mask at its
@@ -199,14 +199,14 @@ BEFORE = {"random_looks": False, "knockout_examples": None, "baseline_examples":
 def run_labelled(label: str, model, main_task, others: dict, out: str | None,
                  settings: dict) -> tuple:
     """One `run_cel` with its results folder and report, metered: `(result, meter, wall s,
-    CPU s, (load before, load after))`. Not the explanation that `workbench cel` appends
-    (about 34 s on SmolLM2 x ioi); `--cli` times the command end to end."""
+    CPU s, (load before, load after))`. Without the explanation (`explain=False`; about 34 s
+    on SmolLM2 x ioi), as these figures were measured; `--cli` times the command end to end."""
     meter = Meter(len(encode_task(model, main_task, "select")))
     load = os.getloadavg()[0]
     wall, cpu = time.perf_counter(), time.process_time()
     with metered(meter), count_blocks(model, meter):
         result = pipeline.run_cel(model, main_task, list(others.values()), progress=True,
-                                  out_dir=out, overwrite=True, **settings)
+                                  out_dir=out, overwrite=True, explain=False, **settings)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     print_profile(label, meter, result.timings)
     return result, meter, wall, cpu, (load, os.getloadavg()[0])
@@ -233,7 +233,7 @@ def before_after(model, main_task, others: dict, out: str, threads: int,
             print(f"| {label} | {s} | {result.timings.get(s, math.nan):.0f} | "
                   f"{meter.cpu.get(s, math.nan):.0f} | {meter.work.get(s, 0.0):.1f} | "
                   f"{lo[0]:.1f} -> {lo[1]:.1f} |")
-        print(f"| {label} | total (`run_cel`: setup and report, not the CLI's explanation) | "
+        print(f"| {label} | total (`run_cel`: setup and report, not the explanation) | "
               f"{wall:.0f} | "
               f"{cpu:.0f} | {meter.blocks:.1f} | {load[0]:.1f} -> {load[1]:.1f} |")
     if estimate is not None:  # made for the current defaults: the after run

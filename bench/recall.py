@@ -60,9 +60,9 @@ from workbench.compute import Compute  # noqa: E402
 from workbench.confirmation.confirm import confirm_sets, example_groups  # noqa: E402
 from workbench.guards import Guard  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
-from workbench.pipeline import screen_race_rule  # noqa: E402
 from workbench.scoring.scorer import MaskScorer  # noqa: E402
 from workbench.screening.screen import ScreenRace, screen_scorer  # noqa: E402
+from workbench.screening.stage import screen_race_rule  # noqa: E402
 from workbench.search.candidates import (  # noqa: E402
     best_sets,
     candidate_heads,

@@ -67,10 +67,10 @@ STAGES = ("screen", "search", "confirm")
 DOCUMENTED = [
     {"cell": "smollm2-135m", "heads": 270, "n_select": 154, "wall_s": 452.0, "forward_s": 2.5,
      "fwd_eq": 212.8, "machine": "Intel Xeon (AMX, avx512_bf16), 2 threads, idle",
-     "date": "2026-12-06", "source": "issue 46 (wall, forward); docs/speed.md (fwd-eq)"},
+     "date": "2026-12-06", "source": "Xeon runs (wall, forward); docs/speed.md (fwd-eq)"},
     {"cell": "gemma-3-270m", "heads": 72, "n_select": 180, "wall_s": 437.0, "forward_s": 3.1,
      "fwd_eq": 169.5, "machine": "Intel Xeon (AMX, avx512_bf16), 2 threads, idle",
-     "date": "2026-12-06", "source": "issue 46 (wall, forward); docs/two-families.md (fwd-eq)"},
+     "date": "2026-12-06", "source": "Xeon runs (wall, forward); docs/two-families.md (fwd-eq)"},
 ]
 TARGETS = {"Llama-3.2-1B (16 x 32)": 512, "Llama-3-8B (32 x 32)": 1024}
 

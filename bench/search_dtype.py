@@ -34,6 +34,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -58,35 +59,33 @@ def screen_and_search(model, task, others, dtype: str, out: Path, threads: int,
     `settings`), stopped before confirmation: per stage its seconds and the float32 forward
     measured just before it, and what it chose."""
     record: dict = {"dtype": dtype, "seconds": {}, "forward": {}}
-    stage_fns = {s: getattr(pipeline, f"{s}_stage") for s in (*STAGES, "confirm")}
 
     def timed(stage):
-        def run(run_, result, **kwargs):  # kwargs: the search stage's checkpoint store
-            record["forward"][stage] = measure_forward(run_)
+        def run(run_, result, store=None):
+            record["forward"][stage.name] = measure_forward(run_)
             t0 = time.perf_counter()
-            table = stage_fns[stage](run_, result, **kwargs)
-            record["seconds"][stage] = time.perf_counter() - t0
+            tables = stage.run(run_, result, store)
+            record["seconds"][stage.name] = time.perf_counter() - t0
             record["load"] = os.getloadavg()[0]
-            if stage == "search":
-                record.update(heads=result.heads, combos=table, config=run_.config,
+            if stage.name == "search":
+                record.update(heads=result.heads, combos=tables["combos"], config=run_.config,
                               notes=dict(result.summary))
-            return table
+            return tables
         return run
 
     def stop(*args, **kwargs):  # the search's table is saved by now
         raise SearchDone
 
-    for s in STAGES:
-        setattr(pipeline, f"{s}_stage", timed(s))
-    pipeline.confirm_stage = stop
+    real = pipeline.STAGES
+    pipeline.STAGES = tuple(replace(s, run=timed(s)) if s.name in STAGES else
+                            replace(s, run=stop) if s.name == "confirm" else s for s in real)
     try:
         pipeline.run_cel(model, task, others, search_dtype=dtype, out_dir=out, overwrite=True,
                          plots=False, progress=False, threads=threads, **settings)
     except SearchDone:
         pass
     finally:
-        for s, fn in stage_fns.items():
-            setattr(pipeline, f"{s}_stage", fn)
+        pipeline.STAGES = real
     return record
 
 

@@ -1,13 +1,14 @@
-"""Golden results folders: what CEL wrote before the redesign of issue 31, frozen to the byte.
+"""Golden results folders: what CEL wrote before the package was regrouped, frozen to the byte.
 
 Each case runs CEL into a folder; its `heads`, `combos`, `confirmation`, `side_effects` and
-`tradeoff` CSVs (the last since issue 35, which also added columns to the confirmation and
-side-effects tables and left every earlier column unchanged), `tidy.csv` (since issue 33,
-which also renamed three columns, two of them put on the percent scale (x 100), and left
-every other number unchanged), `report.md` (less its timings line and, since issue 47, the
-environment line under it; in the attribution cases re-frozen by issue 47, whose single-head
-section names attribution's numbers as estimates beside the measured `exact_d_*`: no number
-of it changed) and `config.json` (less its timings and environment, its task files by file
+`tradeoff` CSVs (the last since the trade-off table came, which also added columns to the
+confirmation and side-effects tables and left every earlier column unchanged), `tidy.csv`
+(since tables say what they rest on, which also renamed three columns, two of them put on the
+percent scale (x 100), and left every other number unchanged), `report.md` (less its timings
+line and, since runs record their environment, the environment line under it; in the
+attribution cases re-frozen once, when its single-head section came to name attribution's
+numbers as estimates beside the measured `exact_d_*`: no number of it changed) and
+`config.json` (less its timings and environment, its task files by file
 name) must equal the frozen copies under
 `tests/golden/<case>/` exactly on the CPU that froze them: tolerance 0, so any change to a
 number, a column, an RNG stream or the config's JSON is caught. `tests/test_golden.py`
@@ -68,15 +69,17 @@ TABLES = ("heads.csv", "combos.csv", "confirmation.csv", "side_effects.csv", "tr
           "tidy.csv", "frontier.csv")
 SIGNATURE_FILE = "cpu.json"
 
-# run_cel settings of the tiny cases: every stage runs, in seconds
+# run_cel settings of the tiny cases: every stage that makes a table runs, in seconds
 # (one torch thread, as the goldens were frozen: sums split over threads round differently)
-# The tiny task's objective is `logit_diff`, a difference, so its runs would be guarded by
-# default (issue 48, `workbench.guards`): the cases frozen before guards existed run without
-# them (`guards=()`, the command line's `--no-guard`), and `tiny_zero_exact_guarded` freezes a
-# guarded run (side-task guard and tolerances included, rule `no_fall`: on this random model
-# 15 of its 74 sets pass, so every part of the guarded search and confirmation runs).
+# The tiny cases were frozen before `run_cel` explained the best set, so they run without the
+# explanation (`explain=False`, the command line's `--no-explain`). The tiny task's objective
+# is `logit_diff`, a difference, so its runs would be guarded by default
+# (`workbench.guards`): the cases frozen before guards existed run without them (`guards=()`,
+# the command line's `--no-guard`), and `tiny_zero_exact_guarded` freezes a guarded run
+# (side-task guard and tolerances included, rule `no_fall`: on this random model 15 of its 74
+# sets pass, so every part of the guarded search and confirmation runs).
 TINY = dict(max_size=2, top_m=4, n_random=30, n_boot=200, progress=False, plots=False,
-            threads=1, guards=())
+            threads=1, guards=(), explain=False)
 CASES = {
     "tiny_zero_exact": dict(kind="zero", method="exact"),
     "tiny_mean_exact": dict(kind="mean", method="exact"),

@@ -110,7 +110,7 @@ def test_a_broken_reference_is_found(tmp_path):
     doc = ROOT / "docs" / "x.md"
     text = ("[a](missing.md) [b](../README.md#no-such-section) see `workbench/nothing.py` "
             "and `tasks/<name>.jsonl`, `tasks/embedded_*.jsonl`, `tests/helpers.assert_close` "
-            "and [ok](../README.md#cel-the-main-job), `tasks/README.md` *Rules* and "
+            "and [ok](main-job.md#cel-the-main-job), `tasks/README.md` *Rules* and "
             "`tasks/README.md` *Gone*")
     found = _problems(doc, text, {}, code='load_task("bench/gone.py")')
     assert len(found) == 5, found

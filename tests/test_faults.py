@@ -1,4 +1,4 @@
-"""Faults of the machine around a run (issue 33, item 4): each ends in one line on stderr and
+"""Faults of the machine around a run: each ends in one line on stderr and
 exit status 2, loses nothing already saved, and a rerun resumes. A full disk while writing a
 table or a plot, a results folder held by another run. A hub that cannot be reached is
 tests/loading/test_hub.py."""

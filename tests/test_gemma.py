@@ -208,7 +208,7 @@ def _one_line(path) -> str:
 
 
 def test_damaged_gemma3_files_are_one_line(gemma3_file, tmp_path, monkeypatch):
-    """Issue 33's three cases on the real file, each refused before transformers reads it:
+    """The three damaged-file cases on the real file, each refused before transformers reads it:
     100 bytes (was a 49-line struct.error), the first 50 MB (was "cannot reshape array"), a
     flipped byte in a vocabulary string (was "config file ... is not a valid JSON file")."""
     import workbench.loading.gguf as gguf_loading

@@ -1,4 +1,4 @@
-"""The package's layout rules (issue 31), read from the source with `ast`: no import circles
+"""The package's layout rules, read from the source with `ast`: no import circles
 (imports inside functions count: they are deferred, not absent), no private name imported
 from another module, modules of a readable size, public functions with few parameters."""
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import workbench.confirmation.stage as confirm_stage_module
-import workbench.pipeline as pipeline_module
+import workbench.screening.stage as screen_stage_module
 from tests.helpers import assert_close, micro_cel, write_task
 from workbench import WorkbenchError, compute_head_means, evaluate, summarize
 from workbench.cli.demo import HARMFUL_HEAD, REDUNDANT_PAIR
@@ -170,7 +170,7 @@ def test_resume_and_interrupt(micro, tmp_path, monkeypatch):
     def no_screening(*args, **kwargs):
         raise AssertionError("the finished screening stage was recomputed")
 
-    monkeypatch.setattr(pipeline_module, "screen_heads", no_screening)
+    monkeypatch.setattr(screen_stage_module, "screen_heads", no_screening)
     result = run_cel(model, task, out_dir=out, **FAST)
     assert result.best == sorted([HARMFUL_HEAD, *REDUNDANT_PAIR])
     monkeypatch.setattr(confirm_stage_module, "confirm_size", no_screening)
@@ -402,7 +402,7 @@ def test_unknown_strategy_is_a_clear_error(micro):
 
 
 def test_a_task_with_few_examples_runs_and_says_so(micro, tmp_path):
-    """Issue 47: a task with 2 selection and 2 held-out examples ran to the end with intervals
+    """A task with 2 selection and 2 held-out examples used to run to the end with intervals
     from n = 2, without a word. It still runs (a smoke test may want it), but warns before
     any forward (`FewExamplesWarning`), records which splits are small, and its report says
     no interval rests on enough examples; a task of 10 per split does not warn."""
@@ -490,3 +490,62 @@ def test_a_bf16_search_leaves_every_held_out_number_to_float32(case, tmp_path):
     with pytest.raises(WorkbenchError, match=r"differs in \['search_dtype'\]"):
         run_cel(model, load_task(main), others=[load_task(side)], out_dir=tmp_path / "bfloat16",
                 **settings)
+
+
+def test_python_and_the_command_line_write_the_same_results_folder(tmp_path):
+    """`run_cel` and `workbench cel` go through the same stages: on the same model, tasks and
+    settings their folders hold the same files (the explanation, `report.md`, `view.html`,
+    the plots and tables), byte for byte, apart from the timings and the environment they
+    were measured on (`tests/golden.py`'s `report_text` and `config_text`), and the cost's
+    seconds; the cost has the same stages but the command's `load`."""
+    from tests.golden import config_text, report_text
+    from workbench.cli.demo import write_demo
+    from workbench.cli.parser import main
+    from workbench.errors import FewExamplesWarning
+    from workbench.loading.model import load_model
+    from workbench.results.store import CONFIG_FILE
+
+    model_dir, task, side = write_demo(tmp_path / "demo")
+    shell, python = tmp_path / "shell" / "out", tmp_path / "python" / "out"  # view.html
+    assert main(["cel", "--model", str(model_dir), "--task", str(task), "--others", str(side),
+                 "--out", str(shell), "--device", "cpu", "--n-random", "20", "--n-boot", "100",
+                 "--quiet"]) == 0  # names its folder
+    model = load_model(str(model_dir), device="cpu")
+    with pytest.warns(FewExamplesWarning):
+        run_cel(model, str(task), others=[str(side)], out_dir=python, model_name=str(model_dir),
+                n_random=20, n_boot=100, progress=False)
+
+    def files(folder):
+        out = {}
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            name = str(path.relative_to(folder))
+            out[name] = (report_text(path) if name == "report.md" else
+                         config_text(path) if name == CONFIG_FILE else path.read_bytes())
+        return out
+
+    made = files(shell)
+    assert {"explanation/config.json", "explanation.png", "view.html"} <= set(made)
+    assert "'s heads do (heldout split" in made["report.md"]
+    assert files(python) == made
+    costs = [CELResult.load(f).cost["stages"] for f in (shell, python)]
+    assert set(costs[0]) - set(costs[1]) == {"load"} and set(costs[1]) < set(costs[0])
+
+
+def test_explain_false_leaves_the_explanation_out(micro, tmp_path):
+    model, task, _ = micro
+    out = tmp_path / "out"
+    run_cel(model, task, out_dir=out, explain=False, **FAST)
+    assert not (out / "explanation").exists() and not (out / "explanation.png").exists()
+    assert (out / "report.md").is_file() and (out / "view.html").is_file()
+    assert CELResult.load(out).cost["stages"]["explain"]["seconds"] < 0.5
+
+
+def test_the_cost_names_the_pipelines_stages():
+    """One list of stages: the cost's names are the command's load and `STAGES`, in order;
+    the estimate predicts the resumable ones."""
+    from workbench import estimate
+    from workbench.pipeline import STAGES
+    from workbench.results import cost
+
+    assert cost.STAGES == ("load", *(s.name for s in STAGES))
+    assert estimate.STAGES == tuple(s.name for s in STAGES if s.resumable)

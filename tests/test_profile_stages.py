@@ -26,7 +26,7 @@ def _stack(*frames: tuple[str, str, int]) -> str:
 def test_samples_are_counted_under_the_marked_calls():
     bench = _bench()
     marks = bench.source_lines(ROOT)
-    search = ("search_stage", "pipeline.py", 1)
+    search = ("search_stage", "search/stage.py", 1)
     inter = "search/strategies/interaction.py"
     base = "confirmation/baseline.py"
     confirm = [("confirm_stage", "confirmation/stage.py", 1),
@@ -43,6 +43,8 @@ def test_samples_are_counted_under_the_marked_calls():
             "confirm: random baselines, all heads",
         _stack(("explain_folder", "explain/report.py", 1),
                ("removal_table", "explain/removal.py", 1)): "explain: removal passes",
+        _stack(("explain_stage", "explain/stage.py", 1),
+               ("explanation_of", "explain/report.py", 1)): "explain: other",
         _stack(("load_model", "loading/model.py", 1)): "load, setup, writing",
     }
     for stack, part in cases.items():

@@ -1,4 +1,4 @@
-"""Quick looks (issue 33, item 2): the `--quick` preset, the interaction budget by the set
+"""Quick looks: the `--quick` preset, the interaction budget by the set
 size searched, and the one-line estimate a long run prints before it starts."""
 
 from __future__ import annotations

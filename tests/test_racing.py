@@ -270,8 +270,8 @@ def test_pool_rule_decides_membership_and_keeps_every_exhaustive_pool_head(micro
     rule at the same look, and in the exhaustive table) or once its mean effect is >= 0; the
     heads never stopped have the exhaustive numbers; the pool holds every exhaustive pool head
     and every planted enhancing head, at fewer forward-equivalents than the `hurts` rule."""
-    from workbench.pipeline import screen_race_rule
     from workbench.racing import ATOL, pool_decided
+    from workbench.screening.stage import screen_race_rule
 
     assert screen_race_rule(["interaction"]) == "pool"
     assert screen_race_rule(["interaction", "greedy"]) == "hurts"

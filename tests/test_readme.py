@@ -64,7 +64,7 @@ def command_output(folder: Path, out: Path = Path("cel_results")) -> str:
     explained = result.best or result.top_candidate
     if explained:
         lines.append(explained_line(",".join(explained), out))
-    if result.cost:  # a folder written by the CLI since issue 46 (the golden copies predate it)
+    if result.cost:  # a folder written since runs record their cost (the golden copies predate it)
         lines.append(cost_line(result.cost))
     lines.append(results_line(out))
     return "\n".join(lines).lstrip("\n") + "\n"

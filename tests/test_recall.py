@@ -1,4 +1,4 @@
-"""Planted-truth models (`bench/planted.py`, issue 11): their logits are the planted numbers,
+"""Planted-truth models (`bench/planted.py`): their logits are the planted numbers,
 OR members alone do nothing, screening cannot see a pair; and the honest null, screen ->
 interaction search -> held-out confirmation. Each strategy's recall on the planted micro model
 is tests/search/test_recall.py; the statistics' naive references, tests/test_stats.py."""
@@ -17,9 +17,9 @@ from tests.helpers import assert_close
 from workbench.compute import Compute
 from workbench.confirmation.confirm import confirm_sets, example_groups
 from workbench.heads import HeadSet
-from workbench.pipeline import screen_race_rule
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.screening.screen import ScreenRace, screen_heads, screen_scorer
+from workbench.screening.stage import screen_race_rule
 from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates
 from workbench.search.registry import get_strategy
 from workbench.search.space import SearchSpace

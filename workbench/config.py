@@ -34,10 +34,10 @@ from workbench.search.registry import strategy_names, strategy_settings
 # Examples each knockout mask of the interaction search is scored on in a raced run
 # (`CELConfig.knockout_examples`): the racing minimum (`workbench.racing.MIN_SLICE`). The
 # knockouts only rank heads for the finalists, whose sets are then scored exactly and raced.
-# Before issue 32 they used the first racing slice (an eighth of the split: 20 of SmolLM2
-# ioi's 154, 75 of the embedded model's 600); on the planted models 16, 8 and 4 examples all
-# kept 10/10 singles, pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`), but on
-# SmolLM2 x ioi 8 lost a finalist and the held-out gains of sizes 2 and 3 (`docs/speed.md`).
+# (None: the first racing slice, an eighth of the split: 20 of SmolLM2 ioi's 154, 75 of the
+# embedded model's 600.) On the planted models 16, 8 and 4 examples all kept 10/10 singles,
+# pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`), but on SmolLM2 x ioi 8
+# lost a finalist and the held-out gains of sizes 2 and 3 (`docs/speed.md`).
 KNOCKOUT_EXAMPLES = 16
 # Examples in the first look of each random baseline set's race over the held-out split
 # (`CELConfig.baseline_examples`): the racing minimum. A random set far below the found one
@@ -48,8 +48,8 @@ KNOCKOUT_EXAMPLES = 16
 BASELINE_EXAMPLES = 16
 # Random sets per size and baseline in the trade-off table's cloud (`CELConfig.tradeoff_sets`;
 # `workbench.confirmation.confirm.tradeoff_table`): each costs a pass over a sample of the held-out
-# split and of every side task. 10 before issue 32: on SmolLM2 x ioi with induction beside
-# it the cloud was 168 s of a 1285 s run (`docs/speed.md`).
+# split and of every side task: at 10 sets, on SmolLM2 x ioi with induction beside it, the
+# cloud was 168 s of a 1285 s run (`docs/speed.md`).
 TRADEOFF_SETS = 5
 
 # A quick look (`workbench cel --quick`, `run_cel(model, task, **QUICK)`): the settings of the
@@ -77,126 +77,47 @@ QUICK = types.MappingProxyType({
 class CELConfig:
     """Everything that determines a CEL run's numbers (not how fast they are computed).
 
-    Attributes:
-        model, task, others: names or paths as given; `*_fingerprint` identify their content.
-        kind: an `AblationKind`: `"zero"`, `"mean"` (each task's mean over its own prompts;
-            the main task's selection split) or `"resample"` (z from each example's
-            counterfactual prompt).
-        per_position: mean ablation with the mean at each position (equal-length prompts).
-        method: single-head screening, the name of a registered screening method that CEL
-            may use (`workbench.screening.registry.cel_methods`): `"exact"` or
-            `"attribution"`.
-        objective: the metric CEL maximises (the task's `metric` when None).
-        secondary: the continuous companion metric (log-prob unless that is the objective);
-            chosen from the objective when None.
-        rank_by: a `RankBy`; `"objective"`: candidates and sets are ranked by the objective's
-            gain, ties broken by the secondary's; `"secondary"`: the other way round.
-        max_size: the largest head set searched and confirmed.
-        strategies: names of registered search strategies (`workbench.search.registry`),
-            run in order on one shared cache.
-        strategy_settings: each strategy's own settings that are not fields here,
-            `{strategy: {setting: value}}` (`workbench.search.registry.Setting`), checked
-            against the strategies' records; a config without any writes no such key.
-        top_m: candidates for the exhaustive strategy and the smallest candidate pool.
-        beam_width: sets kept per size by the beam strategy.
-        n_masks, knockout_p: random knockout masks of the compressed-sensing screen (auto
-            when None).
-        search_budget: masks the interaction search may score on the selection split
-            (knockout masks, at least 64, plus finalist sets); None: `2.5 n + 500` for n heads,
-            half that when `max_size` <= 2 (`workbench.search.finalists.default_budget`).
-        knockout_examples: with `adaptive`, the examples each knockout mask is scored on (the
-            first in racing's order; `KNOCKOUT_EXAMPLES`); None: the first racing slice, as
-            before issue 32. Without `adaptive`: every example.
-        n_random: random head sets per size in the held-out baseline.
-        baseline_examples: with `adaptive`, the examples of the first look of each random
-            baseline set's race over the held-out split (`BASELINE_EXAMPLES`); None: racing's
-            first slice, as before issue 32.
-        tradeoff_sets: random sets per size from each baseline in the trade-off table (at most
-            a quarter of `n_random`; `TRADEOFF_SETS`).
-        max_examples: use only `max_examples` examples of each split of the main task and of
-            each side task, drawn with `seed` before fitting to the tokenizer
-            (`Task.sample_per_split`), for quick looks; None: all.
-        side_screening: screen every head on the side tasks too (the per-head side columns of
-            the screening table); the side effects of the found sets are measured either way.
-        side_examples: the same for the side tasks alone (None: `max_examples`); side effects
-            cost a pass over every side task per set, so a quick look may measure them on fewer.
-        n_boot, ci: paired bootstrap resamples and interval coverage.
-        seed: the seed every random draw derives from.
-        check_attribution: with `method="attribution"`, also run exact screening to report
-            their rank correlation and the precision/recall of the helpful heads.
-        cluster: a `ClusterMode`; held-out intervals and p-values resample examples
-            (`"none"`), the tasks' `group` labels (`"group"`, at least 8 groups), or groups
-            when a split has at least 8 of them and examples otherwise (`"auto"`).
-        adaptive: race candidates on slices of a split (`workbench.racing`): exact screening
-            stops scoring a head once what the search needs of it is decided (with the
-            interaction search, its membership of the pool; with searches among the top
-            candidates, once its removal clearly hurts the objective); side tasks' per-head
-            columns and the search's knockouts use the first slice; the search's sets are
-            raced within each size; a random baseline set stops once its interval leaves the
-            found set's gain. The `n` columns say what each number rests on. False scores
-            every candidate on every example and draws every random set.
-        random_looks: with `adaptive`, draw each random baseline's sets in looks
-            (`workbench.confirmation.baseline`: 50, 100, ... of the `n_random`) and stop once the
-            share of random sets at least as good as the found set is decided against `1 - ci`; the
-            percentile then rests on the sets drawn (`n_random` in the confirmation table).
-            False draws all `n_random` sets.
-        guards: `TASK:METRIC[:TOLERANCE]` specs (`workbench.guards.Guard`; TASK `main` for the
-            main task): the search maximises the objective over sets that pass every guard,
-            and a confirmed set must pass them on held-out examples. None: the defaults,
-            chosen once the objective is known (the main task's accuracy and answer log-prob
-            when the objective is a difference, else none); `()`: no guards. A run records
-            the guards it used; a config without any writes no such key.
-        guard_rule: a `GuardRule`: how a guard decides on the selection split.
-        search_dtype: a `SearchDtype`; `"bfloat16"` screens and scores the search's
-            knockouts on a bfloat16 copy of a float32 model (`workbench.precision`): they only
-            rank heads, and `heads.csv` and the knockout rows of `combos.csv` hold bfloat16
-            numbers; the sets the search compares (its finalists), the confirmation, the
-            baselines, the side effects and the trade-off table run in the model's own dtype.
-            Never raises the precision: on a bfloat16 model every stage is bfloat16 either
-            way. `"auto"` is resolved when the run is prepared
-            (`workbench.precision.auto_search_dtype`: bfloat16 on a device with native
-            bfloat16 for a model at least 512 wide, else float32) and the run's config holds
-            the choice. A config at `"float32"` (the default) writes no such key, so configs
-            from before the option existed read back unchanged.
+    One line per field below; what each does in full: `docs/main-job.md`, "The config, field
+    by field".
     """
 
-    model: str
-    task: str
-    others: tuple[str, ...] = ()
-    kind: AblationKind = AblationKind.ZERO
-    per_position: bool = False
-    method: str = "exact"
-    objective: str | None = None
-    secondary: str | None = None
-    rank_by: RankBy = RankBy.OBJECTIVE
-    max_size: int = 3
-    strategies: tuple[str, ...] = ("interaction",)
-    strategy_settings: dict = dataclasses.field(default_factory=dict)
-    top_m: int = 8
-    beam_width: int = 4
-    n_masks: int | None = None
-    knockout_p: float | None = None
-    search_budget: int | None = None
-    knockout_examples: int | None = KNOCKOUT_EXAMPLES
-    n_random: int = 200
-    baseline_examples: int | None = BASELINE_EXAMPLES
-    tradeoff_sets: int = TRADEOFF_SETS
-    max_examples: int | None = None
-    side_examples: int | None = None
-    side_screening: bool = True
-    n_boot: int = 1000
-    ci: float = 0.95
-    seed: int = 0
-    check_attribution: bool = True
-    cluster: ClusterMode = ClusterMode.AUTO
-    adaptive: bool = True
-    random_looks: bool = True
-    guards: tuple[str, ...] | None = None
-    guard_rule: GuardRule = DEFAULT_RULE
-    search_dtype: SearchDtype = SearchDtype.FLOAT32
-    model_fingerprint: str = ""
-    task_fingerprint: str = ""
-    others_fingerprint: str = ""
+    model: str  # the model's name or path, as given
+    task: str  # the main task's name or path, as given
+    others: tuple[str, ...] = ()  # side tasks, names or paths, as given
+    kind: AblationKind = AblationKind.ZERO  # zero, mean (each task's own prompts) or resample
+    per_position: bool = False  # mean ablation with the mean at each position
+    method: str = "exact"  # screening method CEL may use: "exact" or "attribution"
+    objective: str | None = None  # the metric CEL maximises; None: the task's metric
+    secondary: str | None = None  # continuous companion metric; None: chosen from the objective
+    rank_by: RankBy = RankBy.OBJECTIVE  # rank by the objective's gain, or by the secondary's
+    max_size: int = 3  # the largest head set searched and confirmed
+    strategies: tuple[str, ...] = ("interaction",)  # search strategies, run in order
+    strategy_settings: dict = dataclasses.field(default_factory=dict)  # {strategy: {name: value}}
+    top_m: int = 8  # candidates for exhaustive search; the smallest candidate pool
+    beam_width: int = 4  # sets kept per size by beam search
+    n_masks: int | None = None  # compressed sensing's knockout masks; None: auto
+    knockout_p: float | None = None  # compressed sensing's knockout probability; None: auto
+    search_budget: int | None = None  # interaction's masks; None: 2.5 n + 500 (half for pairs)
+    knockout_examples: int | None = KNOCKOUT_EXAMPLES  # raced knockouts' examples; None: slice 1
+    n_random: int = 200  # random head sets per size in each held-out baseline
+    baseline_examples: int | None = BASELINE_EXAMPLES  # baseline sets' first look; None: slice 1
+    tradeoff_sets: int = TRADEOFF_SETS  # random sets per size and baseline in the trade-off
+    max_examples: int | None = None  # examples per split, drawn with the seed; None: all
+    side_examples: int | None = None  # the same for side tasks; None: max_examples
+    side_screening: bool = True  # screen every head on the side tasks too
+    n_boot: int = 1000  # paired bootstrap resamples
+    ci: float = 0.95  # interval coverage
+    seed: int = 0  # the seed every random draw derives from
+    check_attribution: bool = True  # under attribution, also screen exactly and compare
+    cluster: ClusterMode = ClusterMode.AUTO  # resample examples, groups, or groups when >= 8
+    adaptive: bool = True  # race candidates on growing slices (`workbench.racing`)
+    random_looks: bool = True  # draw random baseline sets in looks, stop once decided
+    guards: tuple[str, ...] | None = None  # TASK:METRIC[:TOL]; None: defaults; (): none
+    guard_rule: GuardRule = DEFAULT_RULE  # how a guard decides on the selection split
+    search_dtype: SearchDtype = SearchDtype.FLOAT32  # bfloat16 ranks heads; "auto" picks
+    model_fingerprint: str = ""  # hash of the model's bytes
+    task_fingerprint: str = ""  # hash of the main task, header included
+    others_fingerprint: str = ""  # hash of the side tasks
 
     def __post_init__(self) -> None:
         self.kind = AblationKind.parse(self.kind)

@@ -1,36 +1,48 @@
-"""`run_cel`: the three CEL stages over one validated config, resumable from a results folder.
+"""`run_cel`: the main job, one list of stages over one validated config, resumable from a
+results folder.
 
-1. screen (`screen_stage`): the effect of removing each head alone on the selection split
-   (and on every side task), and the candidate pool;
-2. search (`search_stage`): head sets scored jointly on the selection split by the config's
-   strategies (its scoring calls saved as they go and replayed by a rerun after an interrupt,
-   `workbench.search.replay`);
-3. confirm (`confirm_stage`, `workbench.confirmation.stage`, which saves each finished size
-   so that an interrupted confirmation resumes from it): the best set of each size re-scored
-   on the held-out split, against random sets of the same size, with side effects on the
-   other tasks and the trade-off of found and random sets (`workbench.results.tradeoff`).
+`prepare_run` validates the config, samples the tasks and encodes the main task before any
+forward pass; `run_prepared` then runs `STAGES` in order, each a `Stage` record whose module
+holds its work:
 
-The config (`CELConfig`) is built and validated before any forward pass. Each stage builds
-the scorers of the split it uses and drops them when it ends, so cached activations of one
-split never sit in memory beside another's. With mean ablation every task is ablated with
-the means over its own prompts (the selection split for the main task) unless `means` is
-given for the main task. Each stage's table is written to the results folder as soon as it
-is done, with a record of the inputs that made it (see `workbench.results.store`); a rerun reuses a
-stage only when config, model, tasks and upstream files are unchanged.
+1. setup (`setup_stage`, here): what the run is, recorded in the results folder before any
+   stage computes (an earlier run's folder with another config is refused);
+2. screen (`workbench.screening.stage`): the effect of removing each head alone on the
+   selection split (and on every side task), and the candidate pool;
+3. search (`workbench.search.stage`): head sets scored jointly on the selection split by the
+   config's strategies (its scoring calls saved as they go and replayed by a rerun after an
+   interrupt, `workbench.search.replay`);
+4. confirm (`workbench.confirmation.stage`, which saves each finished size so that an
+   interrupted confirmation resumes from it): the best set of each size re-scored on the
+   held-out split, against random sets of the same size, with side effects on the other
+   tasks and the trade-off of found and random sets (`workbench.results.tradeoff`);
+5. explain (`workbench.explain.stage`): what the best set's heads do (`run_cel(...,
+   explain=False)` turns it off);
+6. report (`workbench.results.stage`): `report.md`, written once, `view.html` and the cost.
+
+The command line (`workbench cel`) goes through the same two calls, so a folder written from
+Python and one written from the shell are the same. Adding a stage is one entry of `STAGES`
+and its module.
+
+Each stage builds the scorers of the split it uses and drops them when it ends, so cached
+activations of one split never sit in memory beside another's. With mean ablation every task
+is ablated with the means over its own prompts (the selection split for the main task) unless
+`means` is given for the main task. A resumable stage's tables are written to the results
+folder as soon as it is done, with a record of the inputs that made them (see
+`workbench.results.store`); a rerun reuses a stage only when config, model, tasks and upstream
+files are unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from workbench import distributed, progress
 from workbench.ablation import AblationKind, HeadMeans, compute_head_means
@@ -40,6 +52,8 @@ from workbench.confirmation.stage import confirm_stage, score_means
 from workbench.deprecation import caller_stacklevel
 from workbench.environment import environment, thread_choice
 from workbench.errors import FewExamplesWarning, WorkbenchError
+from workbench.estimate import RunEstimate, estimate_run, measure_forward
+from workbench.explain.stage import explain_stage
 from workbench.guards import (
     MAIN,
     Guard,
@@ -54,25 +68,41 @@ from workbench.metrics.scores import multi_token_metric, task_metric
 from workbench.precision import resolved, search_model
 from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.results.result import CELResult
-from workbench.results.store import ResultStore
-from workbench.results.view import write_view
+from workbench.results.stage import report_stage
+from workbench.results.store import ResultStore, read_run_file
 from workbench.scoring.scorer import CustomMetric, MaskScorer
-from workbench.screening.registry import get_method
-from workbench.screening.screen import ScreenRace, resolve_task, screen_heads, single_head_diffs
-from workbench.search.candidates import (
-    candidate_heads,
-    rank_order,
-    search_pool,
-    select_candidates,
-)
-from workbench.search.registry import get_strategy
-from workbench.search.replay import SearchCheckpoint
-from workbench.search.space import SearchSpace
-from workbench.stats import Stats, helpful_agreement, rank_correlation
-from workbench.tables import head_name
+from workbench.screening.screen import resolve_task
+from workbench.screening.stage import check_heads, screen_stage
+from workbench.search.candidates import rank_order
+from workbench.search.stage import search_stage
+from workbench.stats import Stats
 from workbench.tasks.encoding import TaskBatch, encode_task
 from workbench.tasks.format import small_splits, small_splits_note
 from workbench.tasks.task import Task
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the main job.
+
+    Attributes:
+        name: its name in `CELResult.timings`, the progress lines and the cost.
+        tables: the result tables it makes (`CELResult` attributes, saved as `<table>.csv`
+            and recorded in `config.json`); none for a stage that writes files of its own.
+        run: `run(run, result, store) -> {table: DataFrame}` on the prepared run
+            (`CELRun`), the result so far and the open results folder
+            (`workbench.results.store.ResultStore`).
+        resumable: a rerun takes its tables from the results folder when their inputs are
+            unchanged, instead of running it; its seconds add up over the runs that made
+            them (`CELResult.timings`), and the estimate and the progress lines count it.
+        check: for a resumable stage, `check(run, tables, folder)` on tables read back.
+    """
+
+    name: str
+    tables: tuple[str, ...]
+    run: Callable[..., dict]
+    resumable: bool = False
+    check: Callable[..., None] | None = None
 
 
 @dataclass
@@ -93,6 +123,14 @@ class CELRun:
         small: the splits and side tasks with fewer examples than intervals need, and how
             many they hold (`workbench.tasks.format.small_splits`; the run warns).
         searcher_model: what `searcher()` built, dropped when the search ends.
+        launched: `time.perf_counter()` when the command that loaded the model started (the
+            cost's `load` stage runs from there to `started`); None from Python.
+        estimate: the pre-run estimate (`workbench.estimate.estimate_run`): its forward and
+            its likely seconds go into the cost; `run_prepared` makes it when not given.
+        plots, explain: whether the run writes plots and the explanation (`run_prepared`).
+        clean_select: the clean scores of the selection split (per example), from setup.
+        seconds: each stage's seconds in this process (the cost counts the explanation's).
+        explanation: what the explain stage explained (`HeadExplanation`), or None.
     """
 
     model: object
@@ -107,6 +145,13 @@ class CELRun:
     started: float = 0.0
     small: dict = dataclasses.field(default_factory=dict)
     searcher_model: object | None = dataclasses.field(default=None, repr=False)
+    launched: float | None = None
+    estimate: RunEstimate | None = None
+    plots: bool = True
+    explain: bool = True
+    clean_select: dict | None = dataclasses.field(default=None, repr=False)
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    explanation: object | None = dataclasses.field(default=None, repr=False)
 
     @property
     def stats(self) -> Stats:
@@ -139,6 +184,62 @@ class CELRun:
             return None
         return compute_head_means(self.model, data.tokens, data.lengths)
 
+    def forward_seconds(self) -> float:
+        """Seconds of one plain forward over the selection split, timed now
+        (`workbench.estimate.measure_forward`)."""
+        return measure_forward(self)
+
+
+def setup_stage(run: CELRun, result: CELResult, store: ResultStore) -> dict:
+    """The run's record in its results folder, before any stage computes: a folder that holds
+    a run with another config is refused; an earlier run's summary and timings are taken up;
+    the splits, task files, clean scores and environment are saved. Its seconds count from
+    `prepare_run` on (encoding the tasks, the estimate's forward, the clean pass)."""
+    config = run.config
+    if store.previous is not None:
+        diff = config.differences(CELConfig.from_dict(store.previous["config"]))
+        if diff:
+            raise WorkbenchError(
+                f"{str(store.folder)!r} holds a CEL run with a different config (differs in "
+                f"{diff}); use another --out folder, delete this one, or rerun with "
+                "--overwrite (run_cel(..., overwrite=True)) to replace it"
+            )
+        result.summary = store.previous.get("summary", {})
+        result.timings = store.previous.get("timings", {})
+    result.environment = _environment(run, store.previous)
+    result.summary.update({
+        "objective": config.objective,
+        "secondary": config.secondary,
+        "splits": {"select": run.select.task.ids, "heldout": run.heldout.task.ids},
+        "prepend_bos": run.select.prepend_bos,  # the BOS choice in effect
+        "answer_tokens": run.select.task.answer_tokens,  # as fitted to this tokenizer
+        # where the tasks were read from (None: built in memory): `workbench explain`
+        # reloads the main task from there
+        "task_file": run.main.file,
+        "side_task_files": {name: t.file for name, t in run.others.items()},
+    })
+    if run.small:  # splits or side tasks below MIN_SPLIT_EXAMPLES (none: no key)
+        result.summary["few_examples"] = run.small
+    result.summary.setdefault("n_examples", {})["select"] = len(run.select)
+    result.summary.setdefault("clean", {})["select"] = score_means(run.clean_select)
+    _add_time(result, "setup", run.started)
+    store.save(result.run_file())
+    return {}
+
+
+# The main job, in order (module docstring). A table that only runs with side tasks make
+# (`SIDE_TABLES`) is empty, and not saved, in a run without them.
+STAGES: tuple[Stage, ...] = (
+    Stage("setup", (), setup_stage),
+    Stage("screen", ("heads",), screen_stage, resumable=True, check=check_heads),
+    Stage("search", ("combos",), search_stage, resumable=True),
+    Stage("confirm", ("confirmation", "side_effects", "tradeoff"), confirm_stage,
+          resumable=True),
+    Stage("explain", (), explain_stage),
+    Stage("report", (), report_stage),
+)
+SIDE_TABLES = ("side_effects", "tradeoff")
+
 
 def run_cel(
     model,
@@ -152,6 +253,7 @@ def run_cel(
     compute: Compute | None = None,
     plots: bool = True,
     overwrite: bool = False,
+    explain: bool = True,
     **settings,
 ) -> CELResult:
     """Capability Enhancement Localization: screen heads, search sets, confirm held out.
@@ -168,7 +270,9 @@ def run_cel(
             recorded), validated before any forward pass. Any `Compute` field (`max_rows`,
             `token_budget`, `progress`, `threads`, ...) given here sets `compute`.
         out_dir: the results folder: stage files are written as they finish and a rerun
-            with the same config resumes from them; None keeps everything in memory.
+            with the same config resumes from them, then the explanation, `report.md`,
+            `view.html` and the cost (the folder `workbench cel` writes); None keeps
+            everything in memory and writes nothing.
         metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them);
             for a task with `answer_tokens: multi`, `multi_token_metric` by default.
         means: head means for mean-ablating the main task (default: over its selection
@@ -177,6 +281,8 @@ def run_cel(
         plots: write plots when saving.
         overwrite: empty an earlier CEL results folder in `out_dir` first, once this run
             holds its lock (refused while another run holds it).
+        explain: explain the best set into `out_dir` (`workbench.explain.stage`; the command
+            line's `--no-explain` is False).
 
     Returns:
         A `CELResult` (also saved to `out_dir` when given).
@@ -187,7 +293,7 @@ def run_cel(
     """
     run = prepare_run(model, task, others, config, metric=metric, means=means, compute=compute,
                       **settings)
-    return run_prepared(run, out_dir=out_dir, plots=plots, overwrite=overwrite)
+    return run_prepared(run, out_dir=out_dir, plots=plots, overwrite=overwrite, explain=explain)
 
 
 def prepare_run(
@@ -242,176 +348,71 @@ def prepare_run(
 
 def run_prepared(
     run: CELRun, *, out_dir: str | Path | None = None, plots: bool = True,
-    overwrite: bool = False,
+    overwrite: bool = False, explain: bool = True,
 ) -> CELResult:
-    """Run a `prepare_run` result's three stages (see `run_cel` for the arguments)."""
+    """Run a `prepare_run` result's stages (`STAGES`; see `run_cel` for the arguments). With
+    `out_dir`, the cost's forward is timed first unless `run.estimate` holds one."""
+    run.plots, run.explain = plots, explain
     with run.compute.threads_set():
-        return _run_stages(run, out_dir, plots, overwrite)
+        if out_dir is not None and run.estimate is None:
+            run.estimate = estimate_run(run, stages_done(out_dir, overwrite))
+        return _run_stages(run, out_dir, overwrite)
 
 
-def _run_stages(run: CELRun, out_dir, plots: bool, overwrite: bool) -> CELResult:
-    model, config, main, other_tasks = run.model, run.config, run.main, run.others
-    metric, t0 = run.metric, run.started
+def stages_done(out: str | Path, overwrite: bool = False) -> tuple[str, ...]:
+    """The resumable stages whose tables a results folder records (a rerun with the same
+    config takes them up; none once `overwrite` empties it)."""
+    if overwrite or not (Path(out) / "config.json").is_file():
+        return ()
+    try:
+        files = read_run_file(Path(out)).get("files", {})
+    except WorkbenchError:
+        return ()
+    return tuple(s.name for s in STAGES if s.resumable and s.tables[0] in files)
+
+
+def _run_stages(run: CELRun, out_dir, overwrite: bool) -> CELResult:
     # the objective is checked against the metrics the task scores before the folder is
     # opened, so that a refused run creates none
     if run.means is None:
         run.means = run.means_of(run.select)
     setup = run.scorer(run.select, run.means)
-    clean_select = setup.clean()
+    run.clean_select = setup.clean()
     setup.release()
-    run.config = config = _resolve_metrics(config, list(clean_select), metric, main, model,
-                                           other_tasks)
+    run.config = _resolve_metrics(run.config, list(run.clean_select), run.metric, run.main,
+                                  run.model, run.others)
+    seed = run.config.seed
     with ResultStore(out_dir, overwrite=overwrite) as store:
-        result = CELResult(config=config, seeds={"bootstrap": config.seed,
-                                                 "random_sets": config.seed,
-                                                 "compressed_sensing": config.seed})
-        if store.previous is not None:
-            diff = config.differences(CELConfig.from_dict(store.previous["config"]))
-            if diff:
-                raise WorkbenchError(
-                    f"{str(store.folder)!r} holds a CEL run with a different config (differs in "
-                    f"{diff}); use another --out folder, delete this one, or rerun with "
-                    "--overwrite (run_cel(..., overwrite=True)) to replace it"
-                )
-            result.summary = store.previous.get("summary", {})
-            result.timings = store.previous.get("timings", {})
-        result.environment = _environment(run, store.previous)
-        result.summary.update({
-            "objective": config.objective,
-            "secondary": config.secondary,
-            "splits": {"select": run.select.task.ids, "heldout": run.heldout.task.ids},
-            "prepend_bos": run.select.prepend_bos,  # the BOS choice in effect (issue 20)
-            "answer_tokens": run.select.task.answer_tokens,  # as fitted to this tokenizer
-            # where the tasks were read from (None: built in memory): `workbench explain`
-            # reloads the main task from there
-            "task_file": main.file,
-            "side_task_files": {name: t.file for name, t in other_tasks.items()},
-        })
-        if run.small:  # splits or side tasks below MIN_SPLIT_EXAMPLES (none: no key)
-            result.summary["few_examples"] = run.small
-        result.summary.setdefault("n_examples", {})["select"] = len(run.select)
-        result.summary.setdefault("clean", {})["select"] = score_means(clean_select)
-        _add_time(result, "setup", t0)
-        store.save(result.run_file())
-        cfg = config.to_dict()
-
-        result.heads = _resumed(store, cfg, "heads", "screen", screen_stage, run, result)
-        _check_heads(result.heads, model, store.folder)
-        result.combos = _resumed(store, cfg, "combos", "search",
-                                 functools.partial(search_stage, store=store), run, result)
-        run.searcher_model = None  # a lower-precision copy is not needed past the search
-
-        confirmation = store.load("confirmation", cfg)
-        side_effects = store.load("side_effects", cfg) if other_tasks else pd.DataFrame()
-        # a folder confirmed before the trade-off table existed is confirmed again
-        tradeoff = store.load("tradeoff", cfg) if other_tasks else pd.DataFrame()
-        if confirmation is None or side_effects is None or tradeoff is None:
-            t = time.perf_counter()
-            with progress.stage("confirm", run.compute.progress):
-                # resumes from the sizes an interrupted run saved
-                confirmation, side_effects, tradeoff = confirm_stage(run, result, store)
-            _add_time(result, "confirm", t)
-            tables = {"confirmation": confirmation}
-            if not side_effects.empty:
-                tables["side_effects"] = side_effects
-            if not tradeoff.empty:
-                tables["tradeoff"] = tradeoff
-            result.confirmation, result.side_effects = confirmation, side_effects
-            store.save(result.run_file(), finished=("confirm",), **tables)
-        result.confirmation, result.side_effects = confirmation, side_effects
-        result.tradeoff = tradeoff
-        if store.folder is not None:
-            result.write_report(store.folder, plots)
-            write_view(store.folder)  # view.html: the tables and plots, offline
+        result = CELResult(config=run.config, seeds={"bootstrap": seed, "random_sets": seed,
+                                                     "compressed_sensing": seed})
+        for stage in STAGES:
+            _run_stage(stage, run, result, store)
     return result
 
 
-def _resumed(store: ResultStore, cfg: dict, table: str, stage: str, run_stage, run: CELRun,
-             result: CELResult) -> pd.DataFrame:
-    """A stage's table from the results folder when its inputs are unchanged, else computed
-    by `run_stage(run, result)`, timed as `stage` and saved."""
-    df = store.load(table, cfg)
-    if df is None:
-        t = time.perf_counter()
-        with progress.stage(stage, run.compute.progress):
-            df = run_stage(run, result)
-        _add_time(result, stage, t)
-        store.save(result.run_file(), finished=(stage,), **{table: df})  # its checkpoint goes
-    return df
-
-
-def screen_stage(run: CELRun, result: CELResult) -> pd.DataFrame:
-    """Stage 1: the single-head screening table with the candidates marked."""
-    config = run.config
-    race = ScreenRace(run.order[0], screen_race_rule(config.strategies))
-    heads = screen_heads(run.searcher(), run.select, config.kind, config.method, split=None,
-                         others=run.others if config.side_screening else (),
-                         metric=run.metric, means=run.means, per_position=config.per_position,
-                         stats=run.stats, race_on=race if config.adaptive else None,
-                         compute=run.compute)
-    result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
-    if not get_method(config.method).exact and config.check_attribution:
-        # an estimate is checked against exact screening: rank correlation, helpful heads
-        _, exact = single_head_diffs(run.searcher(), run.select, "exact", config.kind, run.means,
-                                     run.metric, per_position=config.per_position,
-                                     compute=run.compute, desc="exact check")
-        rho, agreement = {}, {}
-        for m, d in exact.items():
-            heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()
-            rho[m] = rank_correlation(heads[f"d_{m}"], heads[f"exact_d_{m}"])
-            exact_table = heads[["layer", "head"]].assign(**{f"d_{m}": heads[f"exact_d_{m}"]})
-            agreement[m] = helpful_agreement(heads, exact_table, m)
-        result.summary["attribution_rank_correlation"] = rho
-        result.summary["attribution_agreement"] = agreement
-    heads = select_candidates(heads, *run.order, config.top_m,
-                              guards=[g for g in run.guards if g.on_main])
-    result.summary["candidates"] = [head_name(*h) for h in candidate_heads(heads)]
-    return heads
-
-
-def screen_race_rule(strategies) -> str:
-    """What raced screening decides: the candidates' ranks (`"hurts"`) when a strategy
-    searches among them (its record is `ranked`), else only the search pool (`"pool"`,
-    `workbench.racing`)."""
-    return "hurts" if any(get_strategy(s).ranked for s in strategies) else "pool"
-
-
-def search_stage(run: CELRun, result: CELResult, store: ResultStore | None = None
-                 ) -> pd.DataFrame:
-    """Stage 2: every head set the strategies scored on the selection split. With `store`,
-    its scoring calls are saved as they go and an interrupted run's are replayed
-    (`workbench.search.replay`)."""
-    config = run.config
-    low = run.searcher()  # the knockouts only rank heads: at `search_dtype`, like screening
-    with SearchCheckpoint(store, config.to_dict(), result) as saved:
-        space = SearchSpace(saved.wrap(run.scorer(run.select, run.means), "main"),
-                            candidate_heads(result.heads),
-                            config.objective, config.secondary, rank_by=config.rank_by,
-                            max_size=config.max_size, top_m=config.top_m,
-                            beam_width=config.beam_width, n_masks=config.n_masks,
-                            knockout_p=config.knockout_p, budget=config.search_budget,
-                            knockout_examples=config.knockout_examples,
-                            seed=config.seed, adaptive=config.adaptive, ci=config.ci,
-                            progress=run.compute.progress,
-                            pool=search_pool(result.heads, run.order[0], second=run.order[1],
-                                             guards=[g for g in run.guards if g.on_main]),
-                            guards=tuple(g for g in run.guards if g.on_main),
-                            guard_rule=config.guard_rule,
-                            ranker=None if low is run.model else saved.wrap(
-                                run.scorer(run.select, run.means, low), "main_ranks"))
-        for name in config.strategies:
-            get_strategy(name)(space, **config.strategy_settings.get(name, {}))
-        for used in filter(None, (space.scorer, space.ranker)):
-            used.release()
-        side_guards = [g for g in run.guards if not g.on_main]
-        if side_guards:  # the best sets' side-task guards, on each side task's selection split
-            space.check_side_guards(side_guards, {g.task: saved.wrap(
-                run.scorer(*_split_data(run, g.task, "select")), g.task)
-                for g in side_guards})
-    result.summary.update(space.notes)
-    result.summary.setdefault("forward_eq", {})["search"] = space.forward_eq
-    result.timings["search"] = result.timings.get("search", 0.0) + saved.seconds  # earlier runs'
-    return pd.DataFrame(space.records)
+def _run_stage(stage: Stage, run: CELRun, result: CELResult, store: ResultStore) -> None:
+    """Run `stage`, or, when it is resumable and the results folder holds its tables made
+    from the same inputs, take them from there; its tables go into `result` and the folder."""
+    cfg = run.config.to_dict()
+    wanted = [t for t in stage.tables if run.others or t not in SIDE_TABLES]
+    if stage.resumable:
+        loaded = {t: store.load(t, cfg) for t in wanted}
+        if all(df is not None for df in loaded.values()):
+            if stage.check is not None:
+                stage.check(run, loaded, store.folder)
+            for name in stage.tables:
+                setattr(result, name, loaded.get(name, pd.DataFrame()))
+            return
+    t = time.perf_counter()
+    with progress.stage(stage.name, run.compute.progress and stage.resumable):
+        tables = stage.run(run, result, store)
+    run.seconds[stage.name] = time.perf_counter() - t
+    for name, df in tables.items():
+        setattr(result, name, df)
+    if stage.resumable:  # its checkpoint, if it kept one, goes
+        _add_time(result, stage.name, t)
+        saved = {n: df for n, df in tables.items() if n not in SIDE_TABLES or not df.empty}
+        store.save(result.run_file(), finished=(stage.name,), **saved)
 
 
 def check_counterfactuals(kind: AblationKind | str, tasks: Sequence[Task]) -> None:
@@ -488,20 +489,6 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
         model_fingerprint=model_fingerprint(model), task_fingerprint=task_fingerprint(main),
         others_fingerprint=digest([task_fingerprint(t) for t in others.values()]),
     )
-
-
-def _split_data(run: CELRun, task: str, split: str) -> tuple[TaskBatch, HeadMeans | None]:
-    """A side task's split, encoded for the run's model, and its mean-ablation means (over its
-    own prompts, as side tasks are ablated)."""
-    data = encode_task(run.model, run.others[task], split)
-    return data, run.means_of(data)
-
-
-def _check_heads(heads: pd.DataFrame, model, folder: Path | None) -> None:
-    n = model.cfg.n_layers * model.cfg.n_heads
-    if len(heads) != n:
-        raise WorkbenchError(f"{str(folder)!r}: heads.csv has {len(heads)} rows; this model has "
-                             f"{n} heads")
 
 
 def _environment(run: CELRun, previous: dict | None) -> dict:

@@ -369,8 +369,8 @@ def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, opti
         others=[tasks[o] for o in others if o not in left_out],
         kind=cell.kind,
         out_dir=folder,
-        model_name=cell.model,
-        progress=progress,
+        model_name=cell.model, progress=progress,
+        explain=False,  # a sweep compares cells; `workbench explain CELL` explains one
         **options,
     )
     return f"side tasks left out (they do not fit the tokenizer): {', '.join(left_out)}" \

@@ -466,7 +466,7 @@ def test_quiet_silences_a_real_gguf_conversion(tmp_path, monkeypatch, capsys):
 
 
 def test_a_task_with_few_examples_is_named_before_the_run(demo_files, tmp_path, capsys):
-    """Issue 47 item 5: `workbench cel` on fewer than 10 examples per split says so in one
+    """`workbench cel` on fewer than 10 examples per split says so in one
     line right after the model and task line, before the first stage, and runs (rc 0)."""
     model_dir, main, side = demo_files
     out = tmp_path / "few"

@@ -248,7 +248,7 @@ def test_theory_subcommand_keeps_its_options(capsys):
 
 
 _SLOW_SEARCH = """
-import faulthandler, signal, sys, time
+import dataclasses, faulthandler, signal, sys, time
 import workbench.pipeline as pipeline
 
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where a slow exit hangs
@@ -257,7 +257,8 @@ def slow_search(run, result, store=None):  # the real run, stopped in its second
     print("searching", flush=True)
     time.sleep(300)
 
-pipeline.search_stage = slow_search
+pipeline.STAGES = tuple(dataclasses.replace(s, run=slow_search) if s.name == "search" else s
+                        for s in pipeline.STAGES)
 from workbench.cli.parser import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -366,7 +366,8 @@ def demo_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("demo")
     _, main, _ = write_demo(folder)
     model, task = demo_model(), load_task(main)
-    result = run_cel(model, task, out_dir=folder / "run", **FAST_CEL)
+    # unexplained, so that the tests below see what `explain_folder` adds
+    result = run_cel(model, task, out_dir=folder / "run", explain=False, **FAST_CEL)
     return model, task, result, folder / "run"
 
 
@@ -415,7 +416,7 @@ def test_report_explains_the_best_set_with_the_tables_numbers(demo_run):
     report = (folder / "report.md").read_text()
     # an in-memory model is named by its shape, not by TransformerLens's "custom"
     assert report.startswith("# CEL: micro_map on an in-memory model (2 layers x 4 heads")
-    assert "What the best set" not in report  # run_cel alone does not explain
+    assert "What the best set" not in report  # run with explain=False
     ex = explain_folder(folder, model, task, result)
     report = (folder / "report.md").read_text()
     section = report[report.index("## What the best set's heads do"):]

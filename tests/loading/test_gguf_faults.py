@@ -1,5 +1,5 @@
 """Damaged GGUF files, unconvertible architectures and a cache path that is a file: each ends in
-one `WorkbenchError` line that says what is wrong, before transformers reads the file (issue 33).
+one `WorkbenchError` line that says what is wrong, before transformers reads the file.
 
 The files are tiny random ones written by `gguf`'s writer
 (`tests.loading.test_gguf.write_tiny_gguf`); tests/test_gemma.py repeats the truncations on the

@@ -1,4 +1,4 @@
-"""Tables that say what they rest on (issue 33 item 5): every shown effect with its `n` or
+"""Tables that say what they rest on: every shown effect with its `n` or
 the full-split value, the long export against the wide tables, one percent scale, the
 renamed columns read from older folders, and the heatmap's panels and marks."""
 
@@ -130,7 +130,7 @@ def test_single_heads_of_the_main_job_carry_their_n():
 
 
 def test_attribution_estimates_are_named_and_shown_beside_measured_removals():
-    """Issue 47: a quick look's per-head table showed attribution estimates as removals. With
+    """A quick look's per-head table once showed attribution estimates as removals. With
     the exact check the measured `exact_d_*` stands beside each estimate; without it (the
     quick look) the search's measurement of the head alone, on as many examples; and the
     report names the numbers as estimates."""

@@ -114,7 +114,7 @@ def _outlined(fig) -> list[tuple[float, float]]:
     ("exhaustive", ["L0H0", "L0H1"]),  # the top_m of the candidates
 ])
 def test_heatmap_outlines_only_the_heads_the_search_scored_sets_of(strategy, searched):
-    """Issue 47: a quick look outlined 78 candidates as "the search starts from them" while
+    """A quick look once outlined 78 candidates as "the search starts from them" while
     its search used the top 6. The outline is what each strategy's record says it searched."""
     result = _result(2, 4)
     result.config = CELConfig(model="m", task="t", objective="accuracy",

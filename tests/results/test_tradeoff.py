@@ -1,4 +1,4 @@
-"""The trade-off (issue 35): side tasks in their own metrics, every metric of the main task,
+"""The trade-off: side tasks in their own metrics, every metric of the main task,
 the guard against a gamed objective, and the gain-vs-side-effect table and plot.
 
 Every p-value is checked against `sign_flip_pvalue` on per-example differences from a plain

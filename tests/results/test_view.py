@@ -209,7 +209,7 @@ def test_view_shows_the_attention_rows_of_the_explanation(folder):
 
 def test_view_shows_n_gamed_and_why_by_default(folder):
     """What decides is in view without "all columns": each effect's n, `gamed`, and why each
-    size's set is or is not called best (issue 47 item 3); a guarded run's p-value too."""
+    size's set is or is not called best; a guarded run's p-value too."""
     page = _parse(write_view(folder).read_text())
 
     def shown(table: str) -> set[str]:
@@ -305,7 +305,9 @@ def test_cli_view_rebuilds_the_page_and_refuses_other_folders(folder, tmp_path, 
 
 
 def test_run_cel_writes_the_view_and_explain_adds_its_figures(tmp_path):
-    """The page is written at the end of every run, and again with the explanation."""
+    """The page is written at the end of every run, and again when `workbench explain`
+    explains the folder (the run's own explanation turned off); a run that explains writes
+    the page once, with the explanation."""
     from workbench.cli.demo import micro_model, write_demo
     from workbench.explain.report import explain_folder
     from workbench.pipeline import run_cel
@@ -314,7 +316,8 @@ def test_run_cel_writes_the_view_and_explain_adds_its_figures(tmp_path):
     _, main, _ = write_demo(tmp_path)
     model, task = micro_model(), load_task(main)
     out = tmp_path / "run"
-    result = run_cel(model, task, out_dir=out, n_random=10, n_boot=50, progress=False)
+    result = run_cel(model, task, out_dir=out, n_random=10, n_boot=50, progress=False,
+                     explain=False)
     page = _parse((out / VIEW_FILE).read_text())
     assert len(page.tables["heads"]) == model.cfg.n_layers * model.cfg.n_heads
     assert "explanation-roles" not in page.tables
@@ -327,6 +330,9 @@ def test_run_cel_writes_the_view_and_explain_adds_its_figures(tmp_path):
         assert f"src='data:image/png;base64,{data}'" in text
     examples = pd.read_csv(out / "explanation" / "attention_examples.csv")
     assert text.count(" data-attention='") == len(examples) > 0
+    explained = tmp_path / "explained"
+    run_cel(model, task, out_dir=explained, n_random=10, n_boot=50, progress=False)
+    assert (explained / VIEW_FILE).read_text().replace("explained/", "run/") == text
 
 
 def test_view_in_headless_chromium(folder, tmp_path):

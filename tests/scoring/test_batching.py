@@ -1,4 +1,4 @@
-"""The unembedding runs only where a metric reads (issue 30, item 4).
+"""The unembedding runs only where a metric reads.
 
 At Gemma-3's 262,144-token vocabulary the unembedding is larger than the rest of the model,
 and every position's logits of a 64 x 20-token batch take 1.3 GB. Every path of the workbench

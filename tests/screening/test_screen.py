@@ -146,7 +146,7 @@ def test_custom_metric_on_transformer_bridge(tmp_path):
 
 def test_keywords_of_0_1_still_work_with_a_deprecation_warning(attn_model, tiny_task):
     """`screen_heads(model, task, method="exact", n_boot=50)`, public in 0.1.0, gives what the
-    new spelling gives and warns, naming the replacement (issue 47 item 7): the bootstrap
+    new spelling gives and warns, naming the replacement (the keywords moved in 0.2): the bootstrap
     settings moved into `Stats`, the budgets into `Compute`, the race into `ScreenRace`."""
     import pandas as pd
 

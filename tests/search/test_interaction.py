@@ -67,7 +67,8 @@ def test_interaction_respects_its_budget(micro, micro_screen):
 @pytest.mark.parametrize("knockout_examples", [4, 16, None])
 def test_knockouts_are_scored_on_their_first_examples_in_racing_order(micro, knockout_examples):
     """Raced knockouts see the first `knockout_examples` examples of racing's order (None: the
-    first racing slice, as before issue 32); their recorded gains are those examples' means."""
+    first racing slice, as before knockouts had their own count); their recorded gains are
+    those examples' means."""
     heads = select_candidates(
         screen_scorer(micro.scorer("select"), stats=Stats(n_boot=200)), FIRST, SECOND, 8
     )

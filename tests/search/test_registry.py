@@ -16,8 +16,9 @@ from workbench.cli.commands import run_options
 from workbench.cli.parser import build_parser
 from workbench.config import CELConfig
 from workbench.estimate import stage_forwards
-from workbench.pipeline import prepare_run, run_cel, screen_race_rule
+from workbench.pipeline import prepare_run, run_cel
 from workbench.racing import first_slice
+from workbench.screening.stage import screen_race_rule
 from workbench.search.registry import (
     CostInputs,
     Setting,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -24,12 +25,13 @@ from workbench.results.store import (
     read_run_file,
 )
 from workbench.scoring.scorer import MaskScorer
+from workbench.search.stage import search_stage
 from workbench.tasks.task import load_task
 
 PARTIAL = "search.partial.pt"
 # the tiny golden model's search: the knockouts (42 masks on 16 examples) and two racing looks
 # of the finalist sets; with side-task guards, then a side-task check per size
-REAL_STAGE, REAL_SCORE = pipeline.search_stage, MaskScorer.score
+REAL_STAGE, REAL_SCORE = search_stage, MaskScorer.score
 GUARDED = {"guards": ("main:accuracy:0.05", "side:accuracy:0.1"), "guard_rule": "no_fall"}
 
 
@@ -65,7 +67,8 @@ def _search_calls(monkeypatch, stop_at: int | None = None) -> list[int]:
             calls.append(int(masks.shape[0]))
         return real_score(self, masks, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "search_stage", stage)
+    monkeypatch.setattr(pipeline, "STAGES", tuple(
+        replace(s, run=stage) if s.name == "search" else s for s in pipeline.STAGES))
     monkeypatch.setattr(MaskScorer, "score", score)
     return calls
 

@@ -95,7 +95,7 @@ def test_header(name):
     assert task["name"] == name
     assert isinstance(task["description"], str) and task["description"]
     assert task["metric"] in METRIC_NAMES
-    # No BOS forced: each model gets the ids its own tokenizer gives (issue 20 item 2).
+    # No BOS forced: each model gets the ids its own tokenizer gives.
     assert "prepend_bos" not in task
     assert task.get("answer_tokens", "single") == ("multi" if name in ICL_NAMES else "single")
     assert re.fullmatch(r"python tasks/generate_hub_tasks\.py --seed \d+", task["source"])

@@ -171,7 +171,7 @@ def run_cel_command(args) -> int:
     from workbench.environment import environment, environment_line, thread_choice
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
-    from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared
+    from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared, stages_done
     from workbench.precision import SlowSearchWarning, auto_search_dtype, lowers, slow_search_note
     from workbench.results.store import CONFIG_FILE
 
@@ -227,57 +227,32 @@ def run_cel_command(args) -> int:
             print(why, flush=True)
     with warnings.catch_warnings():  # a bfloat16 search times its copy (said once above)
         warnings.simplefilter("ignore", SlowSearchWarning)
-        estimate = estimate_run(run, _stages_done(out) if resuming else ())
+        estimate = estimate_run(run, stages_done(out, args.overwrite))
     if estimate.seconds[1] >= LONG_RUN_S:  # a long run says what it costs before it starts
         print(estimate.line(), flush=True)
     # in a log (stderr not a terminal), progress is plain lines with the run's ETA
     seconds = {stage: (c[0] * estimate.seconds_per_forward, c[1] * estimate.seconds_per_forward)
                for stage, c in estimate.costs.items() if c is not None}
     shown = not args.quiet and distributed.is_main()
-    # the pipeline's setup stage is timed from `prepare_run` on (the estimate included)
-    loaded, before = run.started, recorded_seconds(out) if resuming else 0.0
+    # the run's setup stage is timed from `prepare_run` on (the estimate included); the
+    # cost's `load` stage is the time before it, torch's import and the load included
+    run.launched, run.estimate = started, estimate
     with distributed.rank_out_dir(out) as run_out, progress.tracking(
             seconds if shown else {}, likely=estimate.likely), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", SlowSearchWarning)  # said once above
-        result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite)
+        result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite,
+                              explain=not args.no_explain)
+    from workbench.results.cost import cost_line
     from workbench.results.headline import explained_line, result_lines, results_line
 
     print("\n".join(result_lines(result)))
-    explained = time.perf_counter()
-    if not args.no_explain and distributed.is_main() and result.complete:
-        from workbench.explain.report import explain_folder
-
-        # on the examples the run used (`--max-examples` samples them)
-        ex = explain_folder(out, model, sampled, result)
-        if ex is not None:
-            print(explained_line(str(ex.heads), out))
-    if distributed.is_main():  # what the run cost, in forward-times (`workbench.results.cost`)
-        from workbench.estimate import measure_forward
-        from workbench.results.cost import cost_line, run_cost, save_cost, stage_seconds
-
-        explain_s = time.perf_counter() - explained
-        again = measure_forward(run)  # the faster of the two counts (a burst slows one)
-        now = time.perf_counter()
-        result.cost = run_cost(stage_seconds(
-            result.timings, load=loaded - started, explain=explain_s,
-            wall=now - started, before=before), (estimate.seconds_per_forward, again),
-            estimate.likely)
-        save_cost(out, result)
+    if run.explanation is not None:
+        print(explained_line(str(run.explanation.heads), out))
+    if result.cost:  # what the run cost, in forward-times (`workbench.results.cost`)
         print(cost_line(result.cost))
     print(results_line(out))
     return 0
-
-
-def recorded_seconds(out: Path) -> float:
-    """The stage seconds an earlier run of the results folder `out` recorded (0 if none)."""
-    from workbench.results.store import read_run_file
-
-    try:
-        timings = read_run_file(out).get("timings") or {}
-    except WorkbenchError:
-        return 0.0
-    return float(sum(timings.values()))
 
 
 def _check_guards(config, task, others) -> None:
@@ -289,18 +264,6 @@ def _check_guards(config, task, others) -> None:
     if guards:
         check_guards(guards, {MAIN: task_metrics(task),
                               **{o.name: task_metrics(o) for o in others}})
-
-
-def _stages_done(out: Path) -> tuple[str, ...]:
-    """The stages whose tables a results folder records (a resumed run skips them)."""
-    from workbench.results.store import read_run_file
-
-    try:
-        files = read_run_file(out).get("files", {})
-    except WorkbenchError:
-        return ()
-    tables = {"screen": "heads", "search": "combos", "confirm": "confirmation"}
-    return tuple(stage for stage, table in tables.items() if table in files)
 
 
 def check_hub_models(models) -> None:

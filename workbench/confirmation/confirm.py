@@ -21,7 +21,7 @@ size on the **held-out split**, which played no part in screening or search, and
   is reported too;
 - side effects: the same sets' effects on each other task, on all of its examples.
 
-Honest-null additions (issue 11), each optional so older callers keep their columns:
+Honest-null additions, each optional so older callers keep their columns:
 
 - `pool`: a second random baseline drawn only from heads whose single removal does not
   clearly hurt on the selection split (`workbench.search.candidates.search_pool`). Most random heads
@@ -36,7 +36,7 @@ Honest-null additions (issue 11), each optional so older callers keep their colu
   Holm-adjusted across the sizes: the headline is a size with `p_holm < alpha`. Side-effect
   rows get a two-sided `p_value` (is there any effect?) and `p_holm` across all of them.
 
-The trade-off (issue 35, `workbench.results.tradeoff`), in added columns only:
+The trade-off (`workbench.results.tradeoff`), in added columns only:
 
 - every metric `m` of the main task other than the objective gets a two-sided sign-flip
   `d_<m>_p` and `d_<m>_p_holm`, Holm-corrected across sizes (the guard against a gamed

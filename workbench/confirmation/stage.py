@@ -1,4 +1,4 @@
-"""Stage 3 of `run_cel`: the held-out confirmation, resumable from its last finished size.
+"""The confirm stage of `run_cel`: the held-out confirmation, resumable from its last finished size.
 
 `confirm_stage` re-scores the best set of each size on the held-out split against its random
 baselines and measures its side effects (`workbench.confirmation.confirm.confirm_size`), then
@@ -88,16 +88,17 @@ class _Checkpoint:
         self.store.save_partial(self.result.run_file(), STAGE, self.inputs, data)
 
 
-def confirm_stage(run, result, store=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Stage 3 of a prepared run (`workbench.pipeline.CELRun`) whose `result` holds the
+def confirm_stage(run, result, store=None) -> dict[str, pd.DataFrame]:
+    """The confirm stage of a prepared run (`workbench.pipeline.CELRun`) whose `result` holds the
     search's table: held-out confirmation of the best set of each size, side effects, and the
     trade-off table (`workbench.confirmation.confirm.tradeoff_table`). With `store` (an open
     `workbench.results.store.ResultStore`), each finished size is saved as it goes and the
     sizes saved by an interrupted run are taken up (module docstring).
 
     Returns:
-        `(confirmation, side_effects, tradeoff)`; `result.summary` gets the counts, the clean
-        scores, the best set and the significant sizes.
+        `{"confirmation": ..., "side_effects": ..., "tradeoff": ...}` (the last two empty
+        without side tasks); `result.summary` gets the counts, the clean scores, the best set
+        and the significant sizes.
     """
     config, combos = run.config, result.combos
     sets, best_size = best_sets(combos, *run.order, config.max_size)
@@ -170,4 +171,4 @@ def confirm_stage(run, result, store=None) -> tuple[pd.DataFrame, pd.DataFrame, 
         result.summary["infeasible"] = closest_infeasible(combos, run.guards, config, sets)
     result.summary["gamed_sizes"] = [int(r.size) for r in confirmation.itertuples() if r.gamed]
     result.summary["alpha"] = alpha
-    return confirmation, side_effects, tradeoff
+    return {"confirmation": confirmation, "side_effects": side_effects, "tradeoff": tradeoff}

@@ -28,7 +28,8 @@ prompt), one module per angle:
 
 `explain_heads` (`explanation`) runs all of it on one forward pass (`capture`) and returns a
 `HeadExplanation` holding the tables; `figures` draws them with matplotlib; `report`
-(`explain_folder`) writes one into a CEL results folder and its `report.md`. The helpers the
+(`explain_folder`) writes one into a CEL results folder and its `report.md`, and `stage` is
+`run_cel`'s explain stage, which writes the same files at the end of a run. The helpers the
 modules share (`capture`, `attribute`, `roles_for`, the `*_table` builders) are public names
 of their modules but not exported here. Per-head tables follow the schema of
 `workbench.tables` (`layer, head, head_name` first); per-example tables start with `id, layer,

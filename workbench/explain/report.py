@@ -16,9 +16,10 @@ what those heads were doing, from three angles of `explain_heads` on the held-ou
 It explains a finished run's best set (or its top candidate, marked as not significant, when
 no set is) and writes `explanation/` (the tables and their `config.json`),
 `explanation.png` (`explanation_figure`), `attention_examples.png` and the report with its
-new section; `workbench cel` calls it at the end of a run and `workbench explain --out DIR`
-on any results folder. The section itself is rendered from the saved tables by
-`workbench.results.report`, so rewriting `report.md` never needs the model.
+new section; `workbench explain DIR` calls it on any results folder, and `run_cel`'s explain
+stage (`workbench.explain.stage`) writes the same files at the end of a run. The section
+itself is rendered from the saved tables by `workbench.results.report`, so rewriting
+`report.md` never needs the model.
 """
 
 from __future__ import annotations
@@ -62,24 +63,37 @@ def explain_folder(
     if not result.top_candidate:
         return None
     folder = Path(folder)
+    ex = explanation_of(model, task, result, split=split)
+    with ResultStore(folder):
+        save_explanation(folder, ex)
+        result.write_report(folder, plots=(folder / "heads_heatmap.png").is_file())
+        write_view(folder)
+    return ex
+
+
+def explanation_of(model, task, result: CELResult, split: str = "heldout") -> HeadExplanation:
+    """`explain_heads` of `result`'s best set (or its top candidate) on `split`, its warnings
+    left to the report, with the set it explains recorded (`config["top_candidate"]`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the report says so instead
         ex = explain_heads(model, task, result, split=split)
     ex.config["top_candidate"] = ",".join(result.top_candidate)
-    with ResultStore(folder):
-        target = folder / EXPLANATION_DIR
-        ex.save(target)
-        write_json(target / "config.json", ex.config)  # atomically, after the tables
-        from workbench.results.plots import save_figure
-
-        save_figure(explanation_figure(ex.roles, ex.comparison_roles, ex.dla_summary),
-                    folder / EXPLANATION_FIGURE)
-        if not ex.attention_examples.empty:
-            save_figure(plot_attention_examples(ex.attention_examples),
-                        folder / ATTENTION_EXAMPLES_FIGURE)
-        result.write_report(folder, plots=(folder / "heads_heatmap.png").is_file())
-        write_view(folder)
     return ex
+
+
+def save_explanation(folder: Path, ex: HeadExplanation) -> None:
+    """Write `ex` into the results folder `folder` (whose lock the caller holds):
+    `explanation/*.csv` and its `config.json`, `explanation.png`, `attention_examples.png`."""
+    target = folder / EXPLANATION_DIR
+    ex.save(target)
+    write_json(target / "config.json", ex.config)  # atomically, after the tables
+    from workbench.results.plots import save_figure
+
+    save_figure(explanation_figure(ex.roles, ex.comparison_roles, ex.dla_summary),
+                folder / EXPLANATION_FIGURE)
+    if not ex.attention_examples.empty:
+        save_figure(plot_attention_examples(ex.attention_examples),
+                    folder / ATTENTION_EXAMPLES_FIGURE)
 
 
 def explanation_figure(roles: pd.DataFrame, comparison_roles: pd.DataFrame,

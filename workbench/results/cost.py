@@ -10,14 +10,16 @@ pass alike.
 
 `run_cost` builds `config.json`'s `cost` record from the stages' seconds:
 
-- `load`: importing torch, loading the model and the tasks (the CLI's share before
-  `workbench.pipeline.prepare_run`);
+- `load`: importing torch, loading the model and the tasks (the command line's share before
+  `workbench.pipeline.prepare_run`; a model given to `run_cel` from Python was loaded before
+  the run, so its cost has none);
 - `setup`, `screen`, `search`, `confirm`: the pipeline's stages (`CELResult.timings`,
   accumulated over resumed runs; setup runs from `prepare_run` on: encoding the tasks, the
   estimate's forward, the clean pass);
-- `explain`: the explanation of the best set (`workbench.explain.report.explain_folder`);
+- `explain`: the explanation of the best set (`workbench.explain.stage`);
 - `report`: the rest of the wall time (tables, plots, `report.md`, `view.html`, and the
-  forward measured again at the end).
+  forward measured again at the end). The report stage (`workbench.results.stage`) records
+  the cost of every run with a results folder, from Python as from the command line.
 
     {"forward_s": 3.6, "seconds": 209.0, "forward_times": 58.1,
      "stages": {"screen": {"seconds": 61.0, "forward_times": 16.9, "share": 0.29}, ...}}
@@ -30,7 +32,8 @@ from collections.abc import Mapping, Sequence
 
 from workbench.errors import WorkbenchError
 
-# the stages in run order; a stage the run did not time is left out
+# the stages in run order: the command's load, then `workbench.pipeline.STAGES` (a test keeps
+# them equal); a stage the run did not time is left out
 STAGES = ("load", "setup", "screen", "search", "confirm", "explain", "report")
 
 
@@ -95,18 +98,10 @@ def _seconds(s: float) -> str:
 
 def stage_seconds(timings: Mapping[str, float], *, load: float, explain: float, wall: float,
                   before: float = 0.0) -> dict[str, float]:
-    """`run_cost`'s `{stage: seconds}` for a CLI run: `load` (before the first stage), the
+    """`run_cost`'s `{stage: seconds}` for a run: `load` (before the first stage), the
     pipeline's `timings` (which hold `before` seconds recorded by earlier runs of a resumed
     folder), `explain`, and `report`: the rest of this process's `wall` time."""
     now = float(sum(timings.values())) - before  # the stages' seconds in this process
     return {"load": load, **timings, "explain": explain,
             "report": max(0.0, wall - load - explain - now)}
 
-
-def save_cost(folder, result) -> None:
-    """Write `result.cost` into the results folder's `config.json` (atomically, keeping the
-    record of its tables)."""
-    from workbench.results.store import ResultStore
-
-    with ResultStore(folder) as store:
-        store.save(result.run_file())

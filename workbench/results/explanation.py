@@ -1,5 +1,5 @@
 """The explanation section of `report.md`: what the best set's heads do, read back from the
-tables `workbench.explain.report.explain_folder` saved under `explanation/` (so rewriting the
+tables the explain stage (`workbench.explain.stage`) saved under `explanation/` (so rewriting the
 report never needs the model), and the names of those files and figures.
 """
 

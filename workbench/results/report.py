@@ -6,13 +6,13 @@ is the best, every other metric of the main task and any set that games the obje
 side effects on other tasks in their own metrics, the trade-off of found and random sets
 (`workbench.results.tradeoff`), the top single heads, and links to the plots
 (`workbench.results.plots`).
-When `workbench.explain.report.explain_folder` has written `explanation/`, the report ends
-with what the best set's heads do, read back from those saved tables: so rewriting
-`report.md` (every stage of `run_cel` does, once its table is saved) never needs the model,
-and the section stays in place. Tables are Markdown with floats to 4
-significant digits. `CELResult.report`, `.write_report` and `.save` call this module; it reads
-the result's attributes and imports neither `workbench.results.result` nor `workbench.explain`, so
-the dependency runs one way.
+When the explanation is in `explanation/` (`run_cel`'s explain stage,
+`workbench.explain.stage`, or `workbench explain`), the report ends with what the best set's
+heads do, read back from those saved tables: so rewriting `report.md` (`CELResult.save`,
+`workbench explain`) never needs the model, and the section stays in place. Tables are
+Markdown with floats to 4 significant digits. `CELResult.report`, `.write_report` and
+`.save` call this module; it reads the result's attributes and imports neither
+`workbench.results.result` nor `workbench.explain`, so the dependency runs one way.
 """
 
 from __future__ import annotations

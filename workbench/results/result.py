@@ -25,7 +25,7 @@
 accuracy or answer log-prob falls significantly (`workbench.results.tradeoff.gamed`).
 
 A results folder holds `config.json` (config, seeds, timings, summary, the `environment`
-the run computed on: `workbench.environment`, and, from the CLI, its `cost` in forward-times:
+the run computed on: `workbench.environment`, and its `cost` in forward-times:
 `workbench.results.cost`), one CSV per table, four plots
 (`workbench.results.plots`) and `report.md` (rendered by `workbench.results.report`, which
 `report`, `write_report` and `save` call; it reads the result and imports nothing from here).

@@ -5,8 +5,9 @@ per-head table (every head, sortable by any column, filterable by a text box), t
 sets with their held-out confirmation and intervals, the side effects, the explanation's
 tables, every evaluated set, and the plots. It is built from the folder's files alone
 (`config.json`, the CSV tables, `explanation/`, the PNG plots), so it can be rebuilt for any
-results folder without the model (`workbench view DIR`); `run_cel` writes it at the end of
-every run and `explain_folder` again once the explanation is in.
+results folder without the model (`workbench view DIR`); `run_cel`'s report stage writes it
+at the end of every run (`workbench.results.stage`), after the explanation, and
+`explain_folder` again when `workbench explain` explains a finished folder.
 
 The page is one self-contained file: the tables are plain HTML, the plots are embedded as
 base64 `data:` URIs, and a small inline script sorts (click a column's header) and filters

@@ -5,7 +5,7 @@ one-line summary (the command line's help), the settings it alone reads (`Settin
 cost in forward-equivalents before the run (`workbench.estimate`; `certain` where the sets it
 races do not depend on what screening finds), and whether it searches among single-head
 screening's top candidates (`ranked`: then raced screening must rank every
-candidate, `workbench.pipeline.screen_race_rule`). The built-in strategies are the modules of
+candidate, `workbench.screening.stage.screen_race_rule`). The built-in strategies are the modules of
 `workbench.search.strategies`, found and imported on first use; each calls `register` once.
 A strategy defined elsewhere (a user's module, a test) registers the same way, and from then
 on the config, the command line, the pipeline and the estimate know it by name.
