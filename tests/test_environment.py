@@ -175,3 +175,32 @@ def test_the_environment_names_threads_device_versions_and_cpu(monkeypatch):
     assert f"CPU {env['cpu']}" in line
     gpu = environment_line({**env, "device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3"})
     assert "cuda:0 (NVIDIA H100 80GB HBM3), float32" in gpu
+
+
+def test_transformerlens_4_is_refused_and_the_pin_is_pyprojects(tmp_path):
+    """TransformerLens >= 4 is refused in one line naming the fix, by `check_transformer_lens`
+    and by importing the workbench (a fresh interpreter that sees 4.3 installed: the refusal,
+    not an ImportError from inside TransformerLens); 3.x passes; the pin is pyproject.toml's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from workbench.environment import TRANSFORMER_LENS_PIN, check_transformer_lens
+
+    root = Path(__file__).resolve().parent.parent
+    assert f'"transformer-lens{TRANSFORMER_LENS_PIN}"' in (root / "pyproject.toml").read_text()
+    for ok in ("3.9.0", "3.10.1", None, "not-a-version"):
+        check_transformer_lens(ok)
+    for bad in ("4.0.0", "4.3.0", "4.0.0rc1", "12.1"):
+        with pytest.raises(WorkbenchError, match=r"pip install \"transformer-lens>=3.9,<4\"$"):
+            check_transformer_lens(bad)
+    fake = ("import importlib.metadata as m; real = m.version; "
+            "m.version = lambda d: '4.3.0' if d == 'transformer_lens' else real(d); "
+            "from workbench import load_model")
+    run = subprocess.run([sys.executable, "-c", fake], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1 and "ImportError" not in run.stderr
+    assert last == ("workbench.errors.WorkbenchError: transformer-lens 4.3.0 is installed; "
+                    "cel-workbench runs on transformer-lens>=3.9,<4: "
+                    'pip install "transformer-lens>=3.9,<4"')

@@ -10,7 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from workbench.environment import check_transformer_lens as _check_transformer_lens
 from workbench.errors import WorkbenchError
+
+# before any module imports TransformerLens: under a release the workbench does not run on,
+# one line naming the fix instead of an ImportError from inside TransformerLens
+_check_transformer_lens()
 
 # the release (pyproject.toml's `version`, which a test keeps equal): see CHANGELOG.md
 __version__ = "0.2.0"

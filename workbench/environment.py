@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +49,8 @@ CPU_FLAGS = ("fma", "avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 # the packages whose versions a run records, under the names printed
 PACKAGES = (("torch", "torch"), ("transformer_lens", "TransformerLens"),
             ("transformers", "transformers"))
+# the TransformerLens releases the workbench runs on (pyproject.toml's `dependencies`)
+TRANSFORMER_LENS_PIN = ">=3.9,<4"
 
 # per core: (idle ticks, all ticks) since boot; None where the counters cannot be read
 CpuTimes = dict[int, tuple[int, int]]
@@ -228,6 +231,20 @@ def package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[dist] = None
     return out
+
+
+def check_transformer_lens(version: str | None = None) -> None:
+    """Refuse TransformerLens 4 or later, in one line naming the fix: the workbench runs on
+    TransformerLens 3 (`TRANSFORMER_LENS_PIN`, pyproject.toml's pin), and 4 moved names it
+    imports. `version`: the installed one (None: read from its metadata, without importing it;
+    not installed: nothing to refuse here, its import says so)."""
+    if version is None:
+        version = package_versions().get("transformer_lens")
+    major = re.match(r"\d+", version or "")
+    if major is not None and int(major.group()) >= 4:
+        raise WorkbenchError(
+            f"transformer-lens {version} is installed; cel-workbench runs on transformer-lens"
+            f"{TRANSFORMER_LENS_PIN}: pip install \"transformer-lens{TRANSFORMER_LENS_PIN}\"")
 
 
 def environment(model=None, choice: ThreadChoice | None = None) -> dict:

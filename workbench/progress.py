@@ -52,6 +52,21 @@ def _in_notebook() -> bool:
     return auto is not std
 
 
+@contextmanager
+def stdout_off(off: bool = True) -> Iterator[None]:
+    """Nothing on stdout while `off` (prints go to `os.devnull`), restored afterwards: for the
+    `print`s of code that takes no switch (TransformerLens's `Moving model to device` and
+    `Loaded pretrained model`); errors and warnings still go to stderr."""
+    if not off:
+        yield
+        return
+    import contextlib
+    import os
+
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        yield
+
+
 def plain(stream=None) -> bool:
     """Whether progress goes to `stream` (default stderr) as plain lines: not a terminal and
     not a notebook."""

@@ -16,6 +16,7 @@ given where the table is made (log-probs in nats, accuracy as a fraction in [0, 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -101,28 +102,67 @@ def table_to_matrix(df: pd.DataFrame, column: str) -> np.ndarray:
     return out
 
 
+def attrs_path(path: str | Path) -> Path:
+    """The sidecar that keeps a CSV table's `df.attrs` (`heads.csv` -> `heads.attrs.json`)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.attrs.json")
+
+
+def is_count_column(name: str) -> bool:
+    """Whether a column holds example counts: `n`, `d_<m>_n`, `d_<m>_n_<task>`, `n_random`,
+    `gain_n`, ... (an `n` word in its name)."""
+    return "n" in str(name).split("_")
+
+
+def _counts_as_integers(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with its float count columns as integers (missing counts stay missing, in a
+    nullable integer column), so a CSV says `24`, not `24.0`."""
+    counts = [c for c in df.columns if is_count_column(c) and pd.api.types.is_float_dtype(df[c])
+              and np.array_equal(df[c].dropna(), np.round(df[c].dropna()))]
+    if not counts:
+        return df
+    return df.astype({c: "Int64" for c in counts})
+
+
 def save_table(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a table atomically as CSV or Parquet, chosen by the file suffix."""
+    """Write a table atomically as CSV or Parquet, chosen by the file suffix; count columns
+    (`is_count_column`) as integers. A CSV table's `df.attrs` (e.g. screening's `method`, which
+    says whether its numbers are measured or estimated) go to the JSON sidecar `attrs_path`,
+    which `load_table` reads back; Parquet keeps them in the file itself."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     if path.suffix not in (".csv", ".parquet"):
         raise WorkbenchError(f"table path {str(path)!r} must end in .csv or .parquet")
+    out = _counts_as_integers(df)
     try:
         if path.suffix == ".csv":
-            df.to_csv(tmp, index=False)
+            out.to_csv(tmp, index=False)
         else:
-            df.to_parquet(tmp, index=False)
+            out.to_parquet(tmp, index=False)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)  # an interrupted write leaves no partial file behind
+    if path.suffix == ".csv":
+        side = attrs_path(path)
+        if df.attrs:
+            side_tmp = side.with_name(side.name + ".tmp")
+            side_tmp.write_text(json.dumps(df.attrs, indent=1, default=str) + "\n")
+            side_tmp.replace(side)
+        else:  # no attributes: none left over from an earlier table of that name
+            side.unlink(missing_ok=True)
     return path
 
 
 def load_table(path: str | Path) -> pd.DataFrame:
-    """Read a table written by `save_table`."""
+    """Read a table written by `save_table`, with its `df.attrs` (a CSV's from its sidecar).
+    An older CSV with counts written as floats (`24.0`) reads as it was written."""
     path = Path(path)
     if path.suffix == ".csv":
-        return pd.read_csv(path)
+        df = pd.read_csv(path)
+        side = attrs_path(path)
+        if side.is_file():
+            df.attrs.update(json.loads(side.read_text()))
+        return df
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
     raise WorkbenchError(f"table path {str(path)!r} must end in .csv or .parquet")

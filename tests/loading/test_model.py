@@ -326,3 +326,32 @@ def test_families_transformerlens_configures_only_by_name_are_refused(tmp_path, 
         WorkbenchError, match=f"TransformerLens cannot convert architecture '{family}ForCausalLM'"
     ):
         load_model(tmp_path / "m", device="cpu")
+
+
+def test_loading_prints_nothing_and_hides_transformerlens_deprecation(tmp_path, capsys):
+    """TransformerLens prints `Moving model to device` and warns that `HookedTransformer` is
+    deprecated while it loads; `load_model` keeps stdout empty and shows neither."""
+    import warnings
+
+    _hf_gpt2().save_pretrained(tmp_path / "g")
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_model(tmp_path / "g", device="cpu")
+    assert capsys.readouterr().out == ""
+    assert [str(w.message) for w in caught if "is deprecated" in str(w.message)] == []
+    print("after")  # stdout is restored
+    assert capsys.readouterr().out == "after\n"
+
+
+def test_transformerlens_4_is_refused_in_one_line_naming_the_fix(monkeypatch, tmp_path):
+    import workbench.environment
+
+    real = workbench.environment.package_versions
+    monkeypatch.setattr(workbench.environment, "package_versions",
+                        lambda: {**real(), "transformer_lens": "4.3.0"})
+    with pytest.raises(WorkbenchError) as e:
+        load_model(tmp_path / "anything", device="cpu")
+    message = str(e.value)
+    assert "\n" not in message and "transformer-lens 4.3.0 is installed" in message
+    assert 'pip install "transformer-lens>=3.9,<4"' in message

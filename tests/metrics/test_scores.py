@@ -114,7 +114,7 @@ def test_metrics_match_a_naive_forward(attn_model, tiny_task):
         assert_close(row["logprob"], logits.log_softmax(-1)[answer])
         assert_close(row["logit_diff"], logits[answer] - logits[wrong])
         assert row["correct"] == int(logits.argmax() == answer)
-        assert row["prediction"] == tok.vocab[int(logits.argmax())]
+        assert row["prediction"] == row["prediction_vocab"] == tok.vocab[int(logits.argmax())]
     assert len(batch) == len(tiny_task)
 
 
@@ -131,6 +131,31 @@ def test_candidate_accuracy_takes_argmax_over_candidates(tmp_path, attn_model):
         cands = [tok.token_id(w) for w in ("w3", "w5", "w7")]
         expected = int(cands[int(logits[cands].argmax())] == tok.token_id("w3"))
         assert scores["correct"].iloc[i] == expected
+
+
+def test_prediction_is_the_candidate_that_correct_scores(tmp_path, attn_model):
+    # A multiple-choice task whose four options never hold the vocabulary's argmax: the
+    # `prediction` column is the option `correct` scores, not the vocabulary's token.
+    tok = attn_model.word_tokenizer
+    prompts = [f"w{i} w{(3 * i + 1) % 20}" for i in range(8)]
+    lines = [{"task": {"answer_scope": "candidates"}}]
+    naive = []
+    for i, prompt in enumerate(prompts):
+        with torch.no_grad():
+            logits = attn_model(torch.tensor([tok.encode(prompt, prepend_bos=True)]))[0, -1]
+        top = int(logits.argmax())
+        words = [f"w{k}" for k in range(20) if tok.token_id(f"w{k}") != top]
+        options = words[i % 4 :: 4][:4]  # four options, none the vocabulary's argmax
+        lines.append({"id": f"e{i}", "prompt": prompt, "answer": options[0], "wrong": options[1:]})
+        ids = [tok.token_id(w) for w in options]
+        naive.append((options[int(logits[ids].argmax())], options[0], tok.vocab[top]))
+    scores = evaluate(attn_model, load_task(write_lines(tmp_path / "mc.jsonl", lines)))
+    for i, (picked, answer, vocab_top) in enumerate(naive):
+        row = scores.iloc[i]
+        assert row["prediction"] == picked != vocab_top
+        assert row["prediction_vocab"] == vocab_top
+        assert row["correct"] == int(picked == answer)
+    assert set(scores["correct"]) == {0, 1}  # both outcomes checked
 
 
 def test_evaluate_with_heads_equals_ablated_forward(gpt2_like_model, tiny_task):

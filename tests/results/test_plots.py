@@ -138,3 +138,21 @@ def test_heatmap_of_attribution_screening_says_it_shows_estimates():
     result.config = CELConfig(model="m", task="t", objective="accuracy", method="exact")
     ax = next(a for a in heads_heatmap(result).axes if a.get_xlabel() == "head")
     assert ax.get_title().startswith("Removing one head: ")
+
+
+def test_a_run_without_side_tasks_writes_and_shows_no_side_figures(tmp_path):
+    """No figure for a section with no data: a run with no side tasks has no side-effects or
+    trade-off plot, in the folder or in report.md; a stale one from an earlier write goes."""
+    from workbench.results.plots import PLOT_FUNCTIONS, drawn_plots, save_plots
+    from workbench.results.report import render_report
+
+    result = _result(2, 4)
+    assert result.side_effects.empty and result.tradeoff.empty
+    (tmp_path / "side_effects.png").write_bytes(b"stale")
+    written = {p.name for p in save_plots(result, tmp_path)}
+    assert written == set(drawn_plots(result)) == set(PLOT_FUNCTIONS) - {
+        "side_effects.png", "tradeoff.png"}
+    assert {p.name for p in tmp_path.glob("*.png")} == written
+    report = render_report(result, plots=True)
+    assert "![heads_heatmap](heads_heatmap.png)" in report
+    assert "side_effects.png" not in report and "tradeoff.png" not in report

@@ -361,3 +361,38 @@ def test_task_fingerprint_covers_the_header(demo):
     for change in ({"metric": "logprob"}, {"prepend_bos": not task.prepend_bos},
                    {"description": task.description + "!"}):
         assert task_fingerprint(type(task)(**{**task.__dict__, **change})) != base
+
+
+def test_a_folder_written_with_float_counts_still_loads_and_resumes(demo, tmp_path):
+    """Before counts were written as integers, heads.csv said `24.0`: such a folder (its
+    records made from those bytes) loads with the same numbers and resumes to the same best."""
+    import re
+
+    from workbench.results.fingerprint import file_digest
+    from workbench.results.store import TABLES, stage_inputs
+
+    model_dir, main, side, done = demo
+    out = _copy_run(done, tmp_path)
+    heads = out / "heads.csv"
+    lines = heads.read_text().splitlines()
+    counts = [i for i, c in enumerate(lines[0].split(",")) if "n" in c.split("_")]
+    assert counts
+    floats = [",".join(f"{v}.0" if i in counts and re.fullmatch(r"\d+", v) else v
+                       for i, v in enumerate(row.split(","))) for row in lines[1:]]
+    heads.write_text("\n".join([lines[0], *floats]) + "\n")
+    config = json.loads((out / "config.json").read_text())
+    config["files"]["heads"]["sha256"] = file_digest(heads)
+    for name in TABLES:  # the later tables' records, as that run made them from those bytes
+        if name in config["files"]:
+            config["files"][name]["inputs"] = stage_inputs(name, config["config"], config["files"])
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    old, new = CELResult.load(out), CELResult.load(done)
+    assert old.best == new.best
+    assert list(old.heads.columns) == list(new.heads.columns) and len(old.heads) == len(new.heads)
+    for column in new.heads.columns[3:]:
+        if new.heads[column].dtype.kind in "fiu":
+            a = old.heads[column].to_numpy(dtype=float)
+            b = new.heads[column].to_numpy(dtype=float)
+            assert ((a == b) | (a != a) & (b != b)).all(), column
+    assert cli.main(_argv(model_dir, main, out, "--others", str(side))) == 0
+    assert CELResult.load(out).best == ["L0H1", "L0H3", "L1H1"]

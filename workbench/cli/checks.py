@@ -16,8 +16,6 @@ torch's threads (`--threads`, `workbench.environment`) and `bars_off` keeps load
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,10 +124,9 @@ def bars_off(quiet: bool) -> Iterator[None]:
     that take no switch: the conversion's (`workbench.loading.gguf`) and transformers'
     de-quantizing one, both bare `tqdm` bars. Every tqdm bar (transformers' and
     huggingface_hub's included) is a `tqdm.std.tqdm`, so while off its constructor is given
-    `disable=True`. TransformerLens prints `Moving model to device: cpu` (twice for a GGUF
-    model) and `Loaded pretrained model ...` with `print`, from several of its modules, so
-    under `--quiet` stdout goes nowhere while the model loads (errors go to stderr)."""
-    from workbench.progress import plain
+    `disable=True`. `load_model` keeps TransformerLens's prints off stdout itself; under
+    `--quiet` stdout goes nowhere at all while the model loads (errors go to stderr)."""
+    from workbench.progress import plain, stdout_off
 
     if not quiet and not plain():
         yield
@@ -144,8 +141,7 @@ def bars_off(quiet: bool) -> Iterator[None]:
 
     std.tqdm.__init__ = disabled
     try:
-        with open(os.devnull, "w") as devnull, \
-                contextlib.redirect_stdout(devnull) if quiet else contextlib.nullcontext():
+        with stdout_off(quiet):
             yield
     finally:
         std.tqdm.__init__ = init

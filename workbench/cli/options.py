@@ -288,9 +288,8 @@ def _data_options(p) -> None:
     )
     p.add_argument("--quiet", action="store_true",
                    help="no progress, those of loading a model included (the GGUF "
-                   "conversion's and transformers' bars, TransformerLens's 'Moving model to "
-                   "device'); without it, a log (stderr not a terminal) gets plain lines with "
-                   "the run's ETA instead of bars")
+                   "conversion's and transformers' bars); without it, a log (stderr not a "
+                   "terminal) gets plain lines with the run's ETA instead of bars")
 
 def strategy_flag(strategy: str, setting: str) -> tuple[str, str]:
     """`(flag, dest)` of a strategy's own setting: `--gates-steps`, `strategy__gates__steps`."""

@@ -4,13 +4,19 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 from transformer_lens import HookedTransformer
 
+from workbench.environment import check_transformer_lens
 from workbench.errors import WorkbenchError
 from workbench.loading.sources import HUB, find_source, refusal
 from workbench.options import DTYPE_NAMES, check_dtype_name
+from workbench.progress import stdout_off
+
+# TransformerLens 3's warnings that HookedTransformer (and its from_pretrained) is deprecated
+_DEPRECATED = r"HookedTransformer(\.from_pretrained)? is deprecated"
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -77,8 +83,12 @@ def load_model(
 
     Returns:
         The model in eval mode on `device`. Value biases are never folded into `b_O`, so
-        zeroing a head's `hook_z` removes the head's whole output.
+        zeroing a head's `hook_z` removes the head's whole output. Loading prints nothing on
+        stdout (TransformerLens's `Moving model to device` goes nowhere), and TransformerLens
+        3's warning that `HookedTransformer` is deprecated is not shown: the workbench builds
+        one on purpose (the README says why it runs on TransformerLens 3).
     """
+    check_transformer_lens()
     dev = resolve_device(device)
     dt = _resolve_dtype(dtype, dev)
     name = str(name_or_path)
@@ -88,4 +98,6 @@ def load_model(
         if why is not None:
             raise WorkbenchError(why)
         source = HUB  # TransformerLens's own lookup says what it cannot find
-    return source.open(name, dev, dt, **kwargs)
+    with warnings.catch_warnings(), stdout_off():
+        warnings.filterwarnings("ignore", _DEPRECATED, DeprecationWarning)
+        return source.open(name, dev, dt, **kwargs)

@@ -60,13 +60,18 @@ def masked_gather(logits: Float[Tensor, "batch d_vocab"], ids: Tensor) -> Tensor
     return out.masked_fill(ids < 0, NEG_INF)
 
 
+def predicted_ids(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Tensor:
+    """The argmax token id over the task's answer scope (its candidates, else the vocabulary):
+    the token `accuracy` scores."""
+    if batch.candidate_ids is None:
+        return logits.argmax(-1)
+    pick = masked_gather(logits, batch.candidate_ids).argmax(-1, keepdim=True)
+    return batch.candidate_ids.gather(1, pick).squeeze(1)
+
+
 def accuracy(logits: Float[Tensor, "batch d_vocab"], batch: TaskBatch) -> Float[Tensor, " batch"]:
     """1.0 where the argmax (over candidates if the task has them) is an acceptable answer."""
-    if batch.candidate_ids is not None:
-        pick = masked_gather(logits, batch.candidate_ids).argmax(-1, keepdim=True)
-        pred = batch.candidate_ids.gather(1, pick).squeeze(1)
-    else:
-        pred = logits.argmax(-1)
+    pred = predicted_ids(logits, batch)
     return (pred[:, None] == batch.answer_ids).any(-1).to(logits.dtype)
 
 
@@ -393,16 +398,19 @@ def evaluate(
 
     Returns:
         One row per example: `id, split, group, correct, logprob, logit_diff, prediction,
-        prob_diff, normalized_logit_diff` (`correct` is 0/1; `logprob` in nats; `prediction`
-        is the argmax token as text). For a multi-token task `correct` and `logprob` are the
-        sequence scores of `sequence_scores`, and `first_correct`, `first_logprob` the
+        prediction_vocab, prob_diff, normalized_logit_diff` (`correct` is 0/1; `logprob` in
+        nats; `prediction`: the token `correct` scores, the argmax over the task's candidates
+        when it has them (`predicted_ids`); `prediction_vocab`: the argmax over the whole
+        vocabulary). For a multi-token task `correct` and `logprob` are the sequence scores of
+        `sequence_scores`, and `first_correct`, `first_logprob` (and `prediction`) the
         first-token ones.
     """
     batch = task if isinstance(task, TaskBatch) else encode_task(model, task, split)
     if isinstance(task, TaskBatch) and split is not None:
         idx = [i for i, e in enumerate(batch.task.examples) if e.split == split]
         batch = batch.rows(idx)
-    scores, preds = _scores(model, batch, heads, kind, means, per_position, batch_size, resample)
+    scores, preds, vocab_preds = _scores(model, batch, heads, kind, means, per_position,
+                                         batch_size, resample)
     if clean_logit_diff is None and (heads is None or batch.task.metric == "normalized_logit_diff"):
         clean = scores if heads is None else _scores(model, batch, None, batch_size=batch_size)[0]
         finite = clean["logit_diff"][np.isfinite(clean["logit_diff"])]
@@ -424,6 +432,7 @@ def evaluate(
         "logprob": scores["logprob"],
         "logit_diff": scores["logit_diff"],
         "prediction": tok.str_tokens(preds.tolist()),
+        "prediction_vocab": tok.str_tokens(vocab_preds.tolist()),
         "prob_diff": scores["prob_diff"],
         "normalized_logit_diff": normalized,
     }
@@ -455,34 +464,28 @@ def _scores(
     per_position: bool = False,
     batch_size: int = 128,
     resample: Tensor | None = None,
-) -> tuple[dict[str, np.ndarray], Tensor]:
-    """Every registered metric per example, and the argmax token ids, batch by batch."""
+) -> tuple[dict[str, np.ndarray], Tensor, Tensor]:
+    """Every registered metric per example, and the argmax token ids over the answer scope
+    (`predicted_ids`) and over the vocabulary, batch by batch."""
     resample_full = None
     if heads is not None and AblationKind.parse(kind) is AblationKind.RESAMPLE:
         resample_full = compute_resample_z(model, batch) if resample is None else resample
     parts: dict[str, list[Tensor]] = {name: [] for name in METRICS}
-    preds = []
+    preds, vocab_preds = [], []  # over the answer scope, over the vocabulary
     with torch.no_grad():
         for start in range(0, len(batch), batch_size):
             rows = slice(start, start + batch_size)
             sub = batch.rows(rows)
-            hooks = (
-                []
-                if heads is None
-                else ablation_hooks(
-                    model,
-                    heads,
-                    kind,
-                    means,
-                    per_position,
-                    resample=None if resample_full is None else resample_full[rows],
-                )
-            )
+            rows_z = None if resample_full is None else resample_full[rows]
+            hooks = ([] if heads is None else
+                     ablation_hooks(model, heads, kind, means, per_position, resample=rows_z))
             logits = answer_logits(model, sub, hooks)
             for name, values in score_logits(logits, sub).items():
                 parts[name].append(values)
-            preds.append(logits.argmax(-1))
-    return {name: torch.cat(v).cpu().numpy() for name, v in parts.items()}, torch.cat(preds)
+            preds.append(predicted_ids(logits, sub))
+            vocab_preds.append(logits.argmax(-1))
+    scores = {name: torch.cat(v).cpu().numpy() for name, v in parts.items()}
+    return scores, torch.cat(preds), torch.cat(vocab_preds)
 
 
 _EXTRA_SUMMARY = ("prob_diff", "normalized_logit_diff", "first_correct", "first_logprob")

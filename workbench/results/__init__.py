@@ -23,8 +23,8 @@ __getattr__, __dir__, __all__ = lazy_package(globals(), {
     "fingerprint": "DIGITS digest file_digest model_fingerprint task_fingerprint",
     "interactive": "attention_rows_html heatmap_figure interactive_available offline",
     "plots": (
-        "PLOT_FUNCTIONS gain_vs_size heads_heatmap heatmap_panels save_figure save_plots "
-        "side_effects_bars tradeoff_plot"
+        "PLOT_FUNCTIONS drawn_plots gain_vs_size heads_heatmap heatmap_panels save_figure "
+        "save_plots side_effects_bars tradeoff_plot"
     ),
     "report": (
         "REPORT_FILE clean_lines console_lines render_report "

@@ -314,12 +314,29 @@ PLOT_FUNCTIONS = {
 }
 
 
+# what a plot draws, where it can be missing: a run with no side tasks has no side effects
+# and no trade-off, and a figure that says only "no side tasks" is not made
+_DRAWS = {"side_effects.png": "side_effects", "tradeoff.png": "tradeoff"}
+
+
+def drawn_plots(result) -> list[str]:
+    """The plots of `PLOT_FUNCTIONS` that have data in `result`, in order (the ones
+    `save_plots` writes and `report.md` shows)."""
+    return [name for name in PLOT_FUNCTIONS
+            if name not in _DRAWS or not getattr(result, _DRAWS[name]).empty]
+
+
 def save_plots(result, folder: str | Path) -> list[Path]:
-    """Write every plot of `PLOT_FUNCTIONS` into `folder` (atomically); return the paths."""
+    """Write the plots of `drawn_plots` into `folder` (atomically; one of `PLOT_FUNCTIONS` with
+    no data left there by an earlier write is removed); return the paths."""
     folder = Path(folder)
+    drawn = drawn_plots(result)
     paths = []
     for name, fn in PLOT_FUNCTIONS.items():
-        paths.append(save_figure(fn(result), folder / name))
+        if name in drawn:
+            paths.append(save_figure(fn(result), folder / name))
+        else:
+            (folder / name).unlink(missing_ok=True)
     return paths
 
 

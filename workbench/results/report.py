@@ -76,7 +76,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
 
     Args:
         result: the run (a `CELResult`).
-        plots: link the plots of `workbench.results.plots.PLOT_FUNCTIONS`.
+        plots: link the plots that have data (`workbench.results.plots.drawn_plots`).
         explanation: the Markdown lines of the explanation section (`explanation_section`),
             if any.
     """
@@ -201,9 +201,9 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
         if result.environment:  # beside the timings: what they were measured on
             lines.append(f"{ENVIRONMENT_PREFIX} {environment_line(result.environment)}.")
     if plots:
-        from workbench.results.plots import PLOT_FUNCTIONS
+        from workbench.results.plots import drawn_plots
 
-        lines += ["", *(f"![{p[:-4]}]({p})" for p in PLOT_FUNCTIONS)]
+        lines += ["", *(f"![{p[:-4]}]({p})" for p in drawn_plots(result))]
     if explanation:
         lines += ["", *explanation]
     return "\n".join(lines) + "\n"

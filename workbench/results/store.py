@@ -126,8 +126,11 @@ def read_run_file(folder: str | Path) -> dict:
 
 
 def write_table(folder: Path, name: str, df: pd.DataFrame, inputs: str) -> dict:
-    """Write `name.csv` atomically; return its record for `config.json`."""
-    path = save_table(df, folder / f"{name}.csv")
+    """Write `name.csv` atomically; return its record for `config.json`. Its `df.attrs` are
+    not written: `config.json` records the run's settings and the file records."""
+    bare = df.copy(deep=False)
+    bare.attrs = {}
+    path = save_table(bare, folder / f"{name}.csv")
     return {"sha256": file_digest(path), "rows": int(len(df)), "inputs": inputs}
 
 
