@@ -50,32 +50,42 @@ QUANTITIES = {
     "tiny": ("gguf_files", "hf_folders"),
 }
 
+# Measured by `python -m bench.real_spread --wide 2` on a 2-core AMD EPYC (AVX-512, no AMX),
+# torch 2.13.0, over the variants frozen, aten-avx2, aten-default, mkl-cbwr-compatible and all
+# (mkl-cbwr-avx2, onednn-avx2 and threads-2 gave logits bit-identical to frozen on both real
+# models: they take no other path here). `measured` is the worst over the tests' examples and,
+# for the hub tasks, two more per task and split. docs/tolerances.md has every path's figure.
 BOUNDS: dict[str, dict[str, Bound]] = {
     "smollm2-135m": {
-        "logits": Bound(1e-4, 4.77e-5, "frozen"),
-        "p_paris": Bound(1e-4, 2.38e-7, "frozen"),
-        "zero_ablation": Bound(2e-4, 5.15e-5, "frozen"),
+        "logits": Bound(1.5e-4, 4.77e-5, "frozen"),
+        "p_paris": Bound(1e-5, 3.58e-7, "aten-default",
+                         "P(' Paris') = 0.77; W_U scaled by 1 + 1e-3 moves it by 9.4e-4"),
+        "zero_ablation": Bound(2e-4, 8.39e-5, "aten-default"),
         "mean_ablation": Bound(2e-4, 5.72e-5, "frozen"),
-        "screening_vs_loop": Bound(1e-4, 7.15e-6, "frozen"),
-        "hub_first": Bound(1e-4, 3.69e-5, "frozen"),
-        "hub_sequence": Bound(2e-4, 8.58e-5, "frozen"),
+        "screening_vs_loop": Bound(1e-4, 8.11e-6, "aten-avx2"),
+        "hub_first": Bound(1.5e-4, 5.41e-5, "aten-avx2"),
+        "hub_sequence": Bound(3e-4, 1.22e-4, "aten-default",
+                              "a sequence log-prob adds one rounding per answer token"),
     },
     "gemma-3-270m": {
-        "logits": Bound(1e-4, 4.01e-5, "frozen"),
-        "p_paris": Bound(1e-4, 1.62e-6, "frozen"),
-        "zero_ablation": Bound(1e-4, 4.2e-5, "frozen"),
-        "mean_ablation": Bound(1e-4, 4.2e-5, "frozen"),
-        "screening_vs_loop": Bound(1e-4, 4.57e-6, "frozen"),
-        "hub_first": Bound(2e-4, 6.77e-5, "frozen"),
-        "hub_sequence": Bound(2e-4, 6.77e-5, "frozen"),
+        "logits": Bound(1.5e-4, 4.2e-5, "all"),
+        "p_paris": Bound(1e-5, 1.62e-6, "frozen",
+                         "P(' Paris') = 0.084; W_U scaled by 1 + 1e-3 moves it by 1.3e-4"),
+        "zero_ablation": Bound(1.5e-4, 5.15e-5, "all"),
+        "mean_ablation": Bound(1.5e-4, 4.58e-5, "all"),
+        "screening_vs_loop": Bound(1e-4, 1.14e-5, "aten-avx2"),
+        "hub_first": Bound(3e-4, 1.07e-4, "aten-default",
+                           "antonyms-0081 read 1.04e-4 on an AVX2-only AMD EPYC (Zen 3); "
+                           "aten-avx2 reproduces its sequence gap to every printed digit"),
+        "hub_sequence": Bound(3e-4, 1.11e-4, "aten-default"),
         "long_prompt_prob": Bound(1e-4, 1.16e-5, "frozen"),
-        "all_global_before_window": Bound(1e-4, 4.56e-6, "frozen"),
-        "dla_sum": Bound(1e-4, 1e-5, "frozen"),
-        "dla_other": Bound(1e-4, 6.77e-7, "frozen"),
+        "all_global_before_window": Bound(1e-4, 7.6e-6, "aten-avx2"),
+        "dla_sum": Bound(1e-4, 1.57e-5, "mkl-cbwr-compatible"),
+        "dla_other": Bound(1e-4, 1.58e-6, "all"),
     },
     "tiny": {
-        "gguf_files": Bound(1e-4, 2.15e-6, "frozen"),
-        "hf_folders": Bound(1e-4, 1.91e-6, "frozen"),
+        "gguf_files": Bound(1e-4, 2.38e-6, "aten-avx2"),
+        "hf_folders": Bound(1e-4, 2.86e-6, "aten-avx2"),
     },
 }
 
