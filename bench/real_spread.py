@@ -1,14 +1,15 @@
 """Benchmark: how far the CPU kernel paths move the real-model comparisons the tests make.
 
 The real-model tests compare the workbench with an independent reference on SmolLM2-135M and
-Gemma-3-270m: Hugging Face's own forward on the same weights (logits, answer log-probs of
-every hub task), its `o_proj` with a head's input columns zeroed (zero and mean ablation), the
-naive one-forward-per-head loop (exact screening), and the logit difference itself (the DLA
-components' sum). Both sides are float32, so each gap is rounding, and the rounding depends on
-the kernels the CPU runs: MKL's and oneDNN's GEMMs, torch's own vectorised kernels, the thread
-count. The machines the project runs on differ in exactly these (AMD with and without
-AVX-512, Intel with AMX); one machine can take each path when told to, so this runs every
-comparison under each variant of `bench.golden_spread.VARIANTS` (`ATEN_CPU_CAPABILITY`
+Gemma-3-270m: Hugging Face's own forward on the same weights (logits, answer log-probs of every
+hub task), its `o_proj` with a head's input columns zeroed (zero and mean ablation), the naive
+one-forward-per-head loop (exact screening), and the logit difference itself (the DLA
+components' sum); the loading tests compare small random models of ten families with
+transformers the same way (`tiny`). Both sides are float32, so each gap is rounding, and the
+rounding depends on the kernels the CPU runs: MKL's and oneDNN's GEMMs, torch's own vectorised
+kernels, the thread count. The machines the project runs on differ in exactly these (AMD with
+and without AVX-512, Intel with AMX); one machine can take each path when told to, so this runs
+every comparison under each variant of `bench.golden_spread.VARIANTS` (`ATEN_CPU_CAPABILITY`
 default / avx2 / the CPU's own, `MKL_CBWR` AVX2 / COMPATIBLE, `ONEDNN_MAX_CPU_ISA=AVX2`, one
 and two threads, and all of them at once: an AVX2-only CPU), each in its own process.
 
@@ -17,12 +18,12 @@ bound the tests hold it to (`tests/tolerances.py`) and their ratio; a bound with
 worst is flagged. The hub comparison runs on the tests' own examples and, with `--wide N`, on
 N more examples per task and split (the tail of the distribution the tests sample from).
 
-    python -m bench.real_spread                                  # every variant, both models
+    python -m bench.real_spread                                  # every variant and model
     python -m bench.real_spread --variants frozen all --models gemma-3-270m
     python -m bench.real_spread --json spread.json --wide 4     # every gap, kept
 
-About 3 minutes per variant and model on one thread (loading the two readings of a GGUF file
-is most of it).
+About 6 minutes per variant for all three models on one idle thread (loading the two readings
+of each GGUF file, the wide hub examples and the long prompt are most of it).
 """
 
 from __future__ import annotations
