@@ -24,13 +24,9 @@ def _modules() -> dict[str, Path]:
 
 def _exports() -> dict[str, str]:
     """`workbench/__init__.py`'s lazy exports: public name -> defining module."""
-    tree = ast.parse((PACKAGE / "__init__.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets
-        ):
-            return ast.literal_eval(node.value)
-    return {}
+    from workbench.lazy import typing_imports
+
+    return typing_imports(PACKAGE / "__init__.py", "workbench")
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
