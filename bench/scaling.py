@@ -19,7 +19,7 @@ Cells (`--cells`): `embedded` (the main job: 16 heads, 600 selection examples, t
 tasks), `embedded@N` (the same on `--max-examples N`), `planted:LxH` and `planted:LxH@F`
 (`bench/planted.py`'s planted model with real forward passes, F fillers: `4 F` selection
 examples; every head is zero-ablated through the model, no analytic scores), and the real
-models `smollm2-135m`, `gemma-3-270m` (ioi with induction beside it, the issue's defaults;
+models `smollm2-135m`, `gemma-3-270m` (ioi with induction beside it, every default;
 15-40 minutes each on a loaded 2-core CPU). Each measured cell appends one JSON line to
 `--record` (with the machine, its load, the threads and the date).
 
@@ -59,7 +59,7 @@ from workbench.precision import CPU_BF16_FLAGS, cpu_flags  # noqa: E402
 from workbench.screening.screen import resolve_task  # noqa: E402
 
 STAGES = ("screen", "search", "confirm")
-# Runs measured before this script, each with its source: the issue's figures on an idle
+# Runs measured before this script, each with its source: the reference runs on an idle
 # Intel Xeon with AMX (two threads), where `workbench cel` timed end to end (the model's
 # load and the explanation included) and the run's header measured the forward; their
 # forward-equivalents are those the same defaults counted on this project's AMD EPYC

@@ -100,7 +100,7 @@ def _assert_frames_equal(actual: pd.DataFrame, expected: pd.DataFrame, msg: str)
 
 
 def test_evaluate_on_a_bridge_equals_the_hooked_model_and_hugging_face(trio, spaced_task):
-    """The issue's crash: `unembed_at` put a bridge's logits through `ln_final`."""
+    """A crash once found here: `unembed_at` put a bridge's logits through `ln_final`."""
     bridge, hooked, hf = trio
     assert is_bridge(bridge) and not is_bridge(hooked)
     batch = encode_task(bridge, spaced_task)
