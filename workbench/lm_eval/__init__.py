@@ -1,0 +1,43 @@
+"""lm-eval (lm-evaluation-harness) with the workbench: its tasks as workbench tasks, and a
+hooked model with heads removed as a model it scores.
+
+- `HookedLM` (`workbench.lm_eval.model`): an `lm_eval.api.model.LM` over a TransformerLens
+  model with heads ablated at `hook_z`; `lm_eval.simple_evaluate(model=HookedLM(...))` scores
+  it with lm-eval's own prompts and metrics.
+- `lm_eval_records` (`workbench.lm_eval.source`): an lm-eval `multiple_choice` task (a
+  registered name `lm_eval:arc_easy` or a YAML path) as the header and records of a workbench
+  multiple-choice task; `load_task` uses it.
+
+lm-eval is an optional dependency (`pip install "cel-workbench[lm_eval]"`). The names are
+imported on first use, so `import workbench.lm_eval` needs neither lm-eval nor torch, and
+inside these modules `import lm_eval` is the library itself. See docs/lm_eval.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "HookedLM": "workbench.lm_eval.model",
+    "lm_eval_records": "workbench.lm_eval.source",
+}
+
+__all__ = ["HookedLM", "lm_eval_records"]
+
+if TYPE_CHECKING:
+    from workbench.lm_eval.model import HookedLM
+    from workbench.lm_eval.source import lm_eval_records
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workbench.lm_eval' has no attribute {name!r}")
+    if name == "HookedLM":
+        from workbench.lm_eval.source import require_lm_eval
+
+        require_lm_eval()
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
