@@ -29,7 +29,12 @@ def arc_style(folder: Path, **overrides: str) -> Path:
     text = (DATA / "arc_style.yaml").read_text()
     for name in ("arc_style_train.jsonl", "arc_style.jsonl"):
         text = text.replace(f"tests/lm_eval/data/{name}", str(DATA / name))
-    lines = [line for line in text.splitlines() if line.split(":")[0] not in overrides]
+    lines, skipping = [], False
+    for line in text.splitlines():  # drop each overridden key with its indented block
+        if not line.startswith((" ", "-")):
+            skipping = line.split(":")[0] in overrides
+        if not skipping:
+            lines.append(line)
     lines += [f"{k}: {v}" for k, v in overrides.items()]
     path = folder / f"{overrides.get('task', 'arc_style')}.yaml"
     path.write_text("\n".join(lines) + "\n")

@@ -88,7 +88,12 @@ def _entry(spec: str, manager):
         path = Path(spec).expanduser()
         if not path.is_file():
             raise WorkbenchError(f"lm-eval task file {spec!r} does not exist")
-        entry = TaskIndex.entry_from_path(path.resolve())
+        try:
+            entry = TaskIndex.entry_from_path(path.resolve())
+        except Exception as e:  # yaml's own errors, several lines: the first names the place
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise WorkbenchError(f"lm-eval task file {spec!r} is not valid YAML: {first}") \
+                from None
         if entry is None:
             raise WorkbenchError(
                 f"{spec!r} is not an lm-eval task YAML (it has no 'task' key); expected a "
@@ -184,7 +189,20 @@ def build_lm_eval_task(spec: str):
 
 
 def _build(manager, target: str):
-    tasks = manager.load([target])["tasks"]
+    """lm-eval's task object; what lm-eval raises while it reads the data and tries the first
+    document (a bad template, a target out of range) becomes one line."""
+    from datasets.exceptions import DatasetNotFoundError
+
+    try:
+        tasks = manager.load([target])["tasks"]
+    except (ConnectionError, DatasetNotFoundError, OSError):
+        raise  # the caller names the offline fix
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        raise WorkbenchError(
+            f"lm-eval could not build task {target!r}: {type(e).__name__}"
+            + (f": {text[0]}" if text else "")
+        ) from None
     return next(iter(tasks.values()))
 
 
