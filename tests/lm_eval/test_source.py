@@ -155,3 +155,18 @@ def test_the_cli_refuses_an_lm_eval_task_before_the_model_loads(tmp_path, monkey
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a generate_until task" in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+def test_rescore_command_refuses_a_task_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    import workbench.loading.model
+    from workbench.lm_eval.rescore import main
+
+    def loader(*args, **kwargs):
+        raise AssertionError("the model was loaded before the task was refused")
+
+    monkeypatch.setattr(workbench.loading.model, "load_model", loader)
+    path = arc_style(tmp_path, task="arc_hub", dataset_path="nobody/no-such-dataset",
+                     dataset_kwargs="{}")
+    assert main(["--model", "smollm2-135m", "--task", str(path), "--heads", "L3H1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rescore: error: ") and "offline" in err[0], err

@@ -7,6 +7,8 @@ hooked model with heads removed as a model it scores.
 - `lm_eval_records` (`workbench.lm_eval.source`): an lm-eval `multiple_choice` task (a
   registered name `lm_eval:arc_easy` or a YAML path) as the header and records of a workbench
   multiple-choice task; `load_task` uses it.
+- `rescore` (`workbench.lm_eval.rescore`): lm-eval's scores of a model clean and with a head
+  set removed; `python -m workbench.lm_eval.rescore --model M --task T --heads L3H1`.
 
 lm-eval is an optional dependency (`pip install "cel-workbench[lm_eval]"`). The names are
 imported on first use, so `import workbench.lm_eval` needs neither lm-eval nor torch, and
@@ -21,12 +23,14 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "HookedLM": "workbench.lm_eval.model",
     "lm_eval_records": "workbench.lm_eval.source",
+    "rescore": "workbench.lm_eval.rescore",
 }
 
-__all__ = ["HookedLM", "lm_eval_records"]
+__all__ = ["HookedLM", "lm_eval_records", "rescore"]
 
 if TYPE_CHECKING:
     from workbench.lm_eval.model import HookedLM
+    from workbench.lm_eval.rescore import rescore
     from workbench.lm_eval.source import lm_eval_records
 
 

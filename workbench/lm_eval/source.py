@@ -57,7 +57,7 @@ def require_lm_eval() -> None:
 
 
 @functools.cache
-def _task_manager(registered: bool):
+def task_manager(registered: bool):
     """lm-eval's `TaskManager`: with its index of registered tasks (`registered`; ~25 s on 2
     busy cores for lm-eval 0.4.13's 13k tasks, so built once per process), or without (a
     YAML path needs none)."""
@@ -67,7 +67,7 @@ def _task_manager(registered: bool):
 
 
 def _manager_for(spec: str):
-    return _task_manager(spec.startswith(PREFIX))
+    return task_manager(spec.startswith(PREFIX))
 
 
 def _entry(spec: str, manager):
