@@ -34,11 +34,15 @@ D_HEAD = 8
 
 
 @pytest.fixture(scope="module")
-def trio(tmp_path_factory):
+def folder(tmp_path_factory):
+    return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
+
+
+@pytest.fixture(scope="module")
+def trio(folder):
     """`(hooked, hf, tokenizer)`: one tiny GPT-2 as a HookedTransformer and as itself."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = save_tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     return load_model(str(folder), device="cpu"), hf, AutoTokenizer.from_pretrained(folder)
 
@@ -83,6 +87,19 @@ def test_clean_scores_equal_lm_evals_hugging_face_model(trio, manager):
     _assert_same(got, expected, "clean")
     assert expected["n"] == 30 and len(expected["ll"]) > 60
     assert 0 < expected["acc"] < expected["n"] and expected["acc"] != expected["acc_norm"]
+
+
+def test_a_transformer_bridge_scores_as_lm_evals_hugging_face_model(trio, folder, manager):
+    """A TransformerBridge in compatibility mode (value biases unfolded), booted from the
+    same folder, through `HookedLM`: the same counts and log-likelihoods as `HFLM`."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    _, hf, tokenizer = trio
+    bridge = TransformerBridge.boot_transformers(str(folder), device="cpu")
+    bridge.enable_compatibility_mode(disable_warnings=True, fold_value_biases=False)
+    with hf_head_removed(hf, O_PROJ, 1, 3, D_HEAD):
+        expected = _evaluate(_hflm(hf, tokenizer), manager)
+    _assert_same(_evaluate(HookedLM(bridge, heads="L1H3"), manager), expected, "bridge")
 
 
 @pytest.mark.parametrize("heads", [[(0, 1)], [(0, 3), (1, 2)]], ids=["L0H1", "L0H3+L1H2"])

@@ -170,3 +170,15 @@ def test_rescore_command_refuses_a_task_before_the_model_loads(tmp_path, monkeyp
     assert main(["--model", "smollm2-135m", "--task", str(path), "--heads", "L3H1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rescore: error: ") and "offline" in err[0], err
+
+
+def test_without_lm_eval_installed_the_fix_is_named_in_one_line(monkeypatch):
+    import importlib.util
+
+    import workbench.lm_eval.source as source
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(source.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    message = refusal(lambda: source.lm_eval_records("lm_eval:arc_easy"))
+    assert 'pip install "cel-workbench[lm_eval]"' in message and "\n" not in message
