@@ -192,6 +192,7 @@ def test_smollm2_scores_equal_lm_evals_hugging_face_model(tmp_path):
     assert max(abs(a - b) for a, b in zip(removed["ll"], expected["ll"], strict=True)) > 3e-3
 
 
+@pytest.mark.slow
 def test_rescore_gives_lm_evals_scores_clean_and_ablated(trio, tmp_path):
     """`rescore` is `simple_evaluate` on `HookedLM` twice; both against `HFLM` directly."""
     from lm_eval.tasks import TaskManager as Manager
