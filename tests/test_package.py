@@ -3,23 +3,75 @@ imports on first use, each the object its module defines."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
+
+from workbench.lazy import typing_imports
 
 
 def test_package_exports_load_lazily():
     """`__all__` names exactly the lazily imported names, each the object its module
     defines."""
-    import importlib
-
     import workbench
 
-    assert set(workbench.__all__) == {*workbench._EXPORTS, "WorkbenchError"}
-    for name, module in workbench._EXPORTS.items():
+    exports = typing_imports(Path(workbench.__file__), "workbench")
+    assert set(workbench.__all__) == {*exports, "WorkbenchError"}
+    for name, module in exports.items():
         assert getattr(workbench, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         workbench.nope  # noqa: B018
+
+
+LAZY_PACKAGES = sorted(
+    p.parent.name for p in (Path(__file__).resolve().parents[1] / "workbench").glob("*/__init__.py")
+    if "lazy_package(globals())" in p.read_text())
+
+
+def test_lazy_packages_are_found():
+    """The check below covers the packages that list their names lazily."""
+    assert {"metrics", "tasks", "results", "search"} <= set(LAZY_PACKAGES)
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_lazy_package_names_are_their_modules_objects(package):
+    """A sub-package's `__all__` is exactly its `if TYPE_CHECKING:` imports (what a reader and
+    an IDE follow), and each name read from the package is the object its module defines."""
+    pkg = importlib.import_module(f"workbench.{package}")
+    exports = typing_imports(Path(pkg.__file__), pkg.__name__)
+    assert exports and sorted(exports) == pkg.__all__
+    for name, module in exports.items():
+        assert getattr(pkg, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pkg.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_no_lazy_name_is_a_submodule_name(package):
+    """Importing a package's submodule sets the package's attribute of that name to the
+    module, so an exported function named like a submodule (`results.compare`) would read
+    as the module once anything imported it: such a name is exported from its module only."""
+    import pkgutil
+
+    pkg = importlib.import_module(f"workbench.{package}")
+    submodules = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+    assert not set(pkg.__all__) & submodules
+
+
+def test_typing_imports_reads_relative_and_aliased_imports(tmp_path):
+    """Relative imports resolve against the package; an alias is the exported name; an import
+    outside `TYPE_CHECKING` is not an export."""
+    init = tmp_path / "__init__.py"
+    init.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from os import path\n"
+        "if TYPE_CHECKING:\n"
+        "    from .a import f, g as h\n"
+        "    from ..b import C\n"
+        "    from workbench.c import d\n")
+    assert typing_imports(init, "workbench.pkg") == {
+        "f": "workbench.pkg.a", "h": "workbench.pkg.a", "C": "workbench.b", "d": "workbench.c"}
 
 
 # ---- the public API's signatures, pinned ----------------------------------------------

@@ -23,6 +23,7 @@ from workbench.errors import WorkbenchError
 from workbench.guards import DEFAULT_RULE, GuardRule, labels, parse_guards
 from workbench.options import AblationKind, ClusterMode, RankBy, SearchDtype
 from workbench.screening.registry import get_method
+from workbench.search.finalists import KNOCKOUT_EXAMPLES as KNOCKOUT_EXAMPLES
 from workbench.search.registry import strategy_names, strategy_settings
 
 # torch's CPU threads while a run computes (`workbench.compute.Compute.threads`, `--threads`):
@@ -31,14 +32,6 @@ from workbench.search.registry import strategy_names, strategy_settings
 # which imports no torch, so the command line resolves it before torch loads); re-exported
 # here, where the command line and older code read them (above).
 
-# Examples each knockout mask of the interaction search is scored on in a raced run
-# (`CELConfig.knockout_examples`): the racing minimum (`workbench.racing.MIN_SLICE`). The
-# knockouts only rank heads for the finalists, whose sets are then scored exactly and raced.
-# (None: the first racing slice, an eighth of the split: 20 of SmolLM2 ioi's 154, 75 of the
-# embedded model's 600.) On the planted models 16, 8 and 4 examples all kept 10/10 singles,
-# pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`), but on SmolLM2 x ioi 8
-# lost a finalist and the held-out gains of sizes 2 and 3 (`docs/speed.md`).
-KNOCKOUT_EXAMPLES = 16
 # Examples in the first look of each random baseline set's race over the held-out split
 # (`CELConfig.baseline_examples`): the racing minimum. A random set far below the found one
 # (nearly all of them: on SmolLM2 x ioi 613 of 613 stopped at the first look) is then decided

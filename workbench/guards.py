@@ -209,37 +209,3 @@ def task_metrics(task) -> list[str]:
     some example has one (a `workbench.tasks.task.Task`)."""
     has_wrong = any(e.wrong for e in task.examples)
     return [m for m in metric_names() if has_wrong or not record(m).needs_wrong]
-
-
-def closest_infeasible(combos, guards: Sequence[Guard], config, sets: dict) -> dict:
-    """For each size of 1..`config.max_size` with no feasible set (`sets` lacks it), the set
-    the search ranks first on the objective among those scored on every example, and the
-    guards it failed: `{size: {"heads": ..., "d_<objective>": ..., "failed": [...]}}`."""
-    from statistics import NormalDist
-
-    if combos is None or len(combos) == 0 or "feasible" not in combos:
-        return {}
-    from workbench.search.candidates import compared
-
-    combos = compared(combos)  # not the knockouts a lower-precision copy scored
-    z = NormalDist().inv_cdf(0.5 + config.ci / 2)
-    out = {}
-    for size in range(1, config.max_size + 1):
-        if size in sets:
-            continue
-        rows = combos[combos["size"] == size]
-        if rows.empty:
-            continue
-        rows = rows[rows["n"] == rows["n"].max()]
-        top = rows.loc[rows[f"d_{config.objective}"].astype(float).idxmax()]
-        failed = [g.label for g in guards if g.on_main and not decide(
-            config.guard_rule, float(top[f"d_{g.metric}"]),
-            *bounds(*(float(top[f"d_{g.metric}{s}"]) for s in ("", "_se")), z,
-                    *(float(top[f"d_{g.metric}{s}"]) for s in ("_min", "_max"))), g.tolerance)]
-        side = top.get("guard_failed")
-        if isinstance(side, str) and side:
-            failed += side.split(",")
-        out[str(size)] = {"heads": str(top["heads"]),
-                          f"d_{config.objective}": float(top[f"d_{config.objective}"]),
-                          "failed": failed}
-    return out

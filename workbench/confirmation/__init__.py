@@ -6,16 +6,32 @@ drawn in looks and raced).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.lazy import lazy_package
 
-# each module -> the public names it defines
-__getattr__, __dir__, __all__ = lazy_package(globals(), {
-    "baseline": (
-        "BaselineRace Drawn MIN_LOOK ScoreFn draw_in_looks pool_random_head_sets "
-        "random_baselines random_head_sets set_looks share_decided share_interval"
-    ),
-    "confirm": (
-        "MIN_CLUSTERS TRADEOFF_COLUMNS TRADEOFF_EXAMPLES cluster_labels confirm_sets "
-        "example_groups tradeoff_table"
-    ),
-})
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.confirmation.baseline import (
+        MIN_LOOK,
+        BaselineRace,
+        Drawn,
+        ScoreFn,
+        draw_in_looks,
+        pool_random_head_sets,
+        random_baselines,
+        random_head_sets,
+        set_looks,
+        share_decided,
+        share_interval,
+    )
+    from workbench.confirmation.confirm import (
+        MIN_CLUSTERS,
+        TRADEOFF_COLUMNS,
+        TRADEOFF_EXAMPLES,
+        cluster_labels,
+        confirm_sets,
+        example_groups,
+        tradeoff_table,
+    )
+
+__getattr__, __dir__, __all__ = lazy_package(globals())

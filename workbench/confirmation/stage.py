@@ -32,13 +32,13 @@ from workbench.confirmation.confirm import (
     finish_confirmation,
     tradeoff_rows,
 )
-from workbench.guards import closest_infeasible, labels
+from workbench.guards import labels
 from workbench.heads import HeadSet
 from workbench.precision import lowers
 from workbench.results.result import flagged_heads, mark_best
 from workbench.results.store import json_values, stage_inputs
 from workbench.scoring.scorer import Scorer, masks_of
-from workbench.search.candidates import best_sets, search_pool, set_record
+from workbench.search.candidates import best_sets, closest_infeasible, search_pool, set_record
 from workbench.tasks.encoding import encode_task
 
 STAGE = "confirm"  # the checkpoint's name (`confirm.partial.json`)

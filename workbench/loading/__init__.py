@@ -28,10 +28,12 @@ Face tokenizer (folders, GGUF files), `cfg.default_prepend_bos` follows that tok
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.lazy import lazy_package
 
-# each module -> the public names it defines
-__getattr__, __dir__, __all__ = lazy_package(globals(), {
-    "model": "auto_dtype load_model resolve_device",
-    "shipped": "shipped_names",
-})
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.loading.model import auto_dtype, load_model, resolve_device
+    from workbench.loading.shipped import shipped_names
+
+__getattr__, __dir__, __all__ = lazy_package(globals())

@@ -32,9 +32,9 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.errors import WorkbenchError
+from workbench.loading.shipped import embedded_path
 from workbench.results.fingerprint import file_digest
 from workbench.tasks.tokenizer import WordTokenizer, word_level_hf_tokenizer
-from workbench.zoo import embedded_path
 
 CONFIG_FILE = "workbench_config.json"
 WEIGHTS_FILE = "model.safetensors"

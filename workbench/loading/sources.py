@@ -27,8 +27,7 @@ from workbench.loading.names import official_names
 from workbench.loading.shipped import EMBEDDED_NAME, REAL_MODELS
 from workbench.options import did_you_mean
 from workbench.plugins import resolve
-from workbench.tasks.names import task_names
-from workbench.zoo import EMBEDDED_FAMILY
+from workbench.tasks.names import EMBEDDED_FAMILY, task_names
 
 CHECKPOINT_CONFIG = "workbench_config.json"  # = workbench.loading.checkpoint.CONFIG_FILE
 

@@ -4,18 +4,47 @@ is computed (`scores`: per-example scores from logits, `evaluate`, `summarize`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.lazy import lazy_package
 
-# each module -> the public names it defines
-__getattr__, __dir__, __all__ = lazy_package(globals(), {
-    "records": (
-        "METRIC_RECORDS Metric base_metric declare help_text metric_names names_where "
-        "record registered scored_names table_order"
-    ),
-    "scores": (
-        "METRICS NEG_INF accuracy answer_logits evaluate forward_kwargs get_metric "
-        "is_bridge logit_diff logits_at logprob masked_gather multi_token_metric "
-        "normalize_by_clean one_forward prob_diff score_logits sequence_scores "
-        "shortformer_kwargs summarize task_metric unembed_at"
-    ),
-})
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.metrics.records import (
+        METRIC_RECORDS,
+        Metric,
+        base_metric,
+        declare,
+        help_text,
+        metric_names,
+        names_where,
+        record,
+        registered,
+        scored_names,
+        table_order,
+    )
+    from workbench.metrics.scores import (
+        METRICS,
+        NEG_INF,
+        accuracy,
+        answer_logits,
+        evaluate,
+        forward_kwargs,
+        get_metric,
+        is_bridge,
+        logit_diff,
+        logits_at,
+        logprob,
+        masked_gather,
+        multi_token_metric,
+        normalize_by_clean,
+        one_forward,
+        prob_diff,
+        score_logits,
+        sequence_scores,
+        shortformer_kwargs,
+        summarize,
+        task_metric,
+        unembed_at,
+    )
+
+__getattr__, __dir__, __all__ = lazy_package(globals())

@@ -389,6 +389,11 @@ class ResultStore:
         partial = {"partial": self.partials} if self.partials else {}
         write_json(self.folder / CONFIG_FILE, {**run_file, "files": self.files, **partial})
 
+    def stage_inputs(self, stage: str, config: dict) -> str:
+        """The `inputs` hash of `stage` in this folder (`stage_inputs`): what a stage that
+        saves partial work keys it by, without importing this module."""
+        return stage_inputs(stage, config, self.files)
+
     def load_partial(self, stage: str, inputs: str) -> dict | None:
         """The checkpoint of `stage` (`save_partial`) if this folder holds one made from
         `inputs`, else None."""

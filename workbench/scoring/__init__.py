@@ -7,17 +7,32 @@ by length under a token budget; the unembedding at answer positions only).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.lazy import lazy_package
 
-# each module -> the public names it defines
-__getattr__, __dir__, __all__ = lazy_package(globals(), {
-    "batching": (
-        "Chunk MAX_PAD_SHARE Targets answer_only_hooks gather_positions length_buckets "
-        "unembed"
-    ),
-    "scorer": "CustomMetric MaskScorer Scorer as_score_dict masks_of",
-    "sharing": (
-        "Advance ChunkRun JOIN_QUEUE ONE_COPY_COST SHARE_BELOW Tail next_layers "
-        "score_shared shared_cost sharing_pays"
-    ),
-})
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.scoring.batching import (
+        MAX_PAD_SHARE,
+        Chunk,
+        Targets,
+        answer_only_hooks,
+        gather_positions,
+        length_buckets,
+        unembed,
+    )
+    from workbench.scoring.scorer import CustomMetric, MaskScorer, Scorer, as_score_dict, masks_of
+    from workbench.scoring.sharing import (
+        JOIN_QUEUE,
+        ONE_COPY_COST,
+        SHARE_BELOW,
+        Advance,
+        ChunkRun,
+        Tail,
+        next_layers,
+        score_shared,
+        shared_cost,
+        sharing_pays,
+    )
+
+__getattr__, __dir__, __all__ = lazy_package(globals())

@@ -34,12 +34,26 @@ The package's names are imported on first use, so the registry can be read witho
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.lazy import lazy_package
 
-# each module -> the public names it defines
-__getattr__, __dir__, __all__ = lazy_package(globals(), {
-    "finalists": "SCREEN_SHARE default_budget max_finalists pick_finalists",
-    "registry": "CostInputs Setting Strategy get_strategy register strategies strategy_names",
-    "space": "SearchSpace",
-    "strategies.compressed_sensing": "lasso lasso_alpha_max lasso_cv",
-})
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.search.finalists import (
+        SCREEN_SHARE,
+        default_budget,
+        max_finalists,
+        pick_finalists,
+    )
+    from workbench.search.registry import (
+        CostInputs,
+        Setting,
+        Strategy,
+        get_strategy,
+        register,
+        strategy_names,
+    )
+    from workbench.search.space import SearchSpace
+    from workbench.search.strategies.compressed_sensing import lasso, lasso_alpha_max, lasso_cv
+
+__getattr__, __dir__, __all__ = lazy_package(globals())

@@ -16,10 +16,13 @@ ranked (stage 1's candidates, stage 2's pool, stage 3's sets).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
+from workbench.guards import Guard, bounds, decide
 from workbench.heads import Head
 from workbench.options import RankBy
 
@@ -200,3 +203,33 @@ def set_record(combos: pd.DataFrame, heads: str) -> pd.Series | None:
     if rows.empty:
         return None
     return rows.loc[rows["n"].idxmax()] if "n" in rows else rows.iloc[0]
+
+
+def closest_infeasible(combos, guards: Sequence[Guard], config, sets: dict) -> dict:
+    """For each size of 1..`config.max_size` with no feasible set (`sets` lacks it), the set
+    the search ranks first on the objective among those scored on every example, and the
+    guards it failed: `{size: {"heads": ..., "d_<objective>": ..., "failed": [...]}}`."""
+    if combos is None or len(combos) == 0 or "feasible" not in combos:
+        return {}
+    combos = compared(combos)  # not the knockouts a lower-precision copy scored
+    z = NormalDist().inv_cdf(0.5 + config.ci / 2)
+    out = {}
+    for size in range(1, config.max_size + 1):
+        if size in sets:
+            continue
+        rows = combos[combos["size"] == size]
+        if rows.empty:
+            continue
+        rows = rows[rows["n"] == rows["n"].max()]
+        top = rows.loc[rows[f"d_{config.objective}"].astype(float).idxmax()]
+        failed = [g.label for g in guards if g.on_main and not decide(
+            config.guard_rule, float(top[f"d_{g.metric}"]),
+            *bounds(*(float(top[f"d_{g.metric}{s}"]) for s in ("", "_se")), z,
+                    *(float(top[f"d_{g.metric}{s}"]) for s in ("_min", "_max"))), g.tolerance)]
+        side = top.get("guard_failed")
+        if isinstance(side, str) and side:
+            failed += side.split(",")
+        out[str(size)] = {"heads": str(top["heads"]),
+                          f"d_{config.objective}": float(top[f"d_{config.objective}"]),
+                          "failed": failed}
+    return out

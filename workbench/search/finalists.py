@@ -20,6 +20,15 @@ Head = tuple[int, int]  # (layer, head), as `workbench.heads.Head`
 SCREEN_SHARE = 0.25
 
 
+# Examples each knockout mask of the interaction search is scored on in a raced run
+# (`CELConfig.knockout_examples`): the racing minimum (`workbench.racing.MIN_SLICE`). The
+# knockouts only rank heads for the finalists, whose sets are then scored exactly and raced.
+# (None: the first racing slice, an eighth of the split: 20 of SmolLM2 ioi's 154, 75 of the
+# embedded model's 600.) On the planted models 16, 8 and 4 examples all kept 10/10 singles,
+# pairs and triples at 144, 384 and 1024 heads (`docs/recall.md`), but on SmolLM2 x ioi 8
+# lost a finalist and the held-out gains of sizes 2 and 3 (`docs/speed.md`).
+KNOCKOUT_EXAMPLES = 16
+
 def default_budget(n_heads: int, max_size: int = 3) -> int:
     """Masks the interaction search may score on the selection split: `2.5 n + 500` (half
     knockouts, half finalist sets) for sets of 3 or more heads, half that for sets of up to 2.

@@ -36,8 +36,6 @@ import time
 import torch
 from torch import Tensor
 
-from workbench.results.store import stage_inputs
-
 STAGE = "search"  # the checkpoint's name (`search.partial.pt`)
 FORMAT = "cel-search-replay"
 SAVE_SECONDS = 30.0  # the longest a run may lose to an interrupt that cannot save (SIGKILL)
@@ -142,7 +140,7 @@ class SearchCheckpoint:
 
     def __init__(self, store, config: dict, result) -> None:
         self.store, self.result = store, result
-        self.inputs = (stage_inputs("combos", config, store.files)
+        self.inputs = (store.stage_inputs("combos", config)
                        if store is not None and store.folder is not None else None)
         saved = self._load()
         self.log = _Log(saved.get("calls", []), keep=self.inputs is not None)

@@ -25,14 +25,13 @@ from statistics import NormalDist
 
 import torch
 
-from workbench.config import KNOCKOUT_EXAMPLES
 from workbench.guards import DEFAULT_RULE, bounds, decide
 from workbench.heads import Head
 from workbench.metrics.records import record
 from workbench.racing import ATOL, example_order, first_slice, interval, race, row_range
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.search.candidates import rank_order, sort_key
-from workbench.search.finalists import SCREEN_SHARE, default_budget
+from workbench.search.finalists import KNOCKOUT_EXAMPLES, SCREEN_SHARE, default_budget
 from workbench.stats import mean_se
 from workbench.tables import head_name
 

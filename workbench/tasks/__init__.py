@@ -10,19 +10,54 @@ checked without torch). The names are imported on first use, so the light module
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.lazy import lazy_package
 
-# each module -> the public names it defines
-__getattr__, __dir__, __all__ = lazy_package(globals(), {
-    "builders": "csv_rows dataframe_rows hf_dataset_rows table_records",
-    "encoding": "TaskBatch encode_task",
-    "fit": "FITS Fit MIN_FIT_EXAMPLES fit_digits fit_drop_unfit fit_greater_than fit_task",
-    "format": "EXAMPLE_KEYS HEADER_KEYS LIST_FIELDS SPLITS check_example check_header",
-    "ids": "EncodedExample encode_example",
-    "names": "TASKS_DIR check_task_name hub_task_names own_tasks task_names",
-    "task": (
-        "CHECKS Check Example METRIC_NAMES NEEDS_WRONG PER_TOKENIZER Task load_task "
-        "resolve_task_path"
-    ),
-    "tokenizer": "HFTokenizer WordTokenizer get_tokenizer word_level_hf_tokenizer",
-})
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
+    from workbench.tasks.encoding import TaskBatch, encode_task
+    from workbench.tasks.fit import (
+        FITS,
+        MIN_FIT_EXAMPLES,
+        Fit,
+        fit_digits,
+        fit_drop_unfit,
+        fit_greater_than,
+        fit_task,
+    )
+    from workbench.tasks.format import (
+        EXAMPLE_KEYS,
+        HEADER_KEYS,
+        LIST_FIELDS,
+        SPLITS,
+        check_example,
+        check_header,
+    )
+    from workbench.tasks.ids import EncodedExample, encode_example
+    from workbench.tasks.names import (
+        TASKS_DIR,
+        check_task_name,
+        hub_task_names,
+        own_tasks,
+        task_names,
+    )
+    from workbench.tasks.task import (
+        CHECKS,
+        METRIC_NAMES,
+        NEEDS_WRONG,
+        PER_TOKENIZER,
+        Check,
+        Example,
+        Task,
+        load_task,
+        resolve_task_path,
+    )
+    from workbench.tasks.tokenizer import (
+        HFTokenizer,
+        WordTokenizer,
+        get_tokenizer,
+        word_level_hf_tokenizer,
+    )
+
+__getattr__, __dir__, __all__ = lazy_package(globals())

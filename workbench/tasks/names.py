@@ -12,6 +12,14 @@ from workbench.options import did_you_mean
 
 TASKS_DIR = Path(__file__).resolve().parent.parent.parent / "tasks"
 
+# The embedded model family (`workbench.zoo`, which re-exports these): the models trained on
+# the project's own language, its primary conflicting task (on which `workbench cel` runs by
+# default) and the tasks reported as side effects. Defined here, below the zoo, so that tasks
+# and loading name them without importing the package that trains the models.
+EMBEDDED_FAMILY: tuple[str, ...] = ("embedded", "embedded_llama", "embedded_neox")
+DEFAULT_TASK: str = "embedded_map"
+SIDE_TASKS: list[str] = ["embedded_copy", "embedded_add", "embedded_sort"]
+
 
 def task_names() -> list[str]:
     """The names of the task files in `tasks/`."""
@@ -25,8 +33,6 @@ def own_tasks(model: str) -> tuple[list[str], list[str] | None]:
     zoo's side tasks. Every other model (hub names, the shipped real models, local folders) gets
     the hub tasks, each with the others as side tasks (None: the sweep's other tasks).
     """
-    from workbench.zoo import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
-
     if model in EMBEDDED_FAMILY:
         return [DEFAULT_TASK], list(SIDE_TASKS)
     return hub_task_names(), None
@@ -35,8 +41,6 @@ def own_tasks(model: str) -> tuple[list[str], list[str] | None]:
 def hub_task_names() -> list[str]:
     """The task files of `tasks/` written for pretrained language models (not the embedded
     model's language)."""
-    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
-
     embedded = {DEFAULT_TASK, *SIDE_TASKS}
     return [t for t in task_names() if t not in embedded]
 

@@ -9,28 +9,16 @@ design of the tasks and why removing heads can help one of them.
 trained by the same recipe on the same language and tasks (`workbench.zoo.train.ARCHITECTURES`
 says what each is); `load_model(name)` loads each from `embedded_path(name)`, and they share
 `DEFAULT_TASK` and `SIDE_TASKS`.
+
+The names are defined below this package, where loading and the task names read them
+(`workbench.tasks.names`: the family, its tasks; `workbench.loading.shipped`: the checkpoint
+folders), so that neither imports the package that trains the models; they are re-exported
+here.
 """
 
-from pathlib import Path
-
-from workbench.errors import WorkbenchError
-
-ZOO_DIR: Path = Path(__file__).resolve().parent
-EMBEDDED_PATH: Path = ZOO_DIR / "embedded"
-EMBEDDED_FAMILY: tuple[str, ...] = ("embedded", "embedded_llama", "embedded_neox")
-DEFAULT_TASK: str = "embedded_map"
-SIDE_TASKS: list[str] = ["embedded_copy", "embedded_add", "embedded_sort"]
-
-
-def embedded_path(name: str) -> Path:
-    """The checkpoint folder of the family member `name` (a name in `EMBEDDED_FAMILY`)."""
-    if name not in EMBEDDED_FAMILY:
-        raise WorkbenchError(
-            f"unknown embedded model {name!r}; expected one of {list(EMBEDDED_FAMILY)}"
-        )
-    return EMBEDDED_PATH if name == "embedded" else ZOO_DIR / name
-
+from workbench.loading.shipped import EMBEDDED_PATH, ZOO_DIR, embedded_path
+from workbench.tasks.names import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
 
 __all__ = [
-    "DEFAULT_TASK", "EMBEDDED_FAMILY", "EMBEDDED_PATH", "SIDE_TASKS", "embedded_path",
+    "DEFAULT_TASK", "EMBEDDED_FAMILY", "EMBEDDED_PATH", "SIDE_TASKS", "ZOO_DIR", "embedded_path",
 ]
