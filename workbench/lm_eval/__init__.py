@@ -7,8 +7,8 @@ hooked model with heads removed as a model it scores.
 - `lm_eval_records` (`workbench.lm_eval.source`): an lm-eval `multiple_choice` task (a
   registered name `lm_eval:arc_easy` or a YAML path) as the header and records of a workbench
   multiple-choice task; `load_task` uses it.
-- `rescore` (`workbench.lm_eval.rescore`): lm-eval's scores of a model clean and with a head
-  set removed; `python -m workbench.lm_eval.rescore --model M --task T --heads L3H1`.
+- `workbench.lm_eval.rescore.rescore`: lm-eval's scores of a model clean and with a head set
+  removed; `python -m workbench.lm_eval.rescore --model M --task T --heads L3H1`.
 
 lm-eval is an optional dependency (`pip install "cel-workbench[lm_eval]"`). The names are
 imported on first use, so `import workbench.lm_eval` needs neither lm-eval nor torch, and
@@ -17,31 +17,12 @@ inside these modules `import lm_eval` is the library itself. See docs/lm_eval.md
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "HookedLM": "workbench.lm_eval.model",
-    "lm_eval_records": "workbench.lm_eval.source",
-    "rescore": "workbench.lm_eval.rescore",
-}
+from workbench.lazy import lazy_package
 
-__all__ = ["HookedLM", "lm_eval_records", "rescore"]
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
     from workbench.lm_eval.model import HookedLM
-    from workbench.lm_eval.rescore import rescore
     from workbench.lm_eval.source import lm_eval_records
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'workbench.lm_eval' has no attribute {name!r}")
-    if name == "HookedLM":
-        from workbench.lm_eval.source import require_lm_eval
-
-        require_lm_eval()
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__, __all__ = lazy_package(globals())

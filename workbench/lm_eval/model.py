@@ -24,16 +24,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from jaxtyping import Int
-from lm_eval import utils as lm_utils
-from lm_eval.api.model import TemplateLM
-from lm_eval.models.utils import Collator, has_bos_prefix
-from lm_eval.models.utils_hf import pad_and_concat
 from torch import Tensor
 
-from workbench.ablation import HeadMeans, ablation_hooks
-from workbench.errors import WorkbenchError
-from workbench.heads import HeadSet, HeadSpec
-from workbench.options import AblationKind
+from workbench.lm_eval.source import require_lm_eval
+
+require_lm_eval()  # without lm-eval: one line naming the fix, not an ImportError from below
+
+from lm_eval import utils as lm_utils  # noqa: E402
+from lm_eval.api.model import TemplateLM  # noqa: E402
+from lm_eval.models.utils import Collator, has_bos_prefix  # noqa: E402
+from lm_eval.models.utils_hf import pad_and_concat  # noqa: E402
+
+from workbench.ablation import HeadMeans, ablation_hooks  # noqa: E402
+from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.heads import HeadSet, HeadSpec  # noqa: E402
+from workbench.options import AblationKind  # noqa: E402
 
 Request = tuple[tuple[str, str] | None, list[int], list[int]]
 
