@@ -100,6 +100,8 @@ def test_metric_target_text_and_trailing_space(tmp_path):
     ({"task": "arc_hub", "dataset_path": "nobody/no-such-dataset", "dataset_kwargs": "{}"},
      "reads dataset 'nobody/no-such-dataset' from the Hugging Face hub, which this machine "
      "cannot reach (offline); write a task YAML that reads local files (dataset_path: json"),
+    ({"task": "arc_lost", "dataset_kwargs": "{data_files: {test: /nonexistent/x.jsonl}}"},
+     "lm-eval task 'arc_lost' could not read dataset 'json' (FileNotFoundError"),
     ({"task": "arc_bad", "doc_to_target": "7"},
      "lm-eval could not build task '{path}': IndexError: list index out of range"),
     ({"task": "arc_off", "doc_to_target": '"{{label + 1}}"'},

@@ -185,7 +185,19 @@ def build_lm_eval_task(spec: str):
             ) from None
         finally:
             datasets.config.HF_HUB_OFFLINE = saved
-    return _build(manager, target)
+    try:
+        return _build(manager, target)
+    except _DataUnavailable as e:
+        fix = LOCAL_FIX if _needs_download(config) else (
+            "check its data_files (datasets reads relative paths from the working directory)")
+        raise WorkbenchError(
+            f"lm-eval task {entry.name!r} could not read dataset {config.get('dataset_path')!r} "
+            f"({e}); {fix}"
+        ) from None
+
+
+class _DataUnavailable(Exception):
+    """The task's data could not be read (no network, no such dataset, a missing file)."""
 
 
 def _build(manager, target: str):
@@ -195,8 +207,10 @@ def _build(manager, target: str):
 
     try:
         tasks = manager.load([target])["tasks"]
-    except (ConnectionError, DatasetNotFoundError, OSError):
-        raise  # the caller names the offline fix
+    except (ConnectionError, DatasetNotFoundError, OSError) as e:
+        text = str(e).strip().splitlines()
+        raise _DataUnavailable(  # the caller names the fix
+            type(e).__name__ + (f": {text[0][:200]}" if text else "")) from None
     except Exception as e:
         text = str(e).strip().splitlines()
         raise WorkbenchError(
