@@ -395,10 +395,12 @@ def _task_from_lines(
 def load_task(
     name_or_path: str | os.PathLike, seed: int = 0, heldout_fraction: float = 0.5
 ) -> Task:
-    """Load a task from `tasks/<name>.jsonl` or a JSONL path.
+    """Load a task from `tasks/<name>.jsonl` or a JSONL path, or an lm-eval multiple-choice
+    task (`lm_eval:<name>` or a task YAML, built by lm-eval: `workbench.lm_eval.source`).
 
     Args:
-        name_or_path: a task name in `tasks/` or the path of a task file.
+        name_or_path: a task name in `tasks/`, the path of a task file, `lm_eval:<name>` or
+            the path of an lm-eval task YAML.
         seed: seeds the split of examples that carry no `split` field.
         heldout_fraction: the fraction of such examples (or groups) put in the held-out split.
 
@@ -408,6 +410,12 @@ def load_task(
     """
     if not 0.0 < heldout_fraction < 1.0:
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
+    from workbench.lm_eval.source import is_lm_eval_spec, lm_eval_records
+
+    if is_lm_eval_spec(name_or_path):  # lm_eval:<name> or a task YAML: lm-eval builds it
+        header, records = lm_eval_records(str(name_or_path))
+        return Task.from_records(records, name=header.pop("name"), seed=seed,
+                                 heldout_fraction=heldout_fraction, **header)
     path = resolve_task_path(name_or_path)
     try:
         # utf-8-sig: a byte-order mark (Windows editors write one) is not part of line 1.
