@@ -204,3 +204,78 @@ def test_transformerlens_4_is_refused_and_the_pin_is_pyprojects(tmp_path):
     assert last == ("workbench.errors.WorkbenchError: transformer-lens 4.3.0 is installed; "
                     "cel-workbench runs on transformer-lens>=3.9,<4: "
                     'pip install "transformer-lens>=3.9,<4"')
+
+
+def test_a_stage_retakes_auto_from_the_cores_idle_then(monkeypatch):
+    """`stage_threads("auto")` measures anew at each call; a fixed count or torch's setting
+    is not re-decided (None); `Compute.retake_threads` sets torch to the choice on a CPU and
+    leaves a GPU run alone."""
+    import torch
+
+    from workbench.compute import Compute
+
+    choices = iter([ThreadChoice(1, "1 of 2 cores busy"), ThreadChoice(2, "2 cores idle")])
+    monkeypatch.setattr(environment, "choose_threads", lambda: next(choices))
+    assert environment.stage_threads("auto") == ThreadChoice(1, "1 of 2 cores busy")
+    assert environment.stage_threads(3) is None and environment.stage_threads(None) is None
+    before = torch.get_num_threads()
+    try:
+        assert Compute(threads="auto").retake_threads("cpu").record() == {
+            "threads": 2, "reason": "2 cores idle"}
+        assert torch.get_num_threads() == 2
+        assert Compute(threads="auto").retake_threads("cuda:0") is None
+        assert Compute(threads=1).retake_threads("cpu") is None
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_run_started_under_load_takes_the_cores_freed_later(monkeypatch, tmp_path):
+    """A run whose first computing stage starts with one core busy computes it on one thread
+    and the later stages, once the machine is idle, on two; `config.json` records each
+    stage's choice, and the run's decisions equal those of a run on one thread throughout
+    (one and two threads differ only in float rounding: `bench/thread_spread.py`)."""
+    import json
+
+    import torch
+
+    from tests.helpers import micro_cel
+    from workbench.pipeline import run_cel
+    from workbench.tasks.task import load_task
+
+    model, main, side = micro_cel(tmp_path)
+    main, side = load_task(main), load_task(side)
+    seen = []
+    thread_choice("auto")  # the process's first choice (the header's) is made before
+    busy, idle = ThreadChoice(1, "1 of 2 cores busy"), ThreadChoice(2, "2 cores idle")
+    busy_then_idle = iter([busy, busy] + [idle] * 10)  # freed after the screen starts
+    monkeypatch.setattr(environment, "choose_threads", lambda: next(busy_then_idle))
+    import dataclasses
+
+    import workbench.pipeline as pipeline
+
+    screen = next(s for s in pipeline.STAGES if s.name == "screen")
+
+    def watched(run, result, store):
+        seen.append(torch.get_num_threads())
+        return screen.run(run, result, store)
+
+    monkeypatch.setattr(pipeline, "STAGES", tuple(
+        dataclasses.replace(s, run=watched) if s is screen else s for s in pipeline.STAGES))
+    settings = dict(max_size=2, top_m=4, n_random=30, n_boot=200, progress=False, plots=False,
+                    explain=False)
+    before = torch.get_num_threads()
+    followed = run_cel(model, main, [side], out_dir=tmp_path / "auto", threads="auto",
+                       **settings)
+    assert torch.get_num_threads() == before  # the run leaves torch as it found it
+    assert seen == [1]
+    recorded = json.loads((tmp_path / "auto" / "config.json").read_text())["environment"]
+    assert recorded["stage_threads"] == {
+        "setup": busy.record(), "screen": busy.record(), "search": idle.record(),
+        "confirm": idle.record(), "explain": idle.record(), "report": idle.record()}
+    fixed = run_cel(model, main, [side], out_dir=tmp_path / "one", threads=1, **settings)
+    assert "stage_threads" not in json.loads(
+        (tmp_path / "one" / "config.json").read_text())["environment"]
+    assert list(followed.heads.sort_values("head")["head"]) == \
+        list(fixed.heads.sort_values("head")["head"])
+    assert followed.confirmation["heads"].tolist() == fixed.confirmation["heads"].tolist()
+    assert followed.best == fixed.best

@@ -84,7 +84,10 @@ def test_bars_are_throttled_and_tqdm_stays_at_a_terminal(monkeypatch):
     monkeypatch.setattr(sys, "stderr", Terminal())
     assert not isinstance(progress_bar(3, "masks"), PlainBar)
     with progress.tracking(ESTIMATE):  # at a terminal: tqdm's bars, no plain lines
-        assert progress._TRACKER is None
+        assert not progress._TRACKER.plain
+        with progress.stage("screen"):
+            pass
+    assert "screen" not in sys.stderr.getvalue()  # the stage lines are for logs
     assert isinstance(progress_bar(3, "masks", disable=True), object)
 
 
@@ -112,3 +115,52 @@ def test_a_run_logged_to_a_file_writes_plain_lines_with_an_eta(tmp_path):
         assert len(started) == len(done) == 1, text
         assert "ETA ~" in started[0] and "ETA ~" in done[0]
     assert lines[-1].split("] ", 1)[1].startswith("confirm: done in")
+
+
+def test_the_share_done_never_goes_back():
+    """A stage that overruns its high end, and a finished stage that doubles the rest, would
+    lower the share done by the estimate: the lines hold the share they last printed."""
+    t = RunTracker(ESTIMATE, io.StringIO(), started=0.0)
+    t.current, t.stage_started = "screen", 0.0
+    shares = []
+    for now in (10.0, 20.0, 30.0, 40.0, 60.0, 90.0):  # the screen runs to 90 s (high: 40)
+        t.eta(now)
+        shares.append(t.shown)
+    t.done, t.took, t.current = ["screen"], 90.0, None  # 4.5x its mid-point: the rest too
+    raw = 90.0 / (90.0 + t.remaining(90.0))
+    assert raw < shares[-1]  # the estimate alone would go back here
+    t.eta(90.0)
+    shares.append(t.shown)
+    assert shares == sorted(shares) and shares[-1] == shares[-2]
+
+
+def test_a_run_past_a_minute_without_an_estimate_prints_one_once():
+    """The pre-run estimate line is printed for runs it expects to take over `LONG_RUN_S`;
+    a run it underestimated prints one line when a stage starts or ends past that, with what
+    is left by its progress, and only once; a run whose estimate was printed prints none."""
+    log = io.StringIO()
+    t = RunTracker(ESTIMATE, log, started=0.0, announced=False)
+    t.line("screen: started", now=1.0)
+    assert "estimate:" not in log.getvalue()
+    t.current, t.stage_started = "screen", 1.0
+    t.line("screen: 10/20", now=61.0)
+    t.line("screen: 20/20", now=70.0)
+    lines = [ln for ln in log.getvalue().splitlines() if ln.startswith("estimate:")]
+    assert lines == ["estimate: this run has taken 1:01, longer than its pre-run estimate "
+                     f"said; by its progress so far, {progress.about(t.remaining(61.0))} more"]
+    quiet = io.StringIO()
+    RunTracker(ESTIMATE, quiet, started=0.0, announced=True).line("x", now=100.0)
+    assert "estimate:" not in quiet.getvalue()
+
+
+def test_at_a_terminal_only_the_late_estimate_is_printed(monkeypatch):
+    """At a terminal the bars are tqdm's and the stage lines are not printed, but a run past
+    a minute without an estimate still says what is left."""
+    term = io.StringIO()
+    monkeypatch.setattr(progress, "plain", lambda stream=None: False)
+    with progress.tracking(ESTIMATE, stream=term, announced=False):
+        progress._TRACKER.started -= 120.0  # the run has taken two minutes
+        with progress.stage("screen"):
+            pass
+    text = term.getvalue()
+    assert text.startswith("estimate: this run has taken 2:00") and text.count("\n") == 1

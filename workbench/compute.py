@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.environment import DEFAULT_THREADS, check_threads, resolve_threads
+from workbench.environment import (
+    DEFAULT_THREADS,
+    ThreadChoice,
+    check_threads,
+    resolve_threads,
+    stage_threads,
+)
 from workbench.errors import WorkbenchError
 
 DEFAULT_TOKEN_BUDGET = 16384
@@ -146,6 +152,18 @@ class Compute:
             return token_budget, self.max_rows
         on_cpu = torch.device(cfg.device).type == "cpu"
         return token_budget, 1024 if on_cpu else token_budget
+
+    def retake_threads(self, device) -> ThreadChoice | None:
+        """With `threads="auto"` on a CPU `device`: torch's threads set to the cores idle now
+        (`workbench.environment.stage_threads`), and that choice; None otherwise (a fixed
+        count, torch's setting, a GPU). A run calls it when each computing stage starts."""
+        if torch.device(device).type != "cpu":
+            return None
+        choice = stage_threads(self.threads)
+        if choice is None or choice.threads is None:
+            return None
+        torch.set_num_threads(choice.threads)
+        return choice
 
     @contextmanager
     def threads_set(self) -> Iterator[None]:

@@ -12,8 +12,12 @@ jobs keep busy are left to them (measured on a 2-core machine with other jobs on
 threads ran the embedded main job 6x slower than one: `bench/threads.py`). Where
 `/proc/stat` cannot be read (macOS, Windows) the load average stands in. `OMP_NUM_THREADS`,
 where it is set, wins (torchrun sets 1 per rank; the test suite sets 1). The choice is made
-once per process (`choose_threads`) and says why (`ThreadChoice.line`:
-`"2 threads: 2 cores idle"`).
+when the process first asks (the header, the model's load) and again when each stage of a run
+starts (`stage_threads`), so a run follows the machine: started while another job held the
+cores, it takes them up once they are free. A different count moves no number beyond float
+rounding (`bench/thread_spread.py`). Each choice says why (`ThreadChoice.line`:
+`"2 threads: 2 cores idle"`); a run's `config.json` records each stage's under
+`environment.stage_threads`.
 
 **The environment** (`environment`): the threads and why, device, dtype, the versions of
 Python, torch, TransformerLens and transformers, the CPU model with the flags that decide
@@ -68,6 +72,10 @@ class ThreadChoice:
 
     threads: int | None
     reason: str
+
+    def record(self) -> dict:
+        """As JSON values: `{"threads": ..., "reason": ...}`."""
+        return {"threads": self.threads, "reason": self.reason}
 
     def line(self, actual: int | None = None) -> str:
         """`"2 threads: 2 cores idle"`; `actual`: the count where `threads` is None."""
@@ -182,17 +190,28 @@ def check_threads(threads) -> None:
         raise WorkbenchError(f"threads must be an integer >= 1 or 'auto'; got {threads!r}")
 
 
-def thread_choice(threads: int | str | None) -> ThreadChoice:
+def thread_choice(threads: int | str | None, fresh: bool = False) -> ThreadChoice:
     """`threads` as torch takes it, with why: an integer >= 1 as it is, None (torch's
-    setting) as it is, `"auto"` as `choose_threads` decided when the process first asked
-    (then fixed for the process, so that a run's own work never lowers it and every run of
-    one process computes alike)."""
+    setting) as it is, `"auto"` as `choose_threads` decides: measured anew with `fresh` (a
+    run asks at each stage's start, `stage_threads`), else as it was first measured in this
+    process (the command line's header, the model's load)."""
     check_threads(threads)
     if threads == "auto":
-        return _threads_at_start()
+        return choose_threads() if fresh else _threads_at_start()
     if threads is None:
         return ThreadChoice(None, "torch's setting")
     return ThreadChoice(threads, f"set by threads={threads}")
+
+
+def stage_threads(threads: int | str | None) -> ThreadChoice | None:
+    """The threads a run's stage computes on, decided when the stage starts: for `"auto"`
+    the cores idle then (`choose_threads`, which counts this process's own work as idle), so
+    that a run started while other jobs held the cores takes them up once they are free, and
+    one whose machine filled up leaves them. None for a fixed count or torch's setting, which
+    hold for the whole run. One and two threads moved no decision and no number beyond float
+    rounding on the real models (`bench/thread_spread.py`, docs/speed.md)."""
+    check_threads(threads)
+    return choose_threads() if threads == "auto" else None
 
 
 def resolve_threads(threads: int | str | None) -> int | None:

@@ -60,6 +60,7 @@ from workbench.compute import default_masks_per_pass
 from workbench.confirmation.baseline import set_looks
 from workbench.confirmation.confirm import TRADEOFF_EXAMPLES
 from workbench.precision import lowers
+from workbench.progress import LONG_RUN_S as LONG_RUN_S  # the bar for printing the estimate
 from workbench.progress import about
 from workbench.racing import first_slice
 from workbench.screening.registry import ScreenCostInputs, get_method
@@ -69,7 +70,6 @@ MEASURE_ROWS = 32  # selection examples in the measured forward (tiled, scaled p
 # the most tokens of the measured pass: a GPU's token budget tiles many more masks, and
 # timing such a pass would cost more than the estimate is worth (`measure_forward`)
 MEASURE_TOKENS = 1 << 16
-LONG_RUN_S = 60.0  # `workbench cel` prints the estimate of a run expected to take longer
 STAGES = ("screen", "search", "confirm")
 SEARCHED = ("screen", "search")  # the stages that run at `CELConfig.search_dtype`
 Span = tuple[float, float]

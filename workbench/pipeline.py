@@ -206,7 +206,8 @@ def setup_stage(run: CELRun, result: CELResult, store: ResultStore) -> dict:
             )
         result.summary = store.previous.get("summary", {})
         result.timings = store.previous.get("timings", {})
-    result.environment = _environment(run, store.previous)
+    result.environment = {**_environment(run, store.previous),  # and setup's threads
+                          **result.environment}
     result.summary.update({
         "objective": config.objective,
         "secondary": config.secondary,
@@ -403,6 +404,9 @@ def _run_stage(stage: Stage, run: CELRun, result: CELResult, store: ResultStore)
             for name in stage.tables:
                 setattr(result, name, loaded.get(name, pd.DataFrame()))
             return
+    choice = run.compute.retake_threads(run.model.cfg.device)  # "auto": the cores idle now
+    if choice is not None:
+        result.environment.setdefault("stage_threads", {})[stage.name] = choice.record()
     t = time.perf_counter()
     with progress.stage(stage.name, run.compute.progress and stage.resumable):
         tables = stage.run(run, result, store)
@@ -497,6 +501,7 @@ def _environment(run: CELRun, previous: dict | None) -> dict:
     env = environment(run.model, thread_choice(run.compute.threads))
     before = dict((previous or {}).get("environment") or {})
     earlier = before.pop("earlier", [])
+    before.pop("stage_threads", None)  # each stage's own (`Compute.retake_threads`)
     if before and before != env:
         earlier = [*earlier, before]
     return {**env, "earlier": earlier} if earlier else env

@@ -26,6 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 PLAIN_EVERY_S = 30.0  # the least time between two plain progress lines of the bars
+# a run that has taken this long without having printed an estimate prints one (`RunTracker`);
+# `workbench cel` prints its pre-run estimate for runs it expects to take as long
+LONG_RUN_S = 60.0
 
 Span = tuple[float, float]
 
@@ -116,6 +119,9 @@ class RunTracker:
     done: list[str] = field(default_factory=list)
     took: float = 0.0  # seconds of the stages finished in this process
     last_line: float = 0.0
+    announced: bool = False  # an estimate of the run's time has been printed
+    plain: bool = True  # lines go to a log (False at a terminal: only `late_estimate`'s)
+    shown: float = 0.0  # the largest share done a line has printed: progress never goes back
 
     def expected(self, stage: str) -> float:
         """A stage's expected seconds: its likely time, else its range's geometric mid-point."""
@@ -141,20 +147,47 @@ class RunTracker:
             seconds += low - ran if ran < low else max(0.0, high - ran)
         return seconds
 
-    def eta(self, now: float | None = None) -> str:
-        """`"; run ~40% done, ETA ~3 min"`, or `""` without an estimate."""
+    def share(self, now: float | None = None) -> float | None:
+        """The share of the run done, by the estimate; never less than a line said before
+        (a stage that overruns its estimate holds the share instead of taking it back)."""
         now = time.perf_counter() if now is None else now
         left = self.remaining(now)
         if left is None:
-            return ""
+            return None
         ran = now - self.started
         share = ran / (ran + left) if ran + left > 0 else 1.0
-        return f"; run ~{100 * share:.0f}% done, ETA {about(left)}"
+        return max(share, self.shown)
+
+    def eta(self, now: float | None = None) -> str:
+        """`"; run ~40% done, ETA ~3 min"`, or `""` without an estimate."""
+        now = time.perf_counter() if now is None else now
+        share = self.share(now)
+        if share is None:
+            return ""
+        self.shown = share
+        return f"; run ~{100 * share:.0f}% done, ETA {about(self.remaining(now))}"
+
+    def late_estimate(self, now: float | None = None) -> str | None:
+        """For a run that has taken `LONG_RUN_S` without an estimate printed: a line saying
+        what it has taken and what it still needs by its progress (once; None otherwise)."""
+        now = time.perf_counter() if now is None else now
+        if self.announced or now - self.started < LONG_RUN_S:
+            return None
+        self.announced = True
+        left = self.remaining(now)
+        rest = (f"by its progress so far, {about(left)} more" if left is not None
+                else "no estimate of the rest (none was measured)")
+        return (f"estimate: this run has taken {_clock(now - self.started)}, longer than its "
+                f"pre-run estimate said; {rest}")
 
     def line(self, text: str, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
-        print(f"[{_clock(now - self.started)}] {text}{self.eta(now)}", file=self.stream,
-              flush=True)
+        late = self.late_estimate(now)
+        if late is not None:
+            print(late, file=self.stream, flush=True)
+        if self.plain:
+            print(f"[{_clock(now - self.started)}] {text}{self.eta(now)}", file=self.stream,
+                  flush=True)
         self.last_line = now
 
 
@@ -163,17 +196,17 @@ _TRACKER: RunTracker | None = None
 
 @contextmanager
 def tracking(estimate: Mapping[str, Span] | None = None, stream=None,
-             likely: Mapping[str, float] | None = None) -> Iterator[None]:
-    """Plain progress lines with the run's ETA while inside, where `stream` (default stderr)
-    is not a terminal; `estimate`: `{stage: (low, high)}` seconds of the stages to run;
-    `likely`: `{stage: seconds}` expected of them, where the estimate says it."""
+             likely: Mapping[str, float] | None = None, announced: bool = True) -> Iterator[None]:
+    """The run's progress while inside: plain lines with its ETA where `stream` (default
+    stderr) is not a terminal; `estimate`: `{stage: (low, high)}` seconds of the stages to
+    run; `likely`: `{stage: seconds}` expected of them, where the estimate says it;
+    `announced`: whether the estimate's line was printed. If not, a run that takes over
+    `LONG_RUN_S` prints one when a stage starts or ends after that (at a terminal too)."""
     global _TRACKER
     stream = stream or sys.stderr
-    if not plain(stream):
-        yield
-        return
     before = _TRACKER
-    _TRACKER = RunTracker(dict(estimate or {}), stream, likely=dict(likely or {}))
+    _TRACKER = RunTracker(dict(estimate or {}), stream, likely=dict(likely or {}),
+                          announced=announced, plain=plain(stream))
     try:
         yield
     finally:
@@ -186,8 +219,8 @@ def stage(name: str, enabled: bool = True) -> Iterator[None]:
     `tracking` is active (or, with `enabled`, to a stderr that is not a terminal)."""
     global _TRACKER
     own = _TRACKER is None and enabled and plain()
-    if own:
-        _TRACKER = RunTracker({}, sys.stderr)
+    if own:  # lines for this stage alone: no run to estimate
+        _TRACKER = RunTracker({}, sys.stderr, announced=True)
     tracker = _TRACKER
     if tracker is None or not enabled:
         yield

@@ -107,6 +107,9 @@ def test_no_arguments_runs_the_embedded_model_and_its_tasks(
     import workbench.zoo as zoo
 
     model_dir, main, side = demo_files
+    import workbench.loading.shipped as shipped
+
+    monkeypatch.setattr(shipped, "EMBEDDED_PATH", model_dir)  # where loading reads it
     monkeypatch.setattr(zoo, "EMBEDDED_PATH", model_dir)
     monkeypatch.setattr(zoo, "DEFAULT_TASK", str(main))
     monkeypatch.setattr(zoo, "SIDE_TASKS", [str(side)])

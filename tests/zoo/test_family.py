@@ -157,9 +157,9 @@ def test_unknown_embedded_name_lists_the_family():
 
 
 def test_missing_member_says_how_to_train_it(monkeypatch, tmp_path):
-    import workbench.zoo as zoo
+    import workbench.loading.shipped as shipped
 
-    monkeypatch.setattr(zoo, "ZOO_DIR", tmp_path)
+    monkeypatch.setattr(shipped, "ZOO_DIR", tmp_path)  # where `embedded_path` reads it
     with pytest.raises(WorkbenchError, match="train.*--arch embedded_neox"):
         load_model("embedded_neox", device="cpu")
 

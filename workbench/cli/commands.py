@@ -228,7 +228,8 @@ def run_cel_command(args) -> int:
     with warnings.catch_warnings():  # a bfloat16 search times its copy (said once above)
         warnings.simplefilter("ignore", SlowSearchWarning)
         estimate = estimate_run(run, stages_done(out, args.overwrite))
-    if estimate.seconds[1] >= LONG_RUN_S:  # a long run says what it costs before it starts
+    announced = estimate.seconds[1] >= LONG_RUN_S
+    if announced:  # a long run says what it costs before it starts
         print(estimate.line(), flush=True)
     # in a log (stderr not a terminal), progress is plain lines with the run's ETA
     seconds = {stage: (c[0] * estimate.seconds_per_forward, c[1] * estimate.seconds_per_forward)
@@ -238,7 +239,8 @@ def run_cel_command(args) -> int:
     # cost's `load` stage is the time before it, torch's import and the load included
     run.launched, run.estimate = started, estimate
     with distributed.rank_out_dir(out) as run_out, progress.tracking(
-            seconds if shown else {}, likely=estimate.likely), \
+            seconds if shown else {}, likely=estimate.likely,
+            announced=announced or not shown), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", SlowSearchWarning)  # said once above
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite,
