@@ -42,7 +42,7 @@ BASELINE_EXAMPLES = 16
 # Random sets per size and baseline in the trade-off table's cloud (`CELConfig.tradeoff_sets`;
 # `workbench.confirmation.confirm.tradeoff_table`): each costs a pass over a sample of the held-out
 # split and of every side task: at 10 sets, on SmolLM2 x ioi with induction beside it, the
-# cloud was 168 s of a 1285 s run (`docs/speed.md`).
+# cloud was 168 s of a 1285 s run (`docs/history/speed.md`).
 TRADEOFF_SETS = 5
 
 # A quick look (`workbench cel --quick`, `run_cel(model, task, **QUICK)`): the settings of the
