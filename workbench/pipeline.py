@@ -214,6 +214,8 @@ def setup_stage(run: CELRun, result: CELResult, store: ResultStore) -> dict:
         "splits": {"select": run.select.task.ids, "heldout": run.heldout.task.ids},
         "prepend_bos": run.select.prepend_bos,  # the BOS choice in effect
         "answer_tokens": run.select.task.answer_tokens,  # as fitted to this tokenizer
+        **({"lm_eval": run.select.task.meta["lm_eval"]}  # a task lm-eval built: how to re-score
+           if "lm_eval" in run.select.task.meta else {}),
         # where the tasks were read from (None: built in memory): `workbench explain`
         # reloads the main task from there
         "task_file": run.main.file,

@@ -184,3 +184,25 @@ def test_without_lm_eval_installed_the_fix_is_named_in_one_line(monkeypatch):
                         lambda name, *a: None if name == "lm_eval" else real(name, *a))
     message = refusal(lambda: source.lm_eval_records("lm_eval:arc_easy"))
     assert 'pip install "cel-workbench[lm_eval]"' in message and "\n" not in message
+
+
+def test_the_report_gives_the_command_that_rescores_the_best_set_with_lm_eval():
+    """A run on a task lm-eval built says how to re-score its best set (else its top
+    candidate) with lm-eval's own code; a run on another task says nothing of it."""
+    from types import SimpleNamespace
+
+    from workbench.config import CELConfig
+    from workbench.results.report import rescore_lines
+
+    spec = {"task": "arc_style", "spec": "tests/lm_eval/data/arc_style.yaml", "num_fewshot": 0}
+    run = SimpleNamespace(summary={"lm_eval": spec}, best=("L3H1", "L7H0"), top_candidate=(),
+                          config=CELConfig(model="smollm2-135m", task="arc_style",
+                                                    kind="mean"))
+    assert rescore_lines(run) == [
+        "**Re-score with lm-eval** (its own scoring, on all of the task's documents, clean and "
+        "without L3H1,L7H0): `python -m workbench.lm_eval.rescore --model smollm2-135m --task "
+        "tests/lm_eval/data/arc_style.yaml --heads L3H1,L7H0 --kind mean --num-fewshot 0`"]
+    run.best, run.top_candidate = (), ("L0H2",)
+    assert "--heads L0H2 " in rescore_lines(run)[0]
+    run.summary = {}
+    assert rescore_lines(run) == []

@@ -123,7 +123,8 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
                 f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
                 f"{alpha:.2g} at every size)."
             )
-        lines += [*_gaming_lines(result, "**Gamed objective:**"), _best_sentence(result), ""]
+        lines += [*_gaming_lines(result, "**Gamed objective:**"), _best_sentence(result),
+                  *rescore_lines(result), ""]
         clustered = s.get("clustered", {}).get("heldout")
         unit = "groups (the task's `group` labels)" if clustered else "examples"
         lines.append(
@@ -363,6 +364,22 @@ def _gamed_heads(result, significant_only: bool = False) -> list[str]:
     if significant_only:
         keep &= c["p_holm"].astype(float) < result.summary.get("alpha", 1 - result.config.ci)
     return [str(h) for h in c.loc[keep, "heads"]]
+
+
+def rescore_lines(result) -> list[str]:
+    """For a run on an lm-eval task (its `summary["lm_eval"]`, `workbench.lm_eval.source`):
+    the command that re-scores the best set (else the top candidate) with lm-eval's own code,
+    on every document of the task, clean and ablated (`workbench.lm_eval.rescore`)."""
+    spec = result.summary.get("lm_eval")
+    heads = result.best or result.top_candidate
+    if not spec or not heads:
+        return []
+    cfg = result.config
+    command = (f"python -m workbench.lm_eval.rescore --model {cfg.model} --task {spec['spec']} "
+               f"--heads {','.join(heads)} --kind {cfg.kind} "
+               f"--num-fewshot {spec['num_fewshot']}")
+    return [f"**Re-score with lm-eval** (its own scoring, on all of the task's documents, clean "
+            f"and without {','.join(heads)}): `{command}`"]
 
 
 def _best_sentence(result) -> str:
