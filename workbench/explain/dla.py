@@ -253,7 +253,7 @@ def dla_components(
         `b_O`, `mlp`, `b_U`, `other`), `name` (e.g. `L1H2`, `L0.mlp`), `layer, head` (-1 where
         they do not apply), `dla_correct, dla_wrong, dla_diff` (nats). Summed over the
         components of one example, `dla_correct` is the answer's logit and `dla_diff` is the
-        answer-minus-wrong logit difference (see the module docstring).
+        example's `mean_logit_diff` (see the module docstring).
     """
     batch = as_batch(model, task, split)
     cap = capture(model, batch, batch_size)
