@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -94,8 +94,8 @@ class HeadExplanation:
     qk: pd.DataFrame
     removal: pd.DataFrame
     attention_examples: pd.DataFrame
-    set_effect: pd.DataFrame
     config: dict
+    set_effect: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     TABLES = (
         "outcomes",
