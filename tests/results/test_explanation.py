@@ -3,6 +3,7 @@ not-significant banner in `view.html` wherever `report.md` has it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
@@ -103,3 +104,28 @@ def test_the_banner_is_in_view_html_where_report_md_has_it(demo_folder, tmp_path
     assert "whose held-out gain is not established" in section
     # and the set's effect, as the confirmation measures it, is one of the view's tables
     assert "id='explanation-set_effect'" in section
+
+
+def test_the_set_effect_sentence_says_when_it_is_not_the_confirmations(demo_folder, tmp_path):
+    """Held out under the run's ablation it is the confirmation's number; on another split,
+    or under zero ablation for a resample run, the sentence says it differs."""
+    from workbench.ablation import AblationKind
+    from workbench.results.explanation import explanation_section
+
+    _, _, result, folder = demo_folder
+
+    def sentence(res, path) -> str:
+        lines = explanation_section(path, res)
+        return next(x for x in lines if x.startswith("Removing the whole set"))
+
+    assert "as the confirmation table measures them" in sentence(result, folder)
+    resample = replace(result, config=replace(result.config, kind=AblationKind.RESAMPLE))
+    assert "the confirmation's resample ablation" in sentence(resample, folder)
+    out = tmp_path / "select"
+    shutil.copytree(folder, out)
+    path = out / "explanation" / "config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "split": "select"}))
+    text = sentence(result, out)
+    assert "on the select split, so not the confirmation's numbers" in text
+    assert "as the confirmation table measures them" not in text

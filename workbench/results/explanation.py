@@ -182,10 +182,14 @@ def _set_effect_text(t: dict[str, pd.DataFrame], config: dict, result) -> str:
     n = int(row[f"d_{next(m for m in _SET_METRICS if f'd_{m}' in row)}_n"])
     kind = str(row.get("kind", config.get("kind")))
     run_kind = getattr(getattr(result.config, "kind", None), "value", None)
-    same = ("as the confirmation table measures them: the same set, examples and ablation"
-            if run_kind in (None, kind) else
-            f"under {kind} ablation: the confirmation's {run_kind} ablation needs "
-            "counterfactual prompts the explanation does not run, so its numbers differ")
+    split = config.get("split")
+    if split != "heldout":
+        same = (f"on the {split} split, so not the confirmation's numbers, which are held out")
+    elif run_kind in (None, kind):
+        same = "as the confirmation table measures them: the same set, examples and ablation"
+    else:
+        same = (f"under {kind} ablation: the confirmation's {run_kind} ablation needs "
+                "counterfactual prompts the explanation does not run, so its numbers differ")
     unit = " over groups" if config.get("clustered") else ""
     return (f" On these {n} examples it changes " + ", ".join(parts)
             + f" (`d_<metric>`: ablated - clean, with its {_percent(config)} interval{unit}, "
