@@ -7,7 +7,10 @@ confirmation and side-effects tables and left every earlier column unchanged), `
 percent scale (x 100), and left every other number unchanged), `report.md` (less its timings
 line and, since runs record their environment, the environment line under it; in the
 attribution cases re-frozen once, when its single-head section came to name attribution's
-numbers as estimates beside the measured `exact_d_*`: no number of it changed) and
+numbers as estimates beside the measured `exact_d_*`: no number of it changed; in the main
+job re-frozen once, when its explanation section came to name each quantity as the rest of
+the folder does (`mean_logit_diff`, the set's `d_<metric>` as the confirmation gives it) and
+to give `dla_diff` its interval: only that section's text changed) and
 `config.json` (less its timings and environment, its task files by file
 name) must equal the frozen copies under
 `tests/golden/<case>/` exactly on the CPU that froze them: tolerance 0, so any change to a

@@ -103,12 +103,18 @@ def paired_bootstrap(
 
 
 def effect_summary(
-    diffs: Float[Tensor, "n_rows batch"], n_boot: int = 1000, seed: int = 0, ci: float = 0.95
+    diffs: Float[Tensor, "n_rows batch"], n_boot: int = 1000, seed: int = 0, ci: float = 0.95,
+    groups=None,
 ) -> dict[str, Tensor]:
     """`{"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": n}`: the suffixes of a `d_<metric>`
-    column; `n` is the number of examples each row's numbers rest on (its non-NaN entries)."""
+    column; `n` is the number of examples each row's numbers rest on (its non-NaN entries).
+    With `groups` (per-example cluster labels) the interval resamples clusters
+    (`clustered_bootstrap`), else examples (`paired_bootstrap`)."""
     mean, se = mean_se(diffs)
-    lo, hi = paired_bootstrap(diffs, n_boot, seed, ci)
+    if groups is None:
+        lo, hi = paired_bootstrap(diffs, n_boot, seed, ci)
+    else:
+        lo, hi = clustered_bootstrap(diffs, groups, n_boot, seed, ci)
     return {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(diffs)}
 
 

@@ -77,11 +77,8 @@ from workbench.results.tradeoff import drop_inapplicable, metric_names
 from workbench.scoring.scorer import Scorer, masks_of
 from workbench.stats import (
     Stats,
-    clustered_bootstrap,
     effect_summary,
-    example_counts,
     holm,
-    mean_se,
     sign_flip_pvalue,
     sign_flip_pvalues,
 )
@@ -98,12 +95,7 @@ def _effect_row(
 ) -> dict:
     row = {}
     for m, d in diffs.items():
-        if groups is None:
-            stats = effect_summary(d[None], n_boot, seed, ci)
-        else:
-            mean, se = mean_se(d[None])
-            lo, hi = clustered_bootstrap(d[None], groups, n_boot, seed, ci)
-            stats = {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(d[None])}
+        stats = effect_summary(d[None], n_boot, seed, ci, groups)
         for stat, v in stats.items():
             row[f"d_{m}{stat}"] = int(v[0]) if stat == "_n" else float(v[0])
     return row
@@ -381,12 +373,7 @@ def _sample(sets: list, k: int, seed: int, size: int, stream: int, prefer=()) ->
 
 def _summaries(diffs: torch.Tensor, stats: Stats, groups) -> dict[str, np.ndarray]:
     """`effect_summary` of every row of `diffs` (clustered when `groups` is given)."""
-    if groups is None:
-        out = effect_summary(diffs, stats.n_boot, stats.seed, stats.ci)
-    else:
-        mean, se = mean_se(diffs)
-        lo, hi = clustered_bootstrap(diffs, groups, stats.n_boot, stats.seed, stats.ci)
-        out = {"": mean, "_se": se, "_lo": lo, "_hi": hi, "_n": example_counts(diffs)}
+    out = effect_summary(diffs, stats.n_boot, stats.seed, stats.ci, groups)
     return {k: v.cpu().numpy() for k, v in out.items()}
 
 

@@ -22,7 +22,8 @@ prompt), one module per angle:
   through the unembedding: which output tokens it promotes and suppresses; and the QK
   circuit's preferred source tokens for the task's query tokens;
 - **did removal help through it** (`removal`: `ablation_outcomes`, `removal_vs_dla`): per
-  example, the change in the correct-answer log-prob and logit difference when the head alone
+  example, the change in the correct-answer log-prob, in `logit_diff` and in `mean_logit_diff`
+  (the mean answer logit minus the mean wrong logit: `docs/explain.md` *Names*) when the head alone
   is ablated, next to its direct effect (the change in its own direct logit attribution); the
   rest went through later layers or the final layer norm's scale.
 

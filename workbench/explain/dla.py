@@ -23,7 +23,9 @@ norm `ln1_post`), that norm too is linear once its scale is fixed, so each head'
 sum to the logit of the answer minus that of the wrong answer. A last component `other` is
 whatever of the residual stream these do not account for, and is zero for the standard
 architectures. With several acceptable (or wrong) answers, the direction is the mean of their
-directions, so the attributions sum to the mean answer logit minus the mean wrong logit. When
+directions, so the attributions sum to the mean answer logit minus the mean wrong logit,
+`mean_logit_diff` (the metric `logit_diff` takes `logsumexp`s instead, which no linear split
+can decompose; the two agree with one answer and one wrong answer: `docs/explain.md` *Names*). When
 an example has no wrong answer, its wrong answer is the clean model's highest-scoring
 non-answer token (`wrong_source = "rival"`).
 
@@ -34,7 +36,7 @@ norm's reading of the residual stream that `circuits` and `removal` reuse.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +49,7 @@ from torch import Tensor
 from workbench.errors import WorkbenchError
 from workbench.explain.capture import Capture, as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
+from workbench.stats import Stats, effect_summary
 from workbench.tables import INDEX_COLUMNS, head_name
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task
@@ -250,7 +253,7 @@ def dla_components(
         `b_O`, `mlp`, `b_U`, `other`), `name` (e.g. `L1H2`, `L0.mlp`), `layer, head` (-1 where
         they do not apply), `dla_correct, dla_wrong, dla_diff` (nats). Summed over the
         components of one example, `dla_correct` is the answer's logit and `dla_diff` is the
-        answer-minus-wrong logit difference (see the module docstring).
+        example's `mean_logit_diff` (see the module docstring).
     """
     batch = as_batch(model, task, split)
     cap = capture(model, batch, batch_size)
@@ -347,13 +350,23 @@ def resolve_comparison(model, heads: HeadSet, comparison, seed: int) -> HeadSet:
     return comp
 
 
-def summarize_dla(dla: pd.DataFrame) -> pd.DataFrame:
-    """Mean direct logit attribution per head of a `direct_logit_attribution` table.
+def summarize_dla(dla: pd.DataFrame, stats: Stats | None = None,
+                  groups: Mapping[str, object] | None = None) -> pd.DataFrame:
+    """Mean direct logit attribution per head of a `direct_logit_attribution` table, with the
+    interval of `dla_diff`'s mean.
+
+    Args:
+        dla: the per-example table.
+        stats: the interval's resamples, level and seed (`Stats()` by default).
+        groups: example id -> cluster label, to resample clusters as the confirmation does
+            (`workbench.stats.effect_summary`); None resamples examples.
 
     Returns:
         One row per head: `layer, head, head_name, head_group, n, dla_correct, dla_wrong,
-        dla_diff, dla_diff_se` (nats; `_se` is the standard error over examples).
+        dla_diff, dla_diff_se, dla_diff_lo, dla_diff_hi` (nats; `_se` is the standard error
+        over examples, `_lo`/`_hi` the bootstrap interval at `stats.ci`).
     """
+    stats = stats or Stats()
     g = dla.groupby(list(INDEX_COLUMNS), sort=True)
     out = g.agg(
         head_group=("head_group", "first"),
@@ -363,4 +376,12 @@ def summarize_dla(dla: pd.DataFrame) -> pd.DataFrame:
         dla_diff=("dla_diff", "mean"),
         dla_diff_se=("dla_diff", "sem"),
     )
+    bounds = []
+    for _, part in g:
+        labels = None if groups is None else [groups.get(i) for i in part["id"]]
+        x = torch.tensor(part["dla_diff"].to_numpy(dtype=np.float64))[None]  # (1, batch)
+        summary = effect_summary(x, stats.n_boot, stats.seed, stats.ci, labels)
+        bounds.append((float(summary["_lo"][0]), float(summary["_hi"][0])))
+    out["dla_diff_lo"] = [lo for lo, _ in bounds]
+    out["dla_diff_hi"] = [hi for _, hi in bounds]
     return out.reset_index()

@@ -4,7 +4,8 @@
 task by running each angle of `workbench.explain` on one shared clean forward pass
 (`workbench.explain.capture`): where the heads look (`attention`; on a few single examples,
 token by token, `examples`), what they write to the logits (`attribution`), what they move
-(`circuits`) and whether removing them helped through their own output (`removal`). Only the
+(`circuits`) and whether removing them helped through their own output (`removal`), with the
+whole set's effect on every metric as the confirmation measures it (`set_effect`). Only the
 outcomes need an extra ablated pass, and the removal table one pass per head. The
 `HeadExplanation` it returns holds every table and the arguments that made them, and saves
 them as CSV files plus a `config.json`.
@@ -15,13 +16,14 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import pandas as pd
 
 from workbench.ablation import AblationKind, HeadMeans
+from workbench.confirmation.confirm import cluster_labels
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import (
     RoleScheme,
@@ -38,9 +40,16 @@ from workbench.explain.dla import (
     summarize_dla,
 )
 from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
-from workbench.explain.removal import ablation_outcomes, default_means, removal_table
+from workbench.explain.removal import (
+    ablation_outcomes,
+    default_means,
+    removal_table,
+    set_effect,
+)
 from workbench.heads import HeadSet, HeadSpec
+from workbench.options import ClusterMode
 from workbench.results.result import CELResult
+from workbench.stats import Stats
 from workbench.tables import save_table
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task
@@ -60,10 +69,12 @@ class HeadExplanation:
         comparison_roles: per comparison head, the same as `roles` (what heads that were not
             removed attend to).
         dla: per (example, head), direct logit attribution, removed and comparison heads.
-        dla_summary: per head, its mean (`summarize_dla`).
+        dla_summary: per head, its mean with its interval (`summarize_dla`).
         ov: per (head, source token), the OV circuit's promoted/suppressed tokens.
         qk: per (head, rank), the QK circuit's preferred source tokens.
         removal: per (example, head), ablation effect next to direct effect.
+        set_effect: the whole set's effect on each metric with its interval (`set_effect`:
+            the confirmation's `d_<metric>` on these examples).
         attention_examples: per (example, head, position), the attention from the answer
             position on a few single examples (`attention_examples`), removed and comparison
             heads.
@@ -84,6 +95,7 @@ class HeadExplanation:
     removal: pd.DataFrame
     attention_examples: pd.DataFrame
     config: dict
+    set_effect: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     TABLES = (
         "outcomes",
@@ -97,6 +109,7 @@ class HeadExplanation:
         "qk",
         "removal",
         "attention_examples",
+        "set_effect",
     )
 
     def save(self, folder: str | Path) -> Path:
@@ -135,7 +148,10 @@ def explain_heads(
         heads: the heads, or a `CELResult`: its best set, or, when no set is significant, its
             top candidate, with a warning and `config["significant"] = False` and a
             `config["note"]` saying so. The result's ablation kind is then the default `kind`
-            (zero ablation for resample runs: the explanation has no counterfactual pass).
+            (zero ablation for resample runs: the explanation has no counterfactual pass), and
+            its `n_boot`, `ci`, `seed` and `cluster` make the intervals (`set_effect`,
+            `dla_summary`) as the confirmation made its own; else `Stats()` and `cluster`
+            `auto` (`CELConfig`'s defaults).
         kind: the ablation kind of the outcomes and the removal table (default zero).
 
     Returns:
@@ -147,7 +163,10 @@ def explain_heads(
     """
     batch = as_batch(model, task, split)
     significant, note = None, ""
+    stats, cluster = Stats(), ClusterMode.AUTO
     if isinstance(heads, CELResult):
+        cfg = heads.config
+        stats, cluster = Stats(cfg.n_boot, cfg.ci, cfg.seed), cfg.cluster
         heads, kind, per_position, significant, note = _from_result(heads, kind, per_position)
         if not significant:
             warnings.warn(note, stacklevel=2)
@@ -156,14 +175,16 @@ def explain_heads(
     if not len(head_set):
         raise WorkbenchError("explain_heads needs at least one head")
     comp = resolve_comparison(model, head_set, comparison, seed)
-    means = default_means(model, batch, kind, means)
+    means = default_means(model, task, kind, means)
     role_lists = roles_for(batch, roles)
+    groups = cluster_labels(batch, cluster)  # as the confirmation resamples this split
     outcomes = ablation_outcomes(model, batch, head_set, None, kind, means)
     cap = capture(model, batch, batch_size)
     att = attribute(model, cap)
     attention = attention_table(cap, head_set, role_lists, outcomes)
     comparison_attention = attention_table(cap, comp, role_lists, None) if len(comp) else None
     dla = dla_table(model, cap, att, head_set, comp)
+    by_id = None if groups is None else dict(zip(batch.task.ids, groups, strict=True))
     return HeadExplanation(
         heads=head_set,
         comparison=comp,
@@ -174,7 +195,7 @@ def explain_heads(
         comparison_roles=(pd.DataFrame() if comparison_attention is None
                           else summarize_attention(comparison_attention)),
         dla=dla,
-        dla_summary=summarize_dla(dla),
+        dla_summary=summarize_dla(dla, stats, by_id),
         ov=ov_table(model, cap, head_set, n_sources, top_k),
         qk=qk_table(model, batch, head_set, role_lists, top_k),
         removal=removal_table(
@@ -183,6 +204,7 @@ def explain_heads(
         attention_examples=examples_table(
             cap, head_set, comp, outcomes, pick_examples(batch.task.ids, outcomes, N_EXAMPLES)
         ),
+        set_effect=set_effect(outcomes, head_set, kind, stats, groups),
         config={
             "model": getattr(model.cfg, "model_name", None),
             "task": batch.task.name,
@@ -194,6 +216,11 @@ def explain_heads(
             "roles": roles,
             "seed": seed,
             "n_examples": len(batch),
+            # the intervals' settings (`set_effect`, `dla_summary`)
+            "n_boot": stats.n_boot,
+            "ci": stats.ci,
+            "stats_seed": stats.seed,
+            "clustered": groups is not None,
             **({} if significant is None else {"significant": significant, "note": note}),
         },
     )

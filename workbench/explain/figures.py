@@ -181,10 +181,10 @@ def plot_dla(dla_summary: pd.DataFrame):
 
 
 def plot_removal_vs_dla(removal: pd.DataFrame):
-    """Per example: a head's direct logit attribution (x) against the change in logit
-    difference when it is ablated (y). Points on the dashed line `y = -x` are fully explained
-    by the head's direct effect (for zero ablation); the vertical distance is the effect
-    through later layers.
+    """Per example: a head's direct logit attribution `dla_diff` (x) against the change in
+    `mean_logit_diff` when it is ablated, `d_mean_logit_diff` (y). Points on the dashed line
+    `y = -x` are fully explained by the head's direct effect (for zero ablation); the vertical
+    distance is the effect through later layers.
 
     Returns:
         A matplotlib `Figure`, one panel per head.
@@ -195,17 +195,17 @@ def plot_removal_vs_dla(removal: pd.DataFrame):
         df = removal[removal["head_name"] == name]
         groups = list(df.groupby("outcome", sort=True)) if "outcome" in df else [(None, df)]
         for value, g in groups:
-            ax.scatter(g["dla_diff"], g["delta_logit_diff"], s=12, alpha=0.7, label=value)
-        lo = float(min(df["dla_diff"].min(), -df["delta_logit_diff"].max(), 0.0))
-        hi = float(max(df["dla_diff"].max(), -df["delta_logit_diff"].min(), 0.0))
+            ax.scatter(g["dla_diff"], g["d_mean_logit_diff"], s=12, alpha=0.7, label=value)
+        lo = float(min(df["dla_diff"].min(), -df["d_mean_logit_diff"].max(), 0.0))
+        hi = float(max(df["dla_diff"].max(), -df["d_mean_logit_diff"].min(), 0.0))
         ax.plot([lo, hi], [-lo, -hi], ls="--", color="gray", lw=1)
         ax.axhline(0, color="black", lw=0.5)
         ax.axvline(0, color="black", lw=0.5)
-        ax.set_xlabel("DLA (answer - wrong), nats")
+        ax.set_xlabel("dla_diff (nats)")
         ax.set_title(name)
         if groups[0][0] is not None:
             ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("change in logit diff when ablated")
+    axes[0][0].set_ylabel("d_mean_logit_diff when ablated (nats)")
     return fig
 
 

@@ -1,16 +1,22 @@
 """Did removing a head help through its own output, or through later layers?
 
 `ablation_outcomes` ablates the whole head set once and sorts the examples into those it
-fixes (wrong -> right), breaks (right -> wrong) and leaves alone. `removal_vs_dla` then
-ablates each head alone (zero or mean ablation at `hook_z`, as in `workbench.ablation`) and
-splits the change in the answer-minus-wrong logit difference per example into the head's
-*direct effect*, the change in its own direct logit attribution when its output is replaced
-by the ablated one at the clean final-norm scale (and the clean scale of a post-attention
-norm, `workbench.explain.dla.attention_writes`; `-dla_diff` for zero ablation), and the
-*indirect effect*, the rest, which went through later layers or the final norm's scale.
-Mean ablation uses the means over the task's `select` split (where CEL chose the heads)
-unless means are given (`default_means`); `removal_table` builds the table from a `capture`
-and its `attribute`, for `explain_heads`.
+fixes (wrong -> right), breaks (right -> wrong) and leaves alone, with each example's change
+in every metric (`d_<metric>`, as the confirmation defines it); `set_effect` is their mean
+with its interval, computed as the confirmation computes its `d_<metric>` columns
+(`workbench.stats.effect_summary`), so on the same set, examples and ablation it is the
+confirmation's number. `removal_vs_dla` then ablates each head alone (zero or mean ablation at
+`hook_z`, as in `workbench.ablation`) and splits the change in `mean_logit_diff` (the mean
+answer logit minus the mean wrong logit: the quantity direct logit attribution splits exactly,
+`docs/explain.md` *Names*) per example into the head's *direct effect*, the change in its own
+direct logit attribution when its output is replaced by the ablated one at the clean
+final-norm scale (and the clean scale of a post-attention norm,
+`workbench.explain.dla.attention_writes`; `-dla_diff` for zero ablation), and the *indirect
+effect*, the rest, which went through later layers or the final norm's scale; beside it the
+change in the metric `logit_diff` itself. Mean ablation uses the means over the task's
+`select` split (where CEL chose the heads, as `run_cel` does) unless means are given
+(`default_means`); `removal_table` builds the table from a `capture` and its `attribute`, for
+`explain_heads`.
 """
 
 from __future__ import annotations
@@ -32,26 +38,32 @@ from workbench.explain.dla import (
     logit_directions,
 )
 from workbench.heads import HeadSet, HeadSpec
-from workbench.metrics.scores import answer_logits, evaluate, is_bridge, logprob
+from workbench.metrics.scores import answer_logits, evaluate, is_bridge, logit_diff, logprob
 from workbench.scoring.scorer import clean_resid_pre
+from workbench.stats import Stats, effect_summary
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
-from workbench.tasks.task import Task
+from workbench.tasks.task import Task, load_task
 
 OUTCOMES = ("fixed", "broken", "unchanged")
+# the metrics whose change `ablation_outcomes` records per example and `set_effect` averages
+SET_METRICS = ("accuracy", "logprob", "logit_diff", "prob_diff")
 
 
 def default_means(
-    model, batch: TaskBatch, kind: AblationKind, means: HeadMeans | None
+    model, task: Task | TaskBatch | str, kind: AblationKind, means: HeadMeans | None
 ) -> HeadMeans | None:
-    """Means for mean ablation when none are given: over the task's `select` split (where CEL
-    chose the heads), or over the whole batch if it has no such split."""
+    """Means for mean ablation when none are given: over the `select` split of `task` (the
+    task as given, before a split is picked: where CEL chose the heads, and the means `run_cel`
+    ablates with), or over all of its examples if it has no such split."""
     if kind is not AblationKind.MEAN or means is not None:
         return means
-    task = batch.task
-    if any(e.split == "select" for e in task.examples):
-        task = task.subset("select")
-    return compute_head_means(model, task)
+    if isinstance(task, str):
+        task = load_task(task)
+    source = task.task if isinstance(task, TaskBatch) else task
+    if any(e.split == "select" for e in source.examples):
+        source = source.subset("select")
+    return compute_head_means(model, source)
 
 
 def ablation_outcomes(
@@ -65,30 +77,50 @@ def ablation_outcomes(
     """Which examples ablating the whole head set fixes, breaks or leaves alone.
 
     Returns:
-        One row per example: `id, split, group, correct_clean, correct_ablated, outcome,
-        logprob_clean, logprob_ablated, delta_logprob` (`outcome` is `"fixed"` for wrong ->
-        right, `"broken"` for right -> wrong, else `"unchanged"`; log-probs in nats).
+        One row per example: `id, split, group, correct_clean, correct_ablated, outcome`
+        (`"fixed"` for wrong -> right, `"broken"` for right -> wrong, else `"unchanged"`), and
+        for each metric `m` of `SET_METRICS` `m_clean, m_ablated, d_m` (`d_m = m_ablated -
+        m_clean`, the per-example change the confirmation's `d_m` averages; `accuracy` is
+        `correct`; NaN where the metric does not apply: `logit_diff` and `prob_diff` without a
+        wrong answer; nats for log-probs and logits).
     """
     batch = as_batch(model, task, split)
     kind = AblationKind.parse(kind)
-    means = default_means(model, batch, kind, means)
+    means = default_means(model, task, kind, means)
     clean = evaluate(model, batch)
     abl = evaluate(model, batch, heads=HeadSet.of(model, heads), kind=kind, means=means)
     before, after = clean["correct"].to_numpy(), abl["correct"].to_numpy()
     outcome = np.where(after > before, "fixed", np.where(after < before, "broken", "unchanged"))
-    return pd.DataFrame(
-        {
-            "id": clean["id"],
-            "split": clean["split"],
-            "group": clean["group"],
-            "correct_clean": before,
-            "correct_ablated": after,
-            "outcome": outcome,
-            "logprob_clean": clean["logprob"],
-            "logprob_ablated": abl["logprob"],
-            "delta_logprob": abl["logprob"] - clean["logprob"],
-        }
-    )
+    out = {"id": clean["id"], "split": clean["split"], "group": clean["group"],
+           "correct_clean": before, "correct_ablated": after, "outcome": outcome,
+           "d_accuracy": (after - before).astype(float)}
+    for m in SET_METRICS[1:]:  # evaluate's columns of the same names
+        out |= {f"{m}_clean": clean[m], f"{m}_ablated": abl[m], f"d_{m}": abl[m] - clean[m]}
+    return pd.DataFrame(out)
+
+
+def set_effect(outcomes: pd.DataFrame, heads: HeadSet | str, kind: AblationKind | str,
+               stats: Stats | None = None, groups=None) -> pd.DataFrame:
+    """The whole set's effect, as the confirmation reports it: each metric's mean change over
+    the examples of `ablation_outcomes` with its standard error and interval
+    (`workbench.stats.effect_summary`, clustered by `groups` when given) and the examples it
+    rests on.
+
+    Returns:
+        One row: `heads, kind`, then for each metric `m` of `SET_METRICS` that applies to some
+        example `d_m, d_m_se, d_m_lo, d_m_hi, d_m_n` (the confirmation table's columns of the
+        same names).
+    """
+    stats = stats or Stats()
+    row: dict = {"heads": str(heads), "kind": AblationKind.parse(kind).value}
+    for m in SET_METRICS:
+        d = torch.tensor(outcomes[f"d_{m}"].to_numpy(dtype=np.float32))[None]  # (1, batch)
+        if not bool((~torch.isnan(d)).any()):
+            continue
+        summary = effect_summary(d, stats.n_boot, stats.seed, stats.ci, groups)
+        for suffix, v in summary.items():
+            row[f"d_{m}{suffix}"] = int(v[0]) if suffix == "_n" else float(v[0])
+    return pd.DataFrame([row])
 
 
 def _fill_output(
@@ -129,7 +161,7 @@ def removal_table(
     batch = cap.batch
     answer_ids, wrong_ids = batch.answer_ids, att.wrong_ids
     clean_diff = _mean_logit(cap.logits, answer_ids) - _mean_logit(cap.logits, wrong_ids)
-    clean_lp = logprob(cap.logits, batch)
+    clean_lp, clean_ld = logprob(cap.logits, batch), logit_diff(cap.logits, batch)
     d_answer, _ = logit_directions(model, answer_ids)
     d_wrong, _ = logit_directions(model, wrong_ids)
     removed = _removal_logits(model, batch, list(heads), kind, means, per_position, batch_size)
@@ -156,9 +188,10 @@ def removal_table(
                     "dla_correct": att.answer["head"][:, layer, head].cpu().numpy(),
                     "dla_diff": att.diff("head")[:, layer, head].cpu().numpy(),
                     "direct_effect": direct.cpu().numpy(),
-                    "delta_logit_diff": delta_diff.cpu().numpy(),
+                    "d_mean_logit_diff": delta_diff.cpu().numpy(),
                     "indirect_effect": (delta_diff - direct).cpu().numpy(),
-                    "delta_logprob": (logprob(logits, batch) - clean_lp).cpu().numpy(),
+                    "d_logit_diff": (logit_diff(logits, batch) - clean_ld).cpu().numpy(),
+                    "d_logprob": (logprob(logits, batch) - clean_lp).cpu().numpy(),
                 }
             )
         )
@@ -207,18 +240,21 @@ def removal_vs_dla(
 
     Each head is ablated alone (`kind`; mean ablation uses `means`, by default the means over
     the task's `select` split). Its *direct effect* is the change in its own direct logit
-    attribution to the answer-minus-wrong difference (its output replaced by the ablated one,
-    at the clean final-norm scale): `-dla_diff` for zero ablation. The rest of the change,
-    `indirect_effect`, went through later layers or the final norm's scale.
+    attribution to `mean_logit_diff` (its output replaced by the ablated one, at the clean
+    final-norm scale): `-dla_diff` for zero ablation. The rest of the change,
+    `indirect_effect`, went through later layers or the final norm's scale. The names are
+    defined once, in `docs/explain.md` *Names*.
 
     Returns:
         One row per (example, head): `id, layer, head, head_name, [outcome,] dla_correct,
-        dla_diff, direct_effect, delta_logit_diff, indirect_effect, delta_logprob` (nats;
-        `delta_* = ablated - clean`; `delta_logit_diff = direct_effect + indirect_effect`).
+        dla_diff, direct_effect, d_mean_logit_diff, indirect_effect, d_logit_diff, d_logprob`
+        (nats; `d_* = ablated - clean`; `d_mean_logit_diff = direct_effect +
+        indirect_effect`; `d_logit_diff` and `d_logprob` are the metrics' changes, NaN where
+        `logit_diff` does not apply).
     """
     batch = as_batch(model, task, split)
     kind = AblationKind.parse(kind)
-    means = default_means(model, batch, kind, means)
+    means = default_means(model, task, kind, means)
     cap = capture(model, batch, batch_size)
     return removal_table(
         model,

@@ -5,11 +5,13 @@ what those heads were doing, from three angles of `explain_heads` on the held-ou
 
 - **attention by token role**: where each removed head looks from the answer position, and
   where comparison heads (random heads of the same layers that were not removed) look;
-- **direct logit attribution**: what each head writes onto the answer minus the wrong answer,
-  removed heads next to comparison heads; a removed head that helps by being removed should
-  often push the wrong answer here;
-- **removal**: which examples removing the whole set fixes or breaks, and how much of one
-  head's effect is its direct output (the rest goes through later layers);
+- **direct logit attribution**: what each head writes onto `mean_logit_diff` (the mean
+  answer logit minus the mean wrong logit), removed heads next to comparison heads, with an
+  interval; a removed head that helps by being removed should often push the wrong answer
+  here, and the report says so only where the interval excludes 0;
+- **removal**: which examples removing the whole set fixes or breaks, its effect on every
+  metric as the confirmation measures it (`set_effect`), and how much of one head's effect
+  is its direct output (the rest goes through later layers);
 - **single examples**: the attention row from the answer position of every removed and
   comparison head on a fixed, a broken and an unchanged example (`attention_examples.png`).
 
@@ -99,7 +101,7 @@ def save_explanation(folder: Path, ex: HeadExplanation) -> None:
 def explanation_figure(roles: pd.DataFrame, comparison_roles: pd.DataFrame,
                        dla_summary: pd.DataFrame):
     """Two panels: mean attention by token role (removed heads solid, comparison heads
-    hatched) and direct logit attribution per head (answer - wrong, with standard errors).
+    hatched) and direct logit attribution per head (`dla_diff`, with standard errors).
 
     Returns:
         A matplotlib `Figure`.
@@ -131,7 +133,7 @@ def explanation_figure(roles: pd.DataFrame, comparison_roles: pd.DataFrame,
     ax_dla.bar(np.arange(len(d)), d["dla_diff"], yerr=d["dla_diff_se"], color=colors, capsize=3)
     ax_dla.set_xticks(np.arange(len(d)), d["head_name"], rotation=45, ha="right", fontsize=7)
     ax_dla.axhline(0, color="black", lw=0.8)
-    ax_dla.set_ylabel("DLA, answer - wrong (nats)")
+    ax_dla.set_ylabel("dla_diff (nats)")
     ax_dla.set_title("What they write to the logits\n(red: removed, grey: comparison)",
                      fontsize=9)
     return fig

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from workbench.results.explanation import (
     ATTENTION_EXAMPLES_FIGURE,
     EXPLANATION_DIR,
     EXPLANATION_FIGURE,
+    not_significant_banner,
 )
 from workbench.results.frontier import FRONTIER_FILE
 from workbench.results.interactive import (
@@ -337,13 +339,25 @@ def _table(df: pd.DataFrame, table_id: str, shown: list[str] | None,
 
 
 def _explanation(target: Path) -> list[str]:
-    """The explanation's summary tables, when `explain_folder` wrote them."""
+    """The explanation's summary tables, when `explain_folder` wrote them, under the
+    not-significant banner `report.md` shows (`not_significant_banner`)."""
     if not target.is_dir():
         return []
-    out = ["<h2>What the removed heads do</h2>",
-           "<p>From explanation/ (see report.md): attention by token role of the removed and "
-           "the comparison heads, and their direct logit attribution (nats).</p>"]
-    for name in ("roles", "comparison_roles", "dla_summary"):
+    out = ["<h2>What the removed heads do</h2>"]
+    try:
+        config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    banner = not_significant_banner(config)
+    if banner:
+        text = _esc(banner.removeprefix("**Not significant.**").strip())
+        out.append(f"<p class='banner'><b>Not significant.</b> {text}</p>")
+    out.append("<p>From explanation/ (see report.md): attention by token role of the removed "
+               "and the comparison heads, their direct logit attribution onto "
+               "<code>mean_logit_diff</code> with its interval (nats), and the whole set's "
+               "effect on each metric (<code>d_&lt;metric&gt;</code>, as in the confirmation)."
+               "</p>")
+    for name in ("set_effect", "roles", "comparison_roles", "dla_summary"):
         df = _read_csv(target / f"{name}.csv")
         if df is not None and not df.empty:
             out += [f"<h3>{name}</h3>", _table(df, f"explanation-{name}", None, None)]
@@ -412,6 +426,7 @@ tr.best { background: #fff3c4; font-weight: 600; }
 .count { color: #555; margin-left: 1em; } .source, .missing { color: #777; font-size: 0.8em; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 footer { margin-top: 2em; color: #777; font-size: 0.8em; }
+.banner { background: #fdecea; border-left: 4px solid #c0392b; padding: 0.4em 0.8em; }
 """
 
 # Sorting compares `data-value` (numbers as numbers, empty cells last); filtering keeps the
