@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @functools.cache
 def _bench():
-    spec = importlib.util.spec_from_file_location("mc_reference", ROOT / "bench" / "mc_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "mc_reference", ROOT / "bench" / "mc_reference.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
