@@ -70,6 +70,33 @@ def _frozen(model) -> Iterator[None]:
             p.requires_grad_(True)
 
 
+def _companions(scores: dict, metric) -> dict[str, str]:
+    """The 0/1 scores of a custom metric that have no gradient, each with the differentiable
+    companion it returns beside it (`Metric.companion`: a margin positive exactly where the
+    score is 1). A score without a gradient and without one is refused in one line: its
+    estimate would be NaN for every head and nothing could rank by it."""
+    out = {}
+    for name, value in scores.items():
+        if metric is None or value.requires_grad:
+            continue
+        companion = record(name, metric).companion
+        if companion is None or companion not in scores:
+            raise WorkbenchError(
+                f"custom metric score {name!r} has no gradient, so attribution cannot estimate "
+                "it; declare it with @declare(Metric(" + repr(name) + ", differentiable=False, "
+                "coarse=True, companion='<a margin it also returns, > 0 exactly where it is "
+                "1>')), or screen with method 'exact'")
+        out[name] = companion
+    return out
+
+
+def _with_companions(scores: dict, metric) -> dict:
+    """The scores attribution differentiates: all but the 0/1 ones `_companions` estimates
+    through their companions."""
+    skip = _companions(scores, metric)
+    return {k: v for k, v in scores.items() if k not in skip}
+
+
 def attribution_effects(
     model,
     data,
@@ -129,7 +156,7 @@ def attribution_effects(
             if metric is not None:
                 sub = data if rows is None else data.rows(rows)
                 scores = as_score_dict(metric(model, sub), "attribution run")
-                differentiable = dict(scores)
+                differentiable = _with_companions(scores, metric)
             else:
                 sub = data.rows(rows)
                 logits = logits_at(model, sub.tokens[:, :width], sub.answer_pos).float()
@@ -180,6 +207,11 @@ def attribution_effects(
                 m = value.detach()
                 est = (m[None] + est > 0).float() - (m > 0).float()[None]
             diff_parts.setdefault(name, []).append(est.detach())
+            clean_parts.setdefault(name, []).append(scores[name].detach())
+        for name, companion in _companions(scores, metric).items():  # 0/1 scores, by sign
+            m, est = scores[companion].detach(), diff_parts[companion][-1]
+            diff_parts.setdefault(name, []).append(
+                (m[None] + est > 0).float() - (m > 0).float()[None])
             clean_parts.setdefault(name, []).append(scores[name].detach())
         del store, zs
     clean = {k: torch.cat(v) for k, v in clean_parts.items()}
