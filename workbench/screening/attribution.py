@@ -23,7 +23,7 @@ from torch import Tensor
 from workbench.ablation import AblationKind, HeadMeans, replacement_z
 from workbench.compute import DEFAULT_TOKEN_BUDGET, QUIET, Compute
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import record
+from workbench.metrics.records import record, registered
 from workbench.metrics.scores import logits_at, masked_gather, score_logits
 from workbench.racing import example_order
 from workbench.scoring.batching import length_buckets
@@ -73,20 +73,23 @@ def _frozen(model) -> Iterator[None]:
 def _companions(scores: dict, metric) -> dict[str, str]:
     """The 0/1 scores of a custom metric that have no gradient, each with the differentiable
     companion it returns beside it (`Metric.companion`: a margin positive exactly where the
-    score is 1). A score without a gradient and without one is refused in one line: its
-    estimate would be NaN for every head and nothing could rank by it."""
+    score is 1). A score without a gradient that no record describes is refused in one line:
+    its estimate would be NaN for every head and nothing could rank by it (a described one
+    without a companion, such as `multi_token_metric`'s greedy `accuracy`, stays NaN)."""
     out = {}
+    declared = getattr(metric, "metric_records", {})
     for name, value in scores.items():
         if metric is None or value.requires_grad:
             continue
         companion = record(name, metric).companion
-        if companion is None or companion not in scores:
+        if companion is not None and companion in scores:
+            out[name] = companion
+        elif registered(name) is None and name not in declared:
             raise WorkbenchError(
                 f"custom metric score {name!r} has no gradient, so attribution cannot estimate "
                 "it; declare it with @declare(Metric(" + repr(name) + ", differentiable=False, "
                 "coarse=True, companion='<a margin it also returns, > 0 exactly where it is "
                 "1>')), or screen with method 'exact'")
-        out[name] = companion
     return out
 
 
