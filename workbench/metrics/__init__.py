@@ -1,5 +1,6 @@
 """Metrics: what each metric is (`records`: one `Metric` record per metric, no torch) and how it
-is computed (`scores`: per-example scores from logits, `evaluate`, `summarize`).
+is computed (`scores`: per-example scores from logits, `evaluate`, `summarize`; `choices`:
+multiple-choice tasks as lm-eval scores them).
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from workbench.lazy import lazy_package
 __getattr__, __dir__, __all__ = lazy_package(globals(), {
     "records": (
         "METRIC_RECORDS Metric base_metric declare help_text metric_names names_where "
-        "record registered scored_names table_order"
+        "record registered scored_names table_order MULTIPLE_CHOICE NEXT_TOKEN task_kind"
+    ),
+    "choices": (
+        "CHOICE_SCORES can_share choice_logliks choice_metric choice_scores evaluate_choices "
+        "naive_choice_metric"
     ),
     "scores": (
         "METRICS NEG_INF accuracy answer_logits evaluate forward_kwargs get_metric "
         "is_bridge logit_diff logits_at logprob masked_gather multi_token_metric "
         "normalize_by_clean one_forward prob_diff score_logits sequence_scores "
-        "shortformer_kwargs summarize task_metric unembed_at"
+        "shortformer_kwargs summarize task_metric unembed_at builtin_metric"
     ),
 })
