@@ -61,7 +61,7 @@ def test_a_guard_parses_from_its_spec_and_back(spec, guard):
 
 @pytest.mark.parametrize("spec,message", [
     ("accuracy", r"is not TASK:METRIC\[:TOLERANCE\]"),
-    ("main:acc", r"metric 'acc' is unknown; expected one of \['accuracy'"),
+    ("main:accu", r"metric 'accu' is unknown; expected one of \['accuracy'"),
     ("main:accuracy:lots", r"the tolerance 'lots' is not a number"),
     ("main:accuracy:-1", r"the tolerance must be a number >= 0; got -1.0"),
     ("a:b:c:d", r"is not TASK:METRIC"),
@@ -262,7 +262,8 @@ def test_the_best_line_names_costs_collapses_and_what_failed(micro):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flags,message", [
-    (["--guard", "main:acc"], "metric 'acc' is unknown"),
+    (["--guard", "main:accu"], "metric 'accu' is unknown"),
+    (["--guard", "main:acc"], "cannot compute 'acc'"),  # a multiple-choice metric
     (["--guard", "nosuch:accuracy"], "names task 'nosuch', which is not in this run"),
     (["--guard", "main:accuracy:x"], "the tolerance 'x' is not a number"),
     (["--guard", "embedded_add:logit_diff"], "task 'embedded_add' cannot compute 'logit_diff'"),

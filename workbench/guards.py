@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import metric_names, record
+from workbench.metrics.records import metric_names, record, task_kind
 from workbench.options import Option
 
 MAIN = "main"  # the task a guard names when it guards the main task
@@ -205,7 +205,8 @@ def labels(guards: Iterable[Guard]) -> list[str]:
 
 
 def task_metrics(task) -> list[str]:
-    """The registered metrics a task can compute: those that need a wrong answer only when
-    some example has one (a `workbench.tasks.task.Task`)."""
+    """The registered metrics a task can compute: those of its kind (next-token or multiple
+    choice), and those that need a wrong answer only when some example has one (a
+    `workbench.tasks.task.Task`)."""
     has_wrong = any(e.wrong for e in task.examples)
-    return [m for m in metric_names() if has_wrong or not record(m).needs_wrong]
+    return [m for m in metric_names(task_kind(task)) if has_wrong or not record(m).needs_wrong]

@@ -51,7 +51,7 @@ from workbench.config import CELConfig
 from workbench.confirmation.stage import confirm_stage, score_means
 from workbench.deprecation import caller_stacklevel
 from workbench.environment import environment, thread_choice
-from workbench.errors import FewExamplesWarning, WorkbenchError
+from workbench.errors import FewExamplesWarning, TaskWarning, WorkbenchError
 from workbench.estimate import RunEstimate, estimate_run, measure_forward
 from workbench.explain.stage import explain_stage
 from workbench.guards import (
@@ -63,14 +63,16 @@ from workbench.guards import (
     run_guards,
     task_metrics,
 )
-from workbench.metrics.records import base_metric, check_objective, default_secondary
-from workbench.metrics.scores import multi_token_metric, task_metric
+from workbench.metrics.records import base_metric, check_objective, default_secondary, task_kind
+from workbench.metrics.run_checks import before_search, check_choice_ablation, multi_token_note
+from workbench.metrics.scores import builtin_metric, task_metric
 from workbench.precision import resolved, search_model
 from workbench.results.fingerprint import digest, model_fingerprint, task_fingerprint
 from workbench.results.result import CELResult
 from workbench.results.stage import report_stage
 from workbench.results.store import ResultStore, read_run_file
 from workbench.scoring.scorer import CustomMetric, MaskScorer
+from workbench.screening.registry import get_method
 from workbench.screening.screen import resolve_task
 from workbench.screening.stage import check_heads, screen_stage
 from workbench.search.candidates import rank_order
@@ -277,7 +279,8 @@ def run_cel(
             `view.html` and the cost (the folder `workbench cel` writes); None keeps
             everything in memory and writes nothing.
         metric: a custom `metric(model, TaskBatch) -> [batch]` scores (or a dict of them);
-            for a task with `answer_tokens: multi`, `multi_token_metric` by default.
+            by default `choice_metric` for a multiple-choice task, `multi_token_metric` for
+            one with `answer_tokens: multi`.
         means: head means for mean-ablating the main task (default: over its selection
             split's prompts); side tasks always use the means over their own prompts.
         compute: how to compute (rows per forward, progress); defaults otherwise.
@@ -324,15 +327,20 @@ def prepare_run(
         model, config.search_dtype, distributed.is_distributed()))
     main = resolve_task(task).sample_per_split(config.max_examples, config.seed)
     if metric is None:  # the registered metrics: the objective is checked before any forward
-        check_objective(config.objective, main.name, any(e.wrong for e in main.examples))
+        check_objective(config.objective, main.name, any(e.wrong for e in main.examples),
+                        task_kind(main))
     side_n = config.side_examples if config.side_examples is not None else config.max_examples
     other_tasks = {name: t.sample_per_split(side_n, config.seed)
                    for name, t in _other_tasks(others).items()}
+    check_choice_ablation(config.kind, config.per_position, [main, *other_tasks.values()])
     select = encode_task(model, main, "select")
     # the task as fitted to this tokenizer (`workbench.tasks.fit`): a single-token file can
-    # become multi-token (addition's digits on SmolLM2), and is then scored on every token
-    if metric is None and select.task.answer_tokens == "multi":
-        metric = multi_token_metric  # exact scores over every answer position
+    # become multi-token (addition's digits on SmolLM2), and is then scored on every token;
+    # a multiple-choice task is scored as lm-eval scores it (`workbench.metrics.choices`)
+    if metric is None:
+        metric = task_metric(None, select)
+        for note in filter(None, [multi_token_note(select)]):  # said before the run starts
+            warnings.warn(note, TaskWarning, stacklevel=caller_stacklevel())
     run = CELRun(model, config, main, select, encode_task(model, main, "heldout"), other_tasks,
                  metric, means, compute, started=t0)
     shared = set(run.select.task.ids) & set(run.heldout.task.ids)
@@ -384,6 +392,9 @@ def _run_stages(run: CELRun, out_dir, overwrite: bool) -> CELResult:
     setup.release()
     run.config = _resolve_metrics(run.config, list(run.clean_select), run.metric, run.main,
                                   run.model, run.others)
+    for note in before_search(run, builtin_metric(run.metric),
+                              get_method(run.config.method).gradients):
+        warnings.warn(note, TaskWarning, stacklevel=caller_stacklevel())
     seed = run.config.seed
     with ResultStore(out_dir, overwrite=overwrite) as store:
         result = CELResult(config=run.config, seeds={"bootstrap": seed, "random_sets": seed,
@@ -475,7 +486,8 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
     """Fill in the task, the objective and tie-break metric, and the fingerprints."""
     # a normalized metric ranks sets exactly as its base metric does (a positive rescaling)
     default = base_metric(main.metric)
-    if metric is not None and metric is not multi_token_metric:
+    custom = metric is not None and not builtin_metric(metric)
+    if custom:
         default = names[0]  # a user metric: its first score
     objective = config.objective or default
     objective = base_metric(objective)
@@ -485,8 +497,7 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
         )
     secondary = config.secondary or default_secondary(objective, names)
     guards = run_guards(config.guards, objective, names, metric)
-    main_metrics = names if metric is not None and metric is not multi_token_metric else [
-        m for m in names if m in task_metrics(main)]
+    main_metrics = names if custom else [m for m in names if m in task_metrics(main)]
     check_guards(guards, {MAIN: main_metrics,
                           **{n: task_metrics(t) for n, t in others.items()}})
     return dataclasses.replace(

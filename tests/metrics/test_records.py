@@ -8,6 +8,7 @@ import torch
 
 from workbench import WorkbenchError
 from workbench.cli.parser import build_parser
+from workbench.metrics.choices import CHOICE_SCORES
 from workbench.metrics.records import (
     METRIC_RECORDS,
     Metric,
@@ -16,6 +17,7 @@ from workbench.metrics.records import (
     metric_names,
     names_where,
     record,
+    registered,
     scored_names,
     table_order,
 )
@@ -26,17 +28,30 @@ from workbench.tasks.task import METRIC_NAMES, NEEDS_WRONG
 
 
 def test_the_lists_are_the_records():
-    assert METRIC_NAMES == metric_names() == (
+    assert metric_names("next-token") == (
         "accuracy", "logprob", "logit_diff", "prob_diff", "normalized_logit_diff")
+    assert METRIC_NAMES == metric_names() == (*metric_names("next-token"), "acc", "acc_norm",
+                                              "ll_margin", "acc_norm_margin")
     assert set(METRICS) == set(scored_names()) == {"accuracy", "logprob", "logit_diff",
                                                    "prob_diff"}
-    assert NEEDS_WRONG == ("logit_diff", "prob_diff", "normalized_logit_diff")
-    assert GUARD_METRICS == ("accuracy", "logprob")
-    assert DIFFERENCE_METRICS == ("logit_diff", "prob_diff", "normalized_logit_diff")
-    assert names_where("coarse") == ("accuracy",)
+    assert scored_names("multiple-choice") == CHOICE_SCORES[2:3] + CHOICE_SCORES[:2] + (
+        CHOICE_SCORES[3:])
+    assert NEEDS_WRONG == ("logit_diff", "prob_diff", "normalized_logit_diff", "ll_margin",
+                           "acc_norm_margin")
+    assert GUARD_METRICS == ("accuracy", "logprob", "acc", "acc_norm")
+    assert DIFFERENCE_METRICS == ("logit_diff", "prob_diff", "normalized_logit_diff",
+                                  "ll_margin", "acc_norm_margin")
+    assert names_where("coarse") == ("accuracy", "acc", "acc_norm")
     assert names_where("differentiable", scored_names()) == ("logprob", "logit_diff",
                                                              "prob_diff")
+    for m in METRIC_RECORDS:  # a 0/1 score's companion is a differentiable margin beside it
+        if m.companion is not None:
+            companion = registered(m.companion)
+            assert companion.differentiable and companion.difference and m.coarse
+            assert companion.kinds == m.kinds
     for m in METRIC_RECORDS:  # a derived metric computes as its base
+        if "next-token" not in m.kinds:
+            continue
         assert get_metric(m.name) is METRICS[base_metric(m.name)]
         assert (m.base is None) == (m.name in METRICS)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from workbench.config import CELConfig, resolve_threads
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import base_metric, check_objective
+from workbench.metrics.records import base_metric, check_objective, task_kind
 from workbench.options import Racing, SearchDtype, check_device_name, check_dtype_name
 
 # CELConfig fields a run's flags do not set (`workbench.cli.commands.run_options`), or that
@@ -57,7 +57,7 @@ def resumed_choices(args) -> tuple[str, ...]:
 def check_task_objective(objective: str | None, task) -> None:
     """Refuse an objective the task cannot score (a difference metric on a task without wrong
     answers), once its file is read and before the model loads."""
-    check_objective(objective, task.name, any(e.wrong for e in task.examples))
+    check_objective(objective, task.name, any(e.wrong for e in task.examples), task_kind(task))
 
 
 def check_out(out: Path, overwrite: bool, config: CELConfig | None = None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -38,7 +39,7 @@ from workbench.cli.checks import (
     use_threads,
 )
 from workbench.config import CELConfig
-from workbench.errors import FewExamplesWarning, WorkbenchError
+from workbench.errors import FewExamplesWarning, TaskWarning, WorkbenchError
 from workbench.options import Racing
 
 DEFAULT_OUT = "cel_results"
@@ -191,6 +192,7 @@ def run_cel_command(args) -> int:
     searched = resolves_search_dtype(options, out if resuming else None)
     with warnings.catch_warnings(record=True) as caught:  # said in one line below
         warnings.simplefilter("always", FewExamplesWarning)
+        warnings.simplefilter("always", TaskWarning)
         run = prepare_run(model, task, others=others, model_name=model_name,
                           progress=not args.quiet and distributed.is_main(), **options)
     sampled = run.main
@@ -206,7 +208,7 @@ def run_cel_command(args) -> int:
         flush=True,
     )
     for w in caught:
-        if issubclass(w.category, FewExamplesWarning):
+        if issubclass(w.category, (FewExamplesWarning, TaskWarning)):
             print(f"warning: {w.message}", flush=True)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -243,6 +245,7 @@ def run_cel_command(args) -> int:
             announced=announced or not shown), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", SlowSearchWarning)  # said once above
+        warnings.showwarning = _one_line  # a task's warnings (TaskWarning), in one line each
         result = run_prepared(run, out_dir=run_out, overwrite=args.overwrite,
                               explain=not args.no_explain)
     from workbench.results.cost import cost_line
@@ -255,6 +258,16 @@ def run_cel_command(args) -> int:
         print(cost_line(result.cost))
     print(results_line(out))
     return 0
+
+
+def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """`warnings.showwarning` for a run: a `TaskWarning` as one `warning:` line, any other
+    warning as Python shows it."""
+    if issubclass(category, TaskWarning):
+        print(f"warning: {message}", flush=True)
+    else:
+        (file or sys.stderr).write(
+            warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _check_guards(config, task, others) -> None:

@@ -272,9 +272,11 @@ def confirm_size(heldout: Scorer, size: int, head_set: HeadSet, others: Mapping[
         og = plan.other_groups.get(task)
         side_diffs = {m: other_scores[m][0] - other_clean[m] for m in other_scores}
         side.update(_effect_row(side_diffs, n_boot, seed, ci, og))
+        # a side task of another kind (ioi beside a multiple-choice task) has no value in the
+        # objective's units: its own metrics are its side effects
         side["p_value"] = sign_flip_pvalue(
             side_diffs[objective], og, n_flips, seed, alternative="two-sided"
-        )
+        ) if objective in side_diffs else float("nan")
         for m, v in other_clean.items():
             side[f"clean_{m}"] = float(torch.nanmean(v.float()))
         if objective in side_diffs:

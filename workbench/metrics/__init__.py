@@ -1,5 +1,6 @@
 """Metrics: what each metric is (`records`: one `Metric` record per metric, no torch) and how it
-is computed (`scores`: per-example scores from logits, `evaluate`, `summarize`).
+is computed (`scores`: per-example scores from logits, `evaluate`, `summarize`; `choices`:
+multiple-choice tasks as lm-eval scores them).
 """
 
 from __future__ import annotations
@@ -9,8 +10,19 @@ from typing import TYPE_CHECKING
 from workbench.lazy import lazy_package
 
 if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.metrics.choices import (
+        CHOICE_SCORES,
+        can_share,
+        choice_logliks,
+        choice_metric,
+        choice_scores,
+        evaluate_choices,
+        naive_choice_metric,
+    )
     from workbench.metrics.records import (
         METRIC_RECORDS,
+        MULTIPLE_CHOICE,
+        NEXT_TOKEN,
         Metric,
         base_metric,
         declare,
@@ -21,12 +33,14 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         registered,
         scored_names,
         table_order,
+        task_kind,
     )
     from workbench.metrics.scores import (
         METRICS,
         NEG_INF,
         accuracy,
         answer_logits,
+        builtin_metric,
         evaluate,
         forward_kwargs,
         get_metric,

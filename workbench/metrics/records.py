@@ -6,9 +6,19 @@ the answer and a wrong answer (so it can rise while both answers fall), whether 
 wrong answers for it, whether it has a gradient (attribution, gates), whether it guards a
 difference objective by default (`workbench.results.tradeoff.gamed`), whether it is a 0/1
 score per example (too coarse to regress on: the searches' knockout regressions use the
-secondary metric instead), and, for a derived metric, the metric it rescales. Every list of
-metric names (task headers, the objective's choices, the guard, table orders, the command
-line's help) is derived from these records.
+secondary metric instead), for a 0/1 metric without a gradient its differentiable companion,
+the kinds of task it is defined on, and, for a derived metric, the metric it rescales. Every
+list of metric names (task headers, the objective's choices, the guard, table orders, the
+command line's help) is derived from these records.
+
+Two kinds of task score two families of metrics, under different names so that a name means
+one number everywhere: a next-token task (`answer`, `wrong`) scores `accuracy` (the argmax
+token, or greedy exact match for a multi-token answer), `logit_diff`, `prob_diff` and
+`normalized_logit_diff`; a multiple-choice task (`choices`, `gold`) scores lm-eval's `acc` and
+`acc_norm`, `ll_margin` and `acc_norm_margin`. `logprob`, the answer's teacher-forced
+log-probability summed over its tokens, is both: a multiple-choice task's answer is its gold
+choice. A task, a guard or an objective names only its own kind's metrics, and no table of a
+task shows the other kind's.
 
 A custom metric (a `metric(model, data)` given to `run_cel` or `screen_heads`) declares the
 same fields for the scores it returns with `declare`:
@@ -49,6 +59,11 @@ class Metric:
             metric instead.
         base: for a derived metric, the registered metric it rescales by a positive factor
             (so a search maximising one maximises the other), else None.
+        companion: for a 0/1 metric without a gradient, a differentiable score of the same
+            metric function that is positive exactly where this one is 1 (a margin):
+            attribution estimates this metric's change as the flips of the companion's sign
+            under the companion's linear estimate. None: no such score.
+        kinds: the kinds of task it is defined on (`NEXT_TOKEN`, `MULTIPLE_CHOICE`).
     """
 
     name: str
@@ -60,6 +75,8 @@ class Metric:
     guards: bool = False
     coarse: bool = False
     base: str | None = None
+    companion: str | None = None
+    kinds: tuple[str, ...] = ("next-token",)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -70,29 +87,45 @@ class Metric:
                 "higher_is_better=True; negate a lower-is-better score instead")
 
 
+NEXT_TOKEN, MULTIPLE_CHOICE = "next-token", "multiple-choice"
+_BOTH = (NEXT_TOKEN, MULTIPLE_CHOICE)
 # The registered metrics, in the order tables and reports list them.
 METRIC_RECORDS: tuple[Metric, ...] = (
     Metric("accuracy", "1 when the argmax is an acceptable answer (a fraction in [0, 1])",
            differentiable=False, guards=True, coarse=True),
-    Metric("logprob", "log-probability of the answer set, in nats", guards=True),
+    Metric("logprob", "log-probability of the answer set (a choice task: of the gold choice), "
+           "in nats", guards=True, kinds=_BOTH),
     Metric("logit_diff", "logsumexp(answer logits) - logsumexp(wrong logits), in nats",
            difference=True, needs_wrong=True),
     Metric("prob_diff", "probability of the answers minus that of the wrong answers",
            difference=True, needs_wrong=True),
     Metric("normalized_logit_diff", "logit_diff over the clean model's mean logit_diff",
            difference=True, needs_wrong=True, base="logit_diff"),
+    Metric("acc", "1 when the gold choice has the highest summed log-likelihood (lm-eval's "
+           "acc)", differentiable=False, guards=True, coarse=True, companion="ll_margin",
+           kinds=(MULTIPLE_CHOICE,)),
+    Metric("acc_norm", "acc with each log-likelihood divided by its choice's length in "
+           "characters (lm-eval's acc_norm)", differentiable=False, guards=True, coarse=True,
+           companion="acc_norm_margin", kinds=(MULTIPLE_CHOICE,)),
+    Metric("ll_margin", "gold choice's log-likelihood minus the best wrong choice's, in nats",
+           difference=True, needs_wrong=True, kinds=(MULTIPLE_CHOICE,)),
+    Metric("acc_norm_margin", "gold choice's log-likelihood per character minus the best "
+           "wrong choice's, in nats per character", difference=True, needs_wrong=True,
+           kinds=(MULTIPLE_CHOICE,)),
 )
 _BY_NAME = {m.name: m for m in METRIC_RECORDS}
 
 
-def metric_names() -> tuple[str, ...]:
-    """Every registered metric's name, derived ones included, in table order."""
-    return tuple(m.name for m in METRIC_RECORDS)
+def metric_names(kind: str | None = None) -> tuple[str, ...]:
+    """Every registered metric's name, derived ones included, in table order; with `kind`
+    (`NEXT_TOKEN`, `MULTIPLE_CHOICE`), those defined on that kind of task."""
+    return tuple(m.name for m in METRIC_RECORDS if kind is None or kind in m.kinds)
 
 
-def scored_names() -> tuple[str, ...]:
-    """The metrics a forward scores (the registered ones that are not derived)."""
-    return tuple(m.name for m in METRIC_RECORDS if m.base is None)
+def scored_names(kind: str = NEXT_TOKEN) -> tuple[str, ...]:
+    """The metrics a forward scores on a task of `kind` (its registered metrics that are not
+    derived)."""
+    return tuple(m.name for m in METRIC_RECORDS if m.base is None and kind in m.kinds)
 
 
 def record(name: str, custom: Callable | None = None) -> Metric:
@@ -153,11 +186,17 @@ def help_text() -> str:
     return "; ".join(f"{m.name}: {m.summary}" for m in METRIC_RECORDS)
 
 
+def task_kind(task) -> str:
+    """`MULTIPLE_CHOICE` for a task whose examples have choices, else `NEXT_TOKEN`."""
+    return MULTIPLE_CHOICE if getattr(task, "is_multiple_choice", False) else NEXT_TOKEN
+
+
 def check_objective(objective: str | None, task: str | None = None,
-                    has_wrong: bool = True) -> None:
+                    has_wrong: bool = True, kind: str | None = None) -> None:
     """Refuse an objective (`--objective`, `run_cel(objective=...)` with no custom metric)
-    that is no registered metric, or that needs wrong answers when task `task` has none
-    (`has_wrong`); None (the task's own metric) passes. Checked before a model loads."""
+    that is no registered metric, that is not defined on task `task`'s `kind` (None: any),
+    or that needs wrong answers when the task has none (`has_wrong`); None (the task's own
+    metric) passes. Checked before a model loads."""
     if objective is None:
         return
     if objective not in _BY_NAME:
@@ -165,6 +204,10 @@ def check_objective(objective: str | None, task: str | None = None,
             f"objective {objective!r} is not a metric; expected one of {', '.join(_BY_NAME)}"
             f"{did_you_mean(objective, _BY_NAME)} (a custom metric is given from Python: "
             "run_cel(..., metric=...))")
+    if kind is not None and kind not in _BY_NAME[objective].kinds:
+        raise WorkbenchError(
+            f"objective {objective!r} is not defined on {kind} task {task!r}; expected one of "
+            f"{', '.join(metric_names(kind))}")
     if _BY_NAME[objective].needs_wrong and not has_wrong:
         raise WorkbenchError(
             f"objective {objective!r} compares the answer with wrong answers, and task "

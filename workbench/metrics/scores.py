@@ -41,13 +41,24 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens.utilities import apply_softcap
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
 from workbench.errors import WorkbenchError
+from workbench.metrics.choices import (
+    CHOICE_SCORES,
+    choice_metric,
+    evaluate_choices,
+    naive_choice_metric,
+)
 from workbench.metrics.records import base_metric, metric_names
 from workbench.options import choose
-from workbench.scoring.batching import answer_only_hooks, gather_positions, unembed
+from workbench.scoring.batching import (  # noqa: F401 (forward_kwargs, is_bridge: re-exported)
+    answer_only_hooks,
+    forward_kwargs,
+    gather_positions,
+    is_bridge,
+    unembed_at,
+)
 from workbench.tasks.encoding import TaskBatch, encode_task
 from workbench.tasks.task import Task
 
@@ -139,12 +150,6 @@ def score_logits(
     return {name: fn(logits.float(), batch) for name, fn in METRICS.items()}
 
 
-def forward_kwargs(model) -> dict:
-    """Keyword arguments of a forward over right-padded tokens: TransformerLens builds a
-    padding mask only for left-padded tokenizers, and right padding needs none."""
-    return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
-
-
 def shortformer_kwargs(model, tokens: Tensor) -> dict:
     """`shortformer_pos_embed` for a forward that starts at a later layer.
 
@@ -155,36 +160,6 @@ def shortformer_kwargs(model, tokens: Tensor) -> dict:
     if getattr(model.cfg, "positional_embedding_type", None) != "shortformer":
         return {}
     return {"shortformer_pos_embed": model.pos_embed(tokens)}
-
-
-def is_bridge(model) -> bool:
-    """Whether `model` is a TransformerBridge. Hugging Face's forward runs a bridge's layers, so
-    a forward cannot start at a later layer (`start_at_layer` raises), and `stop_at_layer=
-    n_layers` stops nowhere: it returns the logits, not the final residual stream."""
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return isinstance(model, TransformerBridge)
-
-
-def unembed_at(
-    model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
-) -> Float[Tensor, "batch d_vocab"]:
-    """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
-    when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
-    the logits a HookedTransformer's own forward returns there. (A bridge has no separate
-    final residual: see `logits_at`.)"""
-    if resid.shape[-1] != model.cfg.d_model:
-        hint = "; on a TransformerBridge use logits_at" if is_bridge(model) else ""
-        raise WorkbenchError(
-            f"unembed_at takes the final residual stream, last dim d_model="
-            f"{model.cfg.d_model}; got shape {tuple(resid.shape)}{hint}"
-        )
-    x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
-    if model.cfg.normalization_type is not None:
-        x = model.ln_final(x)
-    logits = unembed(model, x)[:, 0]  # (B, d_vocab), W_U.T copied once, not per call
-    # the model's own forward applies the cap with this function
-    return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))
 
 
 def logits_at(model, tokens: Tensor, pos: Tensor) -> Float[Tensor, "batch d_vocab"]:
@@ -353,18 +328,27 @@ def one_forward(metric):
     return metric
 
 
+def builtin_metric(metric) -> bool:
+    """Whether `metric` is one the workbench picks for a task's kind (`multi_token_metric`,
+    `choice_metric`), not a user's custom metric."""
+    return metric in (multi_token_metric, choice_metric, naive_choice_metric)
+
+
 def task_metric(metric, data):
     """The metric `data` is scored with in a run whose main metric is `metric`.
 
-    A user's custom metric applies to every task as given. Otherwise (None, or the multi-token
-    metric a run picks for a multi-token main task) each task gets its own: `multi_token_metric`
-    when its answers are several tokens as fitted to the tokenizer (`answer_seqs`), else None
-    (the registered metrics on the first answer token). So a single-token side task of a
-    multi-token task, and a multi-token side task of a single-token one, are each scored as
-    they would be as the main task.
+    A user's custom metric applies to every task as given. Otherwise (None, or the metric a
+    run picks for its main task's kind) each task gets its own: `choice_metric` for a
+    multiple-choice task, `multi_token_metric` when its answers are several tokens as fitted
+    to the tokenizer (`answer_seqs`), else None (the registered metrics on the first answer
+    token). So an ioi side task of a multiple-choice task, a multiple-choice side task of ioi,
+    a single-token side task of a multi-token task, and the reverse, are each scored as they
+    would be as the main task.
     """
-    if metric is not None and metric is not multi_token_metric:
+    if metric is not None and not builtin_metric(metric):
         return metric
+    if isinstance(data, TaskBatch) and data.choice_seqs is not None:
+        return choice_metric
     if isinstance(data, TaskBatch) and data.answer_seqs is not None:
         return multi_token_metric
     return None
@@ -403,12 +387,15 @@ def evaluate(
         when it has them (`predicted_ids`); `prediction_vocab`: the argmax over the whole
         vocabulary). For a multi-token task `correct` and `logprob` are the sequence scores of
         `sequence_scores`, and `first_correct`, `first_logprob` (and `prediction`) the
-        first-token ones.
+        first-token ones. A multiple-choice task has its own columns (`evaluate_choices`).
     """
     batch = task if isinstance(task, TaskBatch) else encode_task(model, task, split)
     if isinstance(task, TaskBatch) and split is not None:
         idx = [i for i, e in enumerate(batch.task.examples) if e.split == split]
         batch = batch.rows(idx)
+    if batch.choice_seqs is not None:
+        hooks = _hooks(model, batch, heads, kind, means, per_position, resample)
+        return evaluate_choices(model, batch, hooks)
     scores, preds, vocab_preds = _scores(model, batch, heads, kind, means, per_position,
                                          batch_size, resample)
     if clean_logit_diff is None and (heads is None or batch.task.metric == "normalized_logit_diff"):
@@ -497,13 +484,16 @@ def summarize(scores: pd.DataFrame, by: str | None = "group") -> pd.DataFrame:
     Returns:
         One row per subset (`subset="all"` first): `n, accuracy, accuracy_se, logprob,
         logprob_se, logit_diff, logit_diff_se`, then the same pair for each of
-        `prob_diff, normalized_logit_diff, first_correct, first_logprob` present in `scores`.
+        `prob_diff, normalized_logit_diff, first_correct, first_logprob` present in `scores`;
+        for a multiple-choice task's scores, the pair of each of `CHOICE_SCORES`.
     """
 
     def row(df: pd.DataFrame, name: str) -> dict:
         out = {"subset": name, "n": len(df)}
         pairs = [("correct", "accuracy"), ("logprob", "logprob"), ("logit_diff", "logit_diff")]
         pairs += [(c, c) for c in _EXTRA_SUMMARY if c in df]
+        if "correct" not in df:  # a multiple-choice task's scores
+            pairs = [(c, c) for c in CHOICE_SCORES]
         for col, label in pairs:
             v = df[col].to_numpy(dtype=float)
             v = v[~np.isnan(v)]

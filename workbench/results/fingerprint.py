@@ -56,4 +56,11 @@ def task_fingerprint(task) -> str:
     was read from (`Task.file`), so a moved or copied task file keeps its fingerprint."""
     fields = dataclasses.asdict(task)
     fields.pop("file", None)
+    # multiple-choice fields count only where set, so other tasks keep their fingerprints
+    if fields.get("target_delimiter") is None:
+        fields.pop("target_delimiter", None)
+    for ex in fields["examples"]:
+        for key in ("choices", "gold"):
+            if ex.get(key) is None:
+                ex.pop(key, None)
     return digest(fields)

@@ -144,6 +144,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             "`confirmation.csv` counts those that saw all of them)."
         )
         others = main_metrics_table(result.confirmation, obj)
+        guarding = [m for m in GUARD_METRICS if m != obj and f"d_{m}" in result.confirmation]
         if len(others.columns) > 2:
             n_held = s.get("n_examples", {}).get("heldout")
             lines += ["", "Every other metric of the main task, held out (the same sets"
@@ -152,7 +153,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
             lines += ["", f"Each change has its {int(cfg.ci * 100)} % paired bootstrap interval; "
                       "`p_holm` is the two-sided sign-flip p-value of any change, Holm-corrected "
                       "across sizes. `gamed` marks a set whose objective rises while "
-                      f"{' or '.join(m for m in GUARD_METRICS if m != obj)} falls significantly "
+                      f"{' or '.join(guarding)} falls significantly "
                       "(`p_holm` < alpha): such a set is never called best."]
     lines += guard_lines(result)
     if not result.side_effects.empty:

@@ -372,12 +372,15 @@ class ResultStore:
 
     def save(self, run_file: dict, finished: tuple[str, ...] = (),
              **tables: pd.DataFrame) -> None:
-        """Write `tables` (in pipeline order), then `config.json`: `run_file` plus the
-        record of every file. `finished`: stages whose checkpoints (`save_partial`) these
-        tables complete: `config.json` no longer records them, and then they are deleted."""
+        """Write `tables` (in pipeline order; one without columns is not written), then
+        `config.json`: `run_file` plus the record of every file. `finished`: stages whose
+        checkpoints (`save_partial`) these tables complete: `config.json` no longer records
+        them, and then they are deleted."""
         if self.folder is None:
             return
         for name in sorted(tables, key=TABLES.index):
+            if tables[name].columns.empty:  # nothing to say: no file (a 1-byte CSV says less)
+                continue
             inputs = stage_inputs(name, run_file["config"], self.files)
             self.files[name] = write_table(self.folder, name, tables[name], inputs)
         done = [partial_name(stage, self.partials.pop(stage, {})) for stage in finished]

@@ -36,7 +36,8 @@ import math
 
 import pandas as pd
 
-from workbench.metrics.records import names_where, table_order
+from workbench.metrics.records import NEXT_TOKEN, names_where, table_order
+from workbench.metrics.records import metric_names as registered_names
 
 # the main task's metrics whose significant fall flags a gamed objective, and the objectives
 # that are a difference between the answer and a wrong answer (`workbench.metrics.records`)
@@ -171,8 +172,10 @@ def side_harms(side_effects: pd.DataFrame, size: int, alpha: float) -> pd.DataFr
     return t[(t["size"] == size) & (t["d"] < 0) & (t["p_holm"] < alpha)]
 
 
-# the columns `side_summary` adds to a sweep's row, beside the objective's side_worst
-SIDE_COLUMNS = tuple(f"side_worst_{m}{s}" for m in GUARD_METRICS
+# the columns `side_summary` adds to a sweep's row, beside the objective's side_worst (a
+# sweep runs next-token tasks: a multiple-choice side task's acc and acc_norm add their own)
+SIDE_COLUMNS = tuple(f"side_worst_{m}{s}" for m in names_where("guards",
+                                                                 registered_names(NEXT_TOKEN))
                      for s in ("", "_task", "_p_holm")) + ("side_harmed",)
 
 

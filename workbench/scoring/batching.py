@@ -7,7 +7,8 @@ attention the trailing pads change no earlier position. Sorting rows by length b
 keeps little of each forward padding. Only the answer position's logits are scored, so from
 the last block's `hook_resid_mid` on each row keeps that position alone: the last MLP, the
 final norm and the unembedding then run on one position per row. `unembed` is the model's
-unembedding without TransformerLens's per-call copy of `W_U`.
+unembedding without TransformerLens's per-call copy of `W_U`; `unembed_at` the final norm,
+unembedding and soft-cap at one position per row.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.components import Unembed
+from transformer_lens.utilities import apply_softcap
 
+from workbench.errors import WorkbenchError
 from workbench.tasks.encoding import TaskBatch
 
 
@@ -136,3 +139,39 @@ def unembed(model, x: Tensor) -> Tensor:
         hit = (key, w.detach().T.contiguous())
         _TRANSPOSED[u] = hit
     return u.hook_out(F.linear(u.hook_in(x), hit[1], u.b_U))
+
+
+def forward_kwargs(model) -> dict:
+    """Keyword arguments of a forward over right-padded tokens: TransformerLens builds a
+    padding mask only for left-padded tokenizers, and right padding needs none."""
+    return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
+
+
+def is_bridge(model) -> bool:
+    """Whether `model` is a TransformerBridge. Hugging Face's forward runs a bridge's layers, so
+    a forward cannot start at a later layer (`start_at_layer` raises), and `stop_at_layer=
+    n_layers` stops nowhere: it returns the logits, not the final residual stream."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return isinstance(model, TransformerBridge)
+
+
+def unembed_at(
+    model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
+) -> Float[Tensor, "batch d_vocab"]:
+    """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
+    when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
+    the logits a HookedTransformer's own forward returns there. (A bridge has no separate
+    final residual: see `logits_at`.)"""
+    if resid.shape[-1] != model.cfg.d_model:
+        hint = "; on a TransformerBridge use logits_at" if is_bridge(model) else ""
+        raise WorkbenchError(
+            f"unembed_at takes the final residual stream, last dim d_model="
+            f"{model.cfg.d_model}; got shape {tuple(resid.shape)}{hint}"
+        )
+    x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
+    if model.cfg.normalization_type is not None:
+        x = model.ln_final(x)
+    logits = unembed(model, x)[:, 0]  # (B, d_vocab), W_U.T copied once, not per call
+    # the model's own forward applies the cap with this function
+    return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))

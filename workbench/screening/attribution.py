@@ -23,7 +23,7 @@ from torch import Tensor
 from workbench.ablation import AblationKind, HeadMeans, replacement_z
 from workbench.compute import DEFAULT_TOKEN_BUDGET, QUIET, Compute
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import record
+from workbench.metrics.records import record, registered
 from workbench.metrics.scores import logits_at, masked_gather, score_logits
 from workbench.racing import example_order
 from workbench.scoring.batching import length_buckets
@@ -68,6 +68,36 @@ def _frozen(model) -> Iterator[None]:
     finally:
         for p in trainable:
             p.requires_grad_(True)
+
+
+def _companions(scores: dict, metric) -> dict[str, str]:
+    """The 0/1 scores of a custom metric that have no gradient, each with the differentiable
+    companion it returns beside it (`Metric.companion`: a margin positive exactly where the
+    score is 1). A score without a gradient that no record describes is refused in one line:
+    its estimate would be NaN for every head and nothing could rank by it (a described one
+    without a companion, such as `multi_token_metric`'s greedy `accuracy`, stays NaN)."""
+    out = {}
+    declared = getattr(metric, "metric_records", {})
+    for name, value in scores.items():
+        if metric is None or value.requires_grad:
+            continue
+        companion = record(name, metric).companion
+        if companion is not None and companion in scores:
+            out[name] = companion
+        elif registered(name) is None and name not in declared:
+            raise WorkbenchError(
+                f"custom metric score {name!r} has no gradient, so attribution cannot estimate "
+                "it; declare it with @declare(Metric(" + repr(name) + ", differentiable=False, "
+                "coarse=True, companion='<a margin it also returns, > 0 exactly where it is "
+                "1>')), or screen with method 'exact'")
+    return out
+
+
+def _with_companions(scores: dict, metric) -> dict:
+    """The scores attribution differentiates: all but the 0/1 ones `_companions` estimates
+    through their companions."""
+    skip = _companions(scores, metric)
+    return {k: v for k, v in scores.items() if k not in skip}
 
 
 def attribution_effects(
@@ -129,7 +159,7 @@ def attribution_effects(
             if metric is not None:
                 sub = data if rows is None else data.rows(rows)
                 scores = as_score_dict(metric(model, sub), "attribution run")
-                differentiable = dict(scores)
+                differentiable = _with_companions(scores, metric)
             else:
                 sub = data.rows(rows)
                 logits = logits_at(model, sub.tokens[:, :width], sub.answer_pos).float()
@@ -180,6 +210,11 @@ def attribution_effects(
                 m = value.detach()
                 est = (m[None] + est > 0).float() - (m > 0).float()[None]
             diff_parts.setdefault(name, []).append(est.detach())
+            clean_parts.setdefault(name, []).append(scores[name].detach())
+        for name, companion in _companions(scores, metric).items():  # 0/1 scores, by sign
+            m, est = scores[companion].detach(), diff_parts[companion][-1]
+            diff_parts.setdefault(name, []).append(
+                (m[None] + est > 0).float() - (m > 0).float()[None])
             clean_parts.setdefault(name, []).append(scores[name].detach())
         del store, zs
     clean = {k: torch.cat(v) for k, v in clean_parts.items()}

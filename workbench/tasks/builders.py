@@ -85,6 +85,8 @@ def table_records(
                     )
                 continue
             value = _cell(row[source], key in LIST_FIELDS, list_sep)
+            if key == "gold" and isinstance(value, str) and value.strip().isdigit():
+                value = int(value)  # a CSV cell is a string
             if not _missing(value):
                 record[key] = value
         records.append(record)

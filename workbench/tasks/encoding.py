@@ -44,6 +44,8 @@ class TaskBatch:
             effect for this model's tokenizer and the task's `prepend_bos`.
         dropped: the examples left out when fitting the task to this tokenizer (id ->
             reason; see `workbench.tasks.fit`).
+        choice_seqs: for a multiple-choice task, per example the tokens of each choice
+            (`target_delimiter + choice`, in context, in choice order); else None.
     """
 
     task: Task
@@ -58,6 +60,7 @@ class TaskBatch:
     counterfactual_tokens: Int[Tensor, "batch pos"] | None = None
     prepend_bos: bool = False
     dropped: dict[str, str] = field(default_factory=dict)
+    choice_seqs: list[list[list[int]]] | None = None
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -88,6 +91,7 @@ class TaskBatch:
             else self.counterfactual_tokens[sel],
             prepend_bos=self.prepend_bos,
             dropped=self.dropped,
+            choice_seqs=None if self.choice_seqs is None else [self.choice_seqs[i] for i in idx],
         )
 
     def counterfactual(self) -> "TaskBatch":
@@ -153,4 +157,5 @@ def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
         counterfactual_tokens=_pad(cfs, pad_id, device) if len(cfs) == len(prompts) else None,
         prepend_bos=leads.pop() > 0,
         dropped=dropped,
+        choice_seqs=[r.choices for r in rows] if task.is_multiple_choice else None,
     )

@@ -26,13 +26,22 @@ known ones), each of its JSON type (`"prepend_bos": "false"` is an error, not tr
   rule is then checked, so pair it with a structural check of the prompt (`year_split`);
 - `split_by`: a `SplitBy`, `example` (default) or `group`: examples without a `split` are
   split at random by example, or by `group` so that no group is in both splits;
+- `target_delimiter`: a string, default `" "` (lm-eval's): what a multiple-choice task puts
+  between the prompt and each choice;
 - `meta`: a free-form object.
 
-Every other line is one example (`EXAMPLE_KEYS`; only `prompt` and `answer` are required):
+Every other line is one example (`EXAMPLE_KEYS`; only `prompt` and `answer` are required, or
+`prompt`, `choices` and `gold` for a multiple-choice example):
 
     {"id": "ex-17", "prompt": "...", "answer": " Mary" | [" Mary", ...],
      "wrong": [" John"], "roles": ["subject", ...], "split": "select" | "heldout",
      "group": "unmarked", "counterfactual": "...", "meta": {...}}
+
+A multiple-choice example has `"choices": ["A", "B", ...]` (at least two distinct non-empty
+strings, without the delimiter) and `"gold": 0` (the right choice's index) instead of `answer`
+and `wrong`; its answer is `target_delimiter + choices[gold]`, its wrong answers the other
+choices after the delimiter, so the boundary rule and the in-context tokenization apply to
+each choice as to any answer.
 
 `roles` label each prompt token (BOS excluded); `counterfactual` is a prompt of the same
 token length whose run supplies resample ablation's activations.
@@ -52,14 +61,16 @@ example id and the fix:
 - `split` is `select` or `heldout`; `roles` is a list of strings; `meta` is an object;
 - the header's keys and types as above, and `candidates` only with `answer_scope: candidates`.
 
-`workbench.tasks.task` adds the rules that span examples (unique ids, named on a duplicate; the
-wrong answers a metric needs; groups and splits; answers among the candidates) and the
-option values (through `workbench.options.choose`).
+`check_kind` (run by `Task`) keeps a task of one kind, next-token or multiple choice, with
+that kind's metric. `workbench.tasks.task` adds the rules that span examples (unique ids,
+named on a duplicate; the wrong answers a metric needs; groups and splits; answers among the
+candidates) and the option values (through `workbench.options.choose`).
 """
 
 from __future__ import annotations
 
 from workbench.errors import WorkbenchError
+from workbench.metrics.records import MULTIPLE_CHOICE, NEXT_TOKEN, metric_names
 from workbench.options import AnswerScope
 
 SPLITS = ("select", "heldout")
@@ -82,13 +93,17 @@ HEADER_KEYS: dict[str, tuple] = {
     "checks": (list,),
     "split_by": (str,),
     "answers_in_context": (bool,),
+    "target_delimiter": (str,),
     "meta": (dict,),
 }
 EXAMPLE_KEYS = (
-    "id", "prompt", "answer", "wrong", "roles", "split", "group", "counterfactual", "meta"
+    "id", "prompt", "answer", "wrong", "choices", "gold", "roles", "split", "group",
+    "counterfactual", "meta",
 )  # fmt: skip
 # The example fields that hold a list (a table cell may be split into one).
-LIST_FIELDS = ("answer", "wrong", "roles")
+LIST_FIELDS = ("answer", "wrong", "choices", "roles")
+# lm-eval's default `target_delimiter`: what goes between a prompt and each of its choices.
+DEFAULT_DELIMITER = " "
 
 
 def check_header(header, where: str) -> dict:
@@ -122,14 +137,20 @@ def check_header(header, where: str) -> dict:
     return header
 
 
-def check_example(obj, where: str, index: int) -> dict:
+def check_example(obj, where: str, index: int, delimiter: str = DEFAULT_DELIMITER) -> dict:
     """One example record (a line of a task file, or a table row), checked against the rules
     above; an error names `where`, the example's id and the fix.
 
+    Args:
+        delimiter: the task's `target_delimiter`, which a multiple-choice example's answer
+            and wrong answers start with.
+
     Returns:
         The fields of a `workbench.tasks.task.Example`: `id` (the record's, as a string, or
-        `index`), `prompt`, `answers` and `wrong` (tuples), `roles` (a tuple or None),
-        `split`, `group` (a string or None), `counterfactual`, `meta`.
+        `index`), `prompt`, `answers` and `wrong` (tuples), `choices` and `gold` (None unless
+        the record has choices; then `answers` is the gold choice and `wrong` the others,
+        each after `delimiter`), `roles` (a tuple or None), `split`, `group` (a string or
+        None), `counterfactual`, `meta`.
     """
     if not isinstance(obj, dict):
         raise WorkbenchError(f"{where}: each line must be a JSON object; got {type(obj).__name__}")
@@ -141,14 +162,22 @@ def check_example(obj, where: str, index: int) -> dict:
             f"{where}: unknown example fields {unknown}; known fields: {list(EXAMPLE_KEYS)} "
             "(put free-form data under 'meta')"
         )
-    for key in ("prompt", "answer"):
+    choices, gold = None, None
+    if "choices" in obj or "gold" in obj:
+        choices, gold = check_choices(obj, where)
+    for key in ("prompt",) if choices else ("prompt", "answer"):
         if key not in obj:
-            raise WorkbenchError(f"{where}: missing field {key!r} (required: 'prompt', 'answer')")
+            raise WorkbenchError(f"{where}: missing field {key!r} (required: 'prompt', and "
+                                 "'answer' or 'choices' with 'gold')")
     prompt = obj["prompt"]
     if not isinstance(prompt, str) or not prompt.strip():
         raise WorkbenchError(f"{where}: 'prompt' must be a non-empty string; got {prompt!r}")
-    answers = _texts(obj["answer"], "answer", where)
-    wrong = _texts(obj["wrong"], "wrong", where) if obj.get("wrong") else ()
+    if choices:
+        answers = (delimiter + choices[gold],)
+        wrong = tuple(delimiter + c for i, c in enumerate(choices) if i != gold)
+    else:
+        answers = _texts(obj["answer"], "answer", where)
+        wrong = _texts(obj["wrong"], "wrong", where) if obj.get("wrong") else ()
     both = [w for w in wrong if w in answers]
     if both:
         raise WorkbenchError(
@@ -176,12 +205,44 @@ def check_example(obj, where: str, index: int) -> dict:
         "prompt": prompt,
         "answers": answers,
         "wrong": wrong,
+        "choices": choices,
+        "gold": gold,
         "roles": tuple(roles) if roles is not None else None,
         "split": split,
         "group": None if obj.get("group") is None else str(obj["group"]),
         "counterfactual": counterfactual,
         "meta": meta,
     }
+
+
+def check_choices(obj: dict, where: str) -> tuple[tuple[str, ...], int]:
+    """A multiple-choice record's `choices` (at least two distinct non-empty strings, without
+    the delimiter) and `gold` (an int indexing them), with neither `answer` nor `wrong`."""
+    mixed = [k for k in ("answer", "wrong") if k in obj]
+    if mixed:
+        raise WorkbenchError(
+            f"{where}: a multiple-choice example has 'choices' and 'gold', not {mixed}; give "
+            "either choices + gold or answer (+ wrong)")
+    for key in ("choices", "gold"):
+        if key not in obj:
+            raise WorkbenchError(f"{where}: a multiple-choice example needs both 'choices' and "
+                                 f"'gold'; {key!r} is missing")
+    choices, gold = obj["choices"], obj["gold"]
+    if not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
+        raise WorkbenchError(f"{where}: 'choices' must be a list of strings; got {choices!r}")
+    if len(choices) < 2:
+        raise WorkbenchError(f"{where}: 'choices' lists {len(choices)} choice(s) {choices!r}; a "
+                             "multiple-choice example needs at least 2")
+    if not all(choices):
+        raise WorkbenchError(f"{where}: choice {choices.index('')} is empty; every choice is a "
+                             "non-empty string (the delimiter goes in target_delimiter)")
+    repeated = [c for i, c in enumerate(choices) if c in choices[:i]]
+    if repeated:
+        raise WorkbenchError(f"{where}: 'choices' lists {repeated[0]!r} twice; list it once")
+    if type(gold) is not int or not 0 <= gold < len(choices):
+        raise WorkbenchError(f"{where}: 'gold' must be an int index into the {len(choices)} "
+                             f"choices (0 to {len(choices) - 1}); got {gold!r}")
+    return tuple(choices), gold
 
 
 def _texts(value, what: str, where: str) -> tuple[str, ...]:
@@ -218,6 +279,39 @@ def _check_no_trailing_space(text: str, what: str, answers: tuple[str, ...], whe
         "(GPT-2, SmolLM2) make a token of its own, so the answer would be predicted after a "
         f"lone {space!r} token; {fix}"
     )
+
+
+def check_kind(task) -> None:
+    """A `workbench.tasks.task.Task` (checked on its fields) is multiple choice in every
+    example or in none, and its metric is one of its kind's (`Metric.kinds`); a
+    multiple-choice task scores every token of each choice (`answer_tokens` "multi") and has
+    a `target_delimiter`."""
+    mc = [e.choices is not None for e in task.examples]
+    if any(mc) and not all(mc):
+        plain = [e.id for e, m in zip(task.examples, mc, strict=True) if not m]
+        raise WorkbenchError(
+            f"task {task.name!r}: examples {plain[:5]} have an answer while others have "
+            "choices; a task is multiple choice in every example or in none")
+    kind = MULTIPLE_CHOICE if mc[0] else NEXT_TOKEN
+    if task.metric not in metric_names(kind):
+        raise WorkbenchError(
+            f"task {task.name!r}: metric {task.metric!r} is not a {kind} metric; expected one "
+            f"of {list(metric_names(kind))}")
+    if not mc[0]:
+        if task.target_delimiter is not None:
+            raise WorkbenchError(f"task {task.name!r}: target_delimiter is for multiple-choice "
+                                 "examples (choices + gold); drop it, or give choices")
+        return
+    unused = [f"{k} {v!r}" for k, v, default in (
+        ("answer_scope", task.answer_scope, "vocab"), ("per_tokenizer", task.per_tokenizer, None),
+        ("answers_in_context", task.answers_in_context, True)) if v != default]
+    if unused:
+        raise WorkbenchError(
+            f"task {task.name!r}: {', '.join(unused)} do not apply to multiple-choice examples "
+            "(each choice is scored over all its tokens, after the prompt); drop them")
+    task.answer_tokens = "multi"
+    if task.target_delimiter is None:
+        task.target_delimiter = DEFAULT_DELIMITER
 
 
 def small_splits(counts: dict[str, int]) -> dict[str, int]:

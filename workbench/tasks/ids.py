@@ -69,6 +69,7 @@ class EncodedExample:
     seqs: list[list[int]] | None
     roles: list[str] | None
     counterfactual: list[int] | None
+    choices: list[list[int]] | None = None  # a multiple-choice example's, in choice order
 
 
 def encode_example(
@@ -93,8 +94,12 @@ def encode_example(
             if t not in alone:
                 alone[t] = tok.encode(t)
         cont = alone
-    seqs = None
-    if task.answer_tokens == "multi":
+    seqs, choices = None, None
+    if ex.choices is not None:  # lm-eval's continuations: whole[len(tokens(prompt)):]
+        choices = [cont[task.target_delimiter + c] for c in ex.choices]
+        seqs = [choices[ex.gold]]
+        first, wrong = [seqs[0][0]], [c[0] for i, c in enumerate(choices) if i != ex.gold]
+    elif task.answer_tokens == "multi":
         first = [cont[a][0] for a in ex.answers]
         wrong = [cont[w][0] for w in ex.wrong]
         clash = set(first) & set(wrong)
@@ -130,6 +135,6 @@ def encode_example(
                 f"example {ex.id!r}: the counterfactual prompt is {len(cf)} tokens but the "
                 f"prompt is {len(ids)}; resample ablation needs equal lengths"
             )
-    return EncodedExample(ids, n_lead, first, wrong, cands, seqs, roles, cf)
+    return EncodedExample(ids, n_lead, first, wrong, cands, seqs, roles, cf, choices)
 
 

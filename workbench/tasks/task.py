@@ -34,7 +34,7 @@ from workbench.errors import WorkbenchError
 from workbench.metrics.records import metric_names, names_where
 from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
 from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
-from workbench.tasks.format import SPLITS, check_example, check_header
+from workbench.tasks.format import SPLITS, check_example, check_header, check_kind
 from workbench.tasks.names import TASKS_DIR
 
 # The metrics a task can name, and those that compare the answers with the `wrong` answers (so
@@ -59,6 +59,8 @@ class Example:
     group: str | None = None
     counterfactual: str | None = None
     meta: dict | None = field(default=None, compare=False)
+    choices: tuple[str, ...] | None = None
+    gold: int | None = None
 
 
 @dataclass
@@ -85,6 +87,8 @@ class Task:
             BOS is forced on or off.
         per_tokenizer: a name in `PER_TOKENIZER`: how the task is fitted to a model's
             tokenizer when encoded (see `workbench.tasks.fit`), or None.
+        target_delimiter: for a multiple-choice task (every example has `choices`), the text
+            between the prompt and each choice (lm-eval's, default `" "`); else None.
         file: the absolute path of the JSONL file `load_task` read it from (None for a task
             built in memory). Where a task was read from is not what it is: `file` is left
             out of equality and of `workbench.results.fingerprint.task_fingerprint`.
@@ -105,12 +109,14 @@ class Task:
     answers_in_context: bool = True
     per_tokenizer: str | None = None
     file: str | None = field(default=None, compare=False)
+    target_delimiter: str | None = None
 
     def __post_init__(self) -> None:
         if not self.examples:
             raise WorkbenchError(f"task {self.name!r} has no examples")
         task = f"task {self.name!r}:"
         self.metric = choose(self.metric, METRIC_NAMES, f"{task} metric")
+        check_kind(self)
         self.answer_scope = choose(self.answer_scope, AnswerScope, f"{task} answer_scope").value
         self.answer_tokens = choose(self.answer_tokens, AnswerTokens, f"{task} answer_tokens").value
         self.split_by = choose(self.split_by, SplitBy, f"{task} split_by").value
@@ -198,6 +204,11 @@ class Task:
             if seen[e.split] <= n:
                 keep.append(e)
         return replace(self, examples=keep)
+
+    @property
+    def is_multiple_choice(self) -> bool:
+        """Whether the task's examples are multiple choice (`choices` and `gold`)."""
+        return self.examples[0].choices is not None
 
     @property
     def ids(self) -> list[str]:
@@ -359,8 +370,9 @@ def _task_from_lines(
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
     examples: list[Example] = []
     first_seen: dict[str, str] = {}
+    delimiter = header.get("target_delimiter", " ")
     for where, obj in lines:
-        ex = Example(**check_example(obj, where, len(examples)))
+        ex = Example(**check_example(obj, where, len(examples), delimiter))
         if ex.id in first_seen:
             raise WorkbenchError(
                 f"{where}: duplicate example ids: {ex.id!r} is already the id at "
@@ -377,7 +389,7 @@ def _task_from_lines(
     return Task(
         name=name,
         examples=_assign_splits(examples, seed, heldout_fraction, by_group=by_group),
-        metric=header.get("metric", "accuracy"),
+        metric=header.get("metric", "acc" if examples[0].choices else "accuracy"),
         answer_scope=header.get("answer_scope", AnswerScope.VOCAB.value),
         candidates=tuple(candidates) if candidates else None,
         description=header.get("description", ""),
@@ -389,6 +401,7 @@ def _task_from_lines(
         split_by=split_by,
         answers_in_context=header.get("answers_in_context", True),
         per_tokenizer=header.get("per_tokenizer"),
+        target_delimiter=header.get("target_delimiter"),
     )
 
 
