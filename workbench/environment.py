@@ -295,6 +295,19 @@ def environment(model=None, choice: ThreadChoice | None = None) -> dict:
     return env
 
 
+def run_environment(model, threads, previous: dict | None) -> dict:
+    """What a run computes on (`environment`, with its `threads` setting's choice); a run
+    resumed on another machine or setup keeps the ones it resumed from under `earlier`
+    (`previous`: the results folder's `config.json`, or None)."""
+    env = environment(model, thread_choice(threads))
+    before = dict((previous or {}).get("environment") or {})
+    earlier = before.pop("earlier", [])
+    before.pop("stage_threads", None)  # each stage's own (`Compute.retake_threads`)
+    if before and before != env:
+        earlier = [*earlier, before]
+    return {**env, "earlier": earlier} if earlier else env
+
+
 def environment_line(env: dict) -> str:
     """The environment in one line: `"2 threads: 2 cores idle; cpu, float32; torch 2.13.0,
     TransformerLens 3.9.0, transformers 5.25.0, Python 3.11.9; CPU AMD EPYC (fma, avx2,

@@ -50,7 +50,7 @@ from workbench.compute import Compute
 from workbench.config import CELConfig
 from workbench.confirmation.stage import confirm_stage, score_means
 from workbench.deprecation import caller_stacklevel
-from workbench.environment import environment, thread_choice
+from workbench.environment import run_environment
 from workbench.errors import FewExamplesWarning, TaskWarning, WorkbenchError
 from workbench.estimate import RunEstimate, estimate_run, measure_forward
 from workbench.explain.stage import explain_stage
@@ -208,7 +208,8 @@ def setup_stage(run: CELRun, result: CELResult, store: ResultStore) -> dict:
             )
         result.summary = store.previous.get("summary", {})
         result.timings = store.previous.get("timings", {})
-    result.environment = {**_environment(run, store.previous),  # and setup's threads
+    result.environment = {**run_environment(run.model, run.compute.threads,
+                                            store.previous),  # and setup's threads
                           **result.environment}
     result.summary.update({
         "objective": config.objective,
@@ -506,18 +507,6 @@ def _resolve_metrics(config: CELConfig, names: list[str], metric, main: Task, mo
         model_fingerprint=model_fingerprint(model), task_fingerprint=task_fingerprint(main),
         others_fingerprint=digest([task_fingerprint(t) for t in others.values()]),
     )
-
-
-def _environment(run: CELRun, previous: dict | None) -> dict:
-    """What this run computes on (`workbench.environment.environment`); a resumed run on
-    another machine or setup keeps the earlier ones it resumed from under `earlier`."""
-    env = environment(run.model, thread_choice(run.compute.threads))
-    before = dict((previous or {}).get("environment") or {})
-    earlier = before.pop("earlier", [])
-    before.pop("stage_threads", None)  # each stage's own (`Compute.retake_threads`)
-    if before and before != env:
-        earlier = [*earlier, before]
-    return {**env, "earlier": earlier} if earlier else env
 
 
 def _add_time(result: CELResult, stage: str, start: float) -> None:

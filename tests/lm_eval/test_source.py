@@ -6,7 +6,6 @@ the records equal the fixture's rows written out by hand. Refusals are one line 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -126,15 +125,7 @@ def test_registered_names_unknown_group_and_hub_data_offline():
     assert "generate_until" in refusal(lambda: lm_eval_records("lm_eval:gsm8k"))
 
 
-def _mc_tasks() -> bool:
-    from workbench.tasks.task import Example
-
-    return "choices" in {f.name for f in dataclasses.fields(Example)}
-
-
 def test_load_task_reads_a_yaml_as_a_split_multiple_choice_task(tmp_path):
-    if not _mc_tasks():
-        pytest.skip("multiple-choice examples (Example.choices) are not in this tree yet")
     from workbench import load_task
 
     task = load_task(arc_style(tmp_path))

@@ -199,16 +199,6 @@ def test_another_seed_gives_other_files(tmp_path):
         assert path.read_bytes() != (BENCH_DIR / path.name).read_bytes(), path.name
 
 
-def _loader_knows_choices() -> bool:
-    from workbench.tasks.format import EXAMPLE_KEYS as LOADER_KEYS
-
-    return "choices" in LOADER_KEYS
-
-
-@pytest.mark.skipif(
-    not _loader_knows_choices(),
-    reason="this tree's task loader has no multiple-choice fields (choices, gold) yet",
-)
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_every_mc_file_obeys_the_loader_s_rules(name):
     from workbench import load_task
