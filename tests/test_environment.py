@@ -279,3 +279,31 @@ def test_a_run_started_under_load_takes_the_cores_freed_later(monkeypatch, tmp_p
         list(fixed.heads.sort_values("head")["head"])
     assert followed.confirmation["heads"].tolist() == fixed.confirmation["heads"].tolist()
     assert followed.best == fixed.best
+
+
+def test_the_command_refuses_transformerlens_4_in_one_line(tmp_path):
+    """`workbench ...` and `python -m workbench ...` under TransformerLens 4 (a distribution
+    record of 4.3.0 first on the path) print the refusal as their other input errors, one
+    line, exit 2, no traceback."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    record = tmp_path / "transformer_lens-4.3.0.dist-info"
+    record.mkdir()
+    (record / "METADATA").write_text("Metadata-Version: 2.1\nName: transformer-lens\n"
+                                     "Version: 4.3.0\n")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}"}
+    script = Path(sys.executable).parent / "workbench"
+    commands = [[sys.executable, "-m", "workbench", "cel", "--quick"]]
+    if script.exists() or shutil.which("workbench"):
+        commands.append([str(script) if script.exists() else "workbench", "--help"])
+    for cmd in commands:
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env,
+                             timeout=120)
+        assert run.returncode == 2 and run.stdout == "", cmd
+        assert run.stderr == ("workbench: error: transformer-lens 4.3.0 is installed; "
+                              "cel-workbench runs on transformer-lens>=3.9,<4: "
+                              'pip install "transformer-lens>=3.9,<4"\n'), cmd

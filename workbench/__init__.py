@@ -14,8 +14,18 @@ from workbench.errors import WorkbenchError
 from workbench.lazy import lazy_package
 
 # before any module imports TransformerLens: under a release the workbench does not run on,
-# one line naming the fix instead of an ImportError from inside TransformerLens
-_check_transformer_lens()
+# one line naming the fix instead of an ImportError from inside TransformerLens; the
+# `workbench` command (whose import of this package comes first) prints it as its other
+# input errors, and exits 2
+try:
+    _check_transformer_lens()
+except WorkbenchError as _refused:
+    import sys as _sys
+
+    if _sys.argv[:1] == ["-m"] or _sys.argv[0].endswith(("/workbench", "\\workbench.exe")):
+        print(f"workbench: error: {_refused}", file=_sys.stderr)
+        raise SystemExit(2) from None
+    raise
 
 # the release (pyproject.toml's `version`, which a test keeps equal): see CHANGELOG.md
 __version__ = "0.2.0"
