@@ -257,6 +257,10 @@ def tradeoff_plot(results, metrics=GUARD_METRICS) -> Figure:
     runs = dict(results) if isinstance(results, dict) else {"": results}
     columns = [(name, r, task) for name, r in runs.items() if not r.tradeoff.empty
                for task in dict.fromkeys(r.tradeoff["task"])]
+    # the rows of metrics the tables hold (a next-token side task has no `acc`, a
+    # multiple-choice one no `accuracy`): no panel row without data
+    held = {m for _, r, _ in columns for m in r.tradeoff["metric"]}
+    metrics = [m for m in metrics if m in held] or list(metrics)[:1]
     fig = Figure(figsize=(max(4.5, 3.4 * len(columns)), 0.6 + 3.0 * len(metrics)),
                  layout="constrained")
     if not columns:
