@@ -420,9 +420,16 @@ TASKS: dict[str, Callable[[int], list[dict]]] = {
 
 def write_all(out_dir: Path, seed: int = DEFAULT_SEED) -> list[Path]:
     """Write every task file into `out_dir`; returns the paths written."""
+    return write_tasks(TASKS, out_dir, seed)
+
+
+def write_tasks(tasks: dict[str, Callable[[int], list[dict]]], out_dir: Path,
+                seed: int) -> list[Path]:
+    """Write `name.jsonl` of each of `tasks` (`name -> make(seed)`, its records) into
+    `out_dir`, one JSON record a line; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, make in TASKS.items():
+    for name, make in tasks.items():
         path = out_dir / f"{name}.jsonl"
         lines = [json.dumps(record, ensure_ascii=False) for record in make(seed)]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="\n")

@@ -20,7 +20,6 @@ contract: `choices`, `gold`, `target_delimiter`).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from generate_hub_tasks import read_pairs  # noqa: E402  (the word lists' one reader)
+from generate_hub_tasks import read_pairs, write_tasks  # noqa: E402  (one reader, one writer)
 
 DEFAULT_SEED = 0
 SPLITS = ("select", "heldout")
@@ -219,14 +218,7 @@ TASKS: dict[str, Callable[[int], list[dict]]] = {
 
 def write_all(out_dir: Path, seed: int = DEFAULT_SEED) -> list[Path]:
     """Write every task file into `out_dir`; returns the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, make in TASKS.items():
-        path = out_dir / f"{name}.jsonl"
-        lines = [json.dumps(record, ensure_ascii=False) for record in make(seed)]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="\n")
-        paths.append(path)
-    return paths
+    return write_tasks(TASKS, out_dir, seed)
 
 
 def main(argv: list[str] | None = None) -> None:
