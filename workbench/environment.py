@@ -190,14 +190,13 @@ def check_threads(threads) -> None:
         raise WorkbenchError(f"threads must be an integer >= 1 or 'auto'; got {threads!r}")
 
 
-def thread_choice(threads: int | str | None, fresh: bool = False) -> ThreadChoice:
+def thread_choice(threads: int | str | None) -> ThreadChoice:
     """`threads` as torch takes it, with why: an integer >= 1 as it is, None (torch's
-    setting) as it is, `"auto"` as `choose_threads` decides: measured anew with `fresh` (a
-    run asks at each stage's start, `stage_threads`), else as it was first measured in this
-    process (the command line's header, the model's load)."""
+    setting) as it is, `"auto"` as `choose_threads` decided when the process first asked
+    (the header, the model's load; a run asks again at each stage's start, `stage_threads`)."""
     check_threads(threads)
     if threads == "auto":
-        return choose_threads() if fresh else _threads_at_start()
+        return _threads_at_start()
     if threads is None:
         return ThreadChoice(None, "torch's setting")
     return ThreadChoice(threads, f"set by threads={threads}")
