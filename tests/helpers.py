@@ -435,3 +435,20 @@ def measure_ablations(model, hf, batch, heads, o_proj: str, d_head: int,
             out["mean"] = max(out["mean"], gap(got_mean, ref_mean))
             out["head_effect"] = max(out["head_effect"], gap(ref, clean))
     return out
+
+
+def load_script(path: Path):
+    """A script that is not a module of a package (`tasks/generate_*.py`), imported from
+    its path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_task_file(path: Path) -> tuple[dict, list[dict]]:
+    """A task file's header record and example records, as JSON values."""
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return records[0], records[1:]

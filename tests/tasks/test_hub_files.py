@@ -9,14 +9,13 @@ Last, every shipped task file (`tasks/*.jsonl`) loads: `load_task` finds no brok
 from __future__ import annotations
 
 import functools
-import importlib.util
-import json
 import re
 import string
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_script, read_task_file
 from workbench import load_task
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
@@ -44,19 +43,12 @@ MAX_BYTES = 1_000_000  # all hub task files and their word lists together
 
 @functools.cache
 def _generator():
-    spec = importlib.util.spec_from_file_location(
-        "generate_hub_tasks", TASKS_DIR / "generate_hub_tasks.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TASKS_DIR / "generate_hub_tasks.py")
 
 
 @functools.cache
 def _load(name: str) -> tuple[dict, list[dict]]:
-    lines = (TASKS_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines]
-    return records[0], records[1:]
+    return read_task_file(TASKS_DIR / f"{name}.jsonl")
 
 
 def _answers(example: dict) -> list[str]:

@@ -10,13 +10,13 @@ a true pair of the question's own split. The generator is rerun to check the fil
 from __future__ import annotations
 
 import functools
-import importlib.util
-import json
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import load_script, read_task_file
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 BENCH_DIR = TASKS_DIR / "benchmarks"
@@ -29,19 +29,12 @@ SPLITS = ("select", "heldout")
 
 @functools.cache
 def _generator():
-    spec = importlib.util.spec_from_file_location(
-        "generate_mc_tasks", TASKS_DIR / "generate_mc_tasks.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TASKS_DIR / "generate_mc_tasks.py")
 
 
 @functools.cache
 def _load(name: str) -> tuple[dict, list[dict]]:
-    lines = (BENCH_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines]
-    return records[0], records[1:]
+    return read_task_file(BENCH_DIR / f"{name}.jsonl")
 
 
 @functools.cache
