@@ -98,7 +98,7 @@ def greedy_generate(
         A `Generation`, rows in the order of `prompts`.
 
     Example:
-        >>> ids = [torch.tensor(model.to_tokens("2 + 3 =")[0])]
+        >>> ids = [model.to_tokens("2 + 3 =")[0]]
         >>> with model.hooks(fwd_hooks=ablation_hooks(model, "L3H1")):
         ...     greedy_generate(model, ids, 16, until=["\\n"]).texts
     """
