@@ -46,6 +46,16 @@ def test_a_generation_run_searches_exact_match_ranked_by_logprob(gen_run):
     assert "exact_match" in (out / "report.md").read_text()
 
 
+def test_a_next_token_run_scores_a_generation_side_task_in_exact_match(attn_model, tiny_task):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TaskWarning)
+        result = run_cel(attn_model, tiny_task, others=[gen_task(attn_model)], **FAST)
+    side = result.side_effects
+    assert set(side["task"]) == {"gen"} and result.config.objective == "accuracy"
+    assert side["d_exact_match"].notna().all() and side["d_logprob"].notna().all()
+    assert "d_accuracy" not in side
+
+
 def test_position_dependent_ablations_are_refused_on_generation(attn_model):
     with pytest.raises(WorkbenchError, match="generation task.s. .'gen'. decode new tokens"):
         run_cel(attn_model, gen_task(attn_model), kind="mean", per_position=True, **FAST)
