@@ -153,11 +153,9 @@ def test_rolling_and_empty_context_loglikelihoods_equal_hflm(trio):
     assert [g[1] for g in got] == [e[1] for e in expected]
 
 
-def test_generation_and_resample_ablation_are_refused_in_one_line(trio):
+def test_resample_ablation_and_bad_heads_are_refused_in_one_line(trio):
+    """(Sampling in `generate_until`: tests/lm_eval/test_generate.py.)"""
     hooked, _, _ = trio
-    message = refusal(lambda: HookedLM(hooked).generate_until(
-        _requests("generate_until", [("w1", {"until": ["w2"]})])))
-    assert "does not generate" in message and "\n" not in message
     assert "resample" in refusal(lambda: HookedLM(hooked, heads="L0H0", kind="resample"))
     assert "means" in refusal(lambda: HookedLM(hooked, heads="L0H0", kind="mean"))
     assert "out of range" in refusal(lambda: HookedLM(hooked, heads="L5H0"))

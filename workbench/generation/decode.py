@@ -57,8 +57,8 @@ class Generation:
     Attributes:
         tokens: per row, the generated ids, through the token that ended the row (its EOS, or
             the one whose text completed a stop sequence).
-        texts: per row, the generated ids decoded (special tokens skipped) and cut before the
-            first stop sequence.
+        texts: per row, the generated ids before any EOS decoded (special tokens skipped) and
+            cut before the first stop sequence.
         n_forwards: forward passes run (a cached step over all running rows counts one; the
             reference counts one per row per step).
     """
@@ -98,7 +98,7 @@ def greedy_generate(
         A `Generation`, rows in the order of `prompts`.
 
     Example:
-        >>> ids = [torch.tensor(model.to_tokens("2 + 3 =")[0])]
+        >>> ids = [model.to_tokens("2 + 3 =")[0]]
         >>> with model.hooks(fwd_hooks=ablation_hooks(model, "L3H1")):
         ...     greedy_generate(model, ids, 16, until=["\\n"]).texts
     """
@@ -165,7 +165,9 @@ class _Stop:
         return any(s in text for s in self.until)
 
     def text(self, ids: list[int]) -> str:
-        text = self.decode(ids)
+        # the EOS never reaches the text (lm-eval: skipped as a special token, and its string
+        # is one of `until`)
+        text = self.decode(ids[:-1] if ids and ids[-1] == self.eos else ids)
         for s in self.until:  # lm-eval's postprocess_generated_text
             text = text.split(s)[0]
         return text
@@ -270,7 +272,7 @@ def _check(
         if d_vocab is not None and not all(0 <= t < d_vocab for t in ids):
             raise WorkbenchError(f"prompt {i} has a token id outside [0, {d_vocab}): "
                                  f"{[t for t in ids if not 0 <= t < d_vocab][:3]}")
-        if n_ctx is not None and len(ids) + max_new_tokens > n_ctx:
+        if n_ctx is not None and len(ids) + max_new_tokens - 1 > n_ctx:  # the last is not fed
             raise WorkbenchError(
                 f"prompt {i} has {len(ids)} tokens; with max_new_tokens={max_new_tokens} it "
                 f"runs past the model's context of n_ctx={n_ctx} tokens: shorten the prompt or "

@@ -16,7 +16,9 @@ prepended when the model's own tokenizer adds one (`cfg.default_prepend_bos`, wh
 `load_model` sets from the tokenizer) unless the text already starts with it, requests are
 ordered and batched by lm-eval's `Collator` (longest first; one forward serves all one-token
 continuations of a context), and inputs longer than the model's context are cut from the left.
-Log-softmax is taken in float32. Generation is not supported yet.
+Log-softmax is taken in float32. `generate_until` decodes greedily with a key-value cache
+(`workbench.generation.greedy_generate`) under the same hooks, with HFLM's handling of
+`until`, `max_gen_toks` and the context's length; sampling is refused.
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ require_lm_eval()  # without lm-eval: one line naming the fix, not an ImportErro
 
 from lm_eval import utils as lm_utils  # noqa: E402
 from lm_eval.api.model import TemplateLM  # noqa: E402
-from lm_eval.models.utils import Collator, has_bos_prefix  # noqa: E402
+from lm_eval.models.utils import (  # noqa: E402
+    Collator,
+    handle_stop_sequences,
+    has_bos_prefix,
+    normalize_gen_kwargs,
+)
 from lm_eval.models.utils_hf import pad_and_concat  # noqa: E402
 
 from workbench.ablation import HeadMeans, ablation_hooks  # noqa: E402
@@ -56,6 +63,8 @@ class HookedLM(TemplateLM):
         batch_size: sequences per forward pass.
         max_length: the longest input in tokens (default the model's `n_ctx`); longer inputs
             lose tokens from the left, as in lm-eval.
+        max_gen_toks: the most tokens generated where a task's `generation_kwargs` do not
+            say (`HFLM`'s default, 256).
 
     Example:
         >>> import lm_eval
@@ -72,6 +81,7 @@ class HookedLM(TemplateLM):
         *,
         batch_size: int = 8,
         max_length: int | None = None,
+        max_gen_toks: int = 256,
     ) -> None:
         super().__init__()
         if getattr(model, "tokenizer", None) is None:
@@ -94,6 +104,9 @@ class HookedLM(TemplateLM):
         self.hooks = ablation_hooks(model, self.heads, kind, means)
         self._batch_size = int(batch_size)
         self._max_length = int(max_length or model.cfg.n_ctx)
+        if int(max_gen_toks) < 1:
+            raise WorkbenchError(f"max_gen_toks must be at least 1; got {max_gen_toks}")
+        self.max_gen_toks = int(max_gen_toks)
         self._add_bos = bool(model.cfg.default_prepend_bos)
 
     # --- what lm-eval reads -----------------------------------------------------------------
@@ -216,7 +229,37 @@ class HookedLM(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        raise WorkbenchError(
-            "HookedLM does not generate text yet: lm-eval's generate_until tasks (gsm8k, ...) "
-            "are not supported; score a multiple_choice or loglikelihood task"
-        )
+        """Each request's greedy continuation with the heads ablated, as `HFLM.generate_until`
+        makes it: requests grouped by their generation settings (`normalize_gen_kwargs`:
+        `max_gen_toks`, default `max_gen_toks`), the model's EOS string added to `until`
+        (`handle_stop_sequences`), the context encoded as `tok_encode` and cut from the left to
+        `max_length - max_gen_toks` tokens, decoded greedily (`greedy_generate`) and the text
+        cut before the first stop sequence. Sampling is refused."""
+        from workbench.generation import greedy_generate
+
+        groups: dict[str, list[int]] = {}
+        for i, req in enumerate(requests):
+            groups.setdefault(repr(sorted(req.args[1].items())), []).append(i)
+        eos = self.tok_decode([self.eot_token_id], skip_special_tokens=False)
+        out: list[str] = [""] * len(requests)
+        for rows in groups.values():
+            kwargs = normalize_gen_kwargs(requests[rows[0]].args[1], self.max_gen_toks)
+            if kwargs.get("do_sample"):
+                raise WorkbenchError(
+                    "HookedLM decodes greedily; this task samples (do_sample true, or a "
+                    f"temperature above 0: {requests[rows[0]].args[1]}); set do_sample: false")
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
+            n = int(kwargs.pop("max_gen_toks"))
+            if n >= self.max_length:
+                raise WorkbenchError(f"max_gen_toks={n} leaves no room for a context in "
+                                     f"max_length={self.max_length} tokens")
+            contexts = [self.tok_encode(requests[i].args[0])[-(self.max_length - n):]
+                        for i in rows]
+            with self.model.hooks(fwd_hooks=self.hooks):
+                texts = greedy_generate(
+                    self.model, [torch.tensor(c) for c in contexts], n,
+                    [u for u in until if u], rows_per_pass=self.batch_size).texts
+            for i, text in zip(rows, texts, strict=True):
+                out[i] = text
+                self.cache_hook.add_partial("generate_until", requests[i].args, text)
+        return out
