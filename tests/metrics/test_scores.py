@@ -16,6 +16,7 @@ import torch
 from tests.helpers import assert_close, greedy_decode, write_lines
 from workbench import ablated, encode_task, evaluate, load_task, summarize
 from workbench.metrics.choices import CHOICE_SCORES
+from workbench.metrics.generation import GENERATION_SCORES
 from workbench.metrics.records import METRIC_RECORDS, scored_names
 from workbench.metrics.scores import METRICS, get_metric
 from workbench.tasks.encoding import TaskBatch
@@ -24,7 +25,7 @@ from workbench.tasks.task import METRIC_NAMES, NEEDS_WRONG, Example, Task
 
 def test_task_metric_names_are_the_registered_metrics():
     assert set(METRIC_NAMES) == set(METRICS) | {m.name for m in METRIC_RECORDS if m.base} | set(
-        CHOICE_SCORES)
+        CHOICE_SCORES) | set(GENERATION_SCORES)
     assert set(METRICS) == set(scored_names())
     assert {"logit_diff", "prob_diff"} <= set(NEEDS_WRONG)
     assert get_metric("normalized_logit_diff") is METRICS["logit_diff"]
