@@ -175,7 +175,7 @@ def generation_records(
 ) -> tuple[dict, list[dict]]:
     """A built lm-eval generate_until task as a workbench generation task's
     `(header, records)` (module docstring); `shots` is the few-shot count to use."""
-    from workbench.lm_eval.source import lm_eval_version
+    from importlib.metadata import version
 
     name = task.task_name
     if metric not in (None, "exact_match", "logprob"):
@@ -212,7 +212,7 @@ def generation_records(
                        f"exact_match after its filter {chosen!r}",
         "source": source,
         "meta": {"lm_eval": {
-            "task": name, "spec": source, "lm_eval_version": lm_eval_version(),
+            "task": name, "spec": source, "lm_eval_version": version("lm_eval"),
             "num_fewshot": shots, "fewshot_seed": fewshot_seed, "filter": chosen,
             "filters": filters, "metrics": sorted(task._metric_fn_list),
             "task_version": task.VERSION,

@@ -301,7 +301,7 @@ def task_records(
         "description": f"lm-eval task {name}, {shots}-shot, scored by {metric}",
         "source": source,
         "meta": {"lm_eval": {
-            "task": name, "spec": source, "lm_eval_version": lm_eval_version(),
+            "task": name, "spec": source, "lm_eval_version": _version(),
             "num_fewshot": shots,
             "fewshot_seed": fewshot_seed, "metrics": sorted(task._metric_fn_list),
             "task_version": task.VERSION,
@@ -348,7 +348,7 @@ def _gold(name: str, doc_id: int, target, choices: list[str]) -> int:
     )
 
 
-def lm_eval_version() -> str:
+def _version() -> str:
     from importlib.metadata import version
 
     return version("lm_eval")
