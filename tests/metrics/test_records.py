@@ -31,17 +31,18 @@ def test_the_lists_are_the_records():
     assert metric_names("next-token") == (
         "accuracy", "logprob", "logit_diff", "prob_diff", "normalized_logit_diff")
     assert METRIC_NAMES == metric_names() == (*metric_names("next-token"), "acc", "acc_norm",
-                                              "ll_margin", "acc_norm_margin")
+                                              "ll_margin", "acc_norm_margin", "exact_match")
+    assert scored_names("generation") == ("logprob", "exact_match")
     assert set(METRICS) == set(scored_names()) == {"accuracy", "logprob", "logit_diff",
                                                    "prob_diff"}
     assert scored_names("multiple-choice") == CHOICE_SCORES[2:3] + CHOICE_SCORES[:2] + (
         CHOICE_SCORES[3:])
     assert NEEDS_WRONG == ("logit_diff", "prob_diff", "normalized_logit_diff", "ll_margin",
                            "acc_norm_margin")
-    assert GUARD_METRICS == ("accuracy", "logprob", "acc", "acc_norm")
+    assert GUARD_METRICS == ("accuracy", "logprob", "acc", "acc_norm", "exact_match")
     assert DIFFERENCE_METRICS == ("logit_diff", "prob_diff", "normalized_logit_diff",
                                   "ll_margin", "acc_norm_margin")
-    assert names_where("coarse") == ("accuracy", "acc", "acc_norm")
+    assert names_where("coarse") == ("accuracy", "acc", "acc_norm", "exact_match")
     assert names_where("differentiable", scored_names()) == ("logprob", "logit_diff",
                                                              "prob_diff")
     for m in METRIC_RECORDS:  # a 0/1 score's companion is a differentiable margin beside it

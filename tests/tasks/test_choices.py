@@ -38,12 +38,12 @@ def test_records_and_csv_cells_make_the_same_task():
 
 @pytest.mark.parametrize(("rows", "header", "words"), [
     ([{"prompt": "Q?", "choices": ["a", "b"], "gold": 0}, {"prompt": "Q?", "answer": " a"}],
-     {}, "have an answer while others have choices"),
+     {}, "has .answer. .+ .wrong.. but the task is multiple-choice"),
     ([{"prompt": "Q?", "choices": ["a", "b"], "gold": 0}], {"metric": "accuracy"},
      "metric 'accuracy' is not a multiple-choice metric"),
     ([{"prompt": "Q?", "answer": " a"}], {"metric": "acc"}, "'acc' is not a next-token"),
     ([{"prompt": "Q?", "answer": " a"}], {"target_delimiter": " "},
-     "target_delimiter is for multiple-choice examples"),
+     "target_delimiter is for multiple-choice and generation examples"),
     ([{"prompt": "Q?", "choices": ["a", "b"], "gold": 0}], {"answer_scope": "candidates"},
      "do not apply to multiple-choice examples"),
     ([{"prompt": "Q?", "choices": ["a", "b"], "gold": -1}], {}, "got -1"),

@@ -172,11 +172,13 @@ def run_cel_command(args) -> int:
     from workbench.environment import environment, environment_line, thread_choice
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
+    from workbench.metrics.run_checks import check_choice_ablation
     from workbench.pipeline import check_counterfactuals, prepare_run, run_prepared, stages_done
     from workbench.precision import SlowSearchWarning, auto_search_dtype, lowers, slow_search_note
     from workbench.results.store import CONFIG_FILE
 
     check_counterfactuals(args.kind, [task, *others])  # before the model loads
+    check_choice_ablation(args.kind, args.per_position, [task, *others])
     use_threads(args.threads)
     with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
         model = load_model(model_name, device=distributed.local_device(args.device),

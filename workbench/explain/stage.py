@@ -8,7 +8,8 @@ the explanation's section into `report.md` from those files. It is the same expl
 `workbench explain DIR` writes into a finished folder. It runs again on every run (a
 resumed run whose stages all load explains again), and is turned off by `run_cel(...,
 explain=False)` (the command line's `--no-explain`), and does not run on a multiple-choice
-task, whose answer is not one next token for attention and logit attribution to read. Under
+or generation task, whose answer is not one next token for attention and logit attribution
+to read. Under
 torchrun only rank 0 explains: the other ranks' folders are private copies that are thrown
 away.
 """
@@ -26,7 +27,8 @@ def explain_stage(run, result, store) -> dict:
     run.explanation = None
     folder = store.folder
     if (not run.explain or folder is None or not distributed.is_main()
-            or not result.complete or not result.top_candidate or run.main.is_multiple_choice):
+            or not result.complete or not result.top_candidate or run.main.is_multiple_choice
+            or run.main.is_generation):
         return {}
     # on the examples the run used (`max_examples` samples them)
     run.explanation = explanation_of(run.model, run.main, result)

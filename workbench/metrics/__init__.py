@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         naive_choice_metric,
     )
     from workbench.metrics.records import (
+        GENERATION,
         METRIC_RECORDS,
         MULTIPLE_CHOICE,
         NEXT_TOKEN,

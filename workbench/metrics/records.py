@@ -11,14 +11,17 @@ the kinds of task it is defined on, and, for a derived metric, the metric it res
 list of metric names (task headers, the objective's choices, the guard, table orders, the
 command line's help) is derived from these records.
 
-Two kinds of task score two families of metrics, under different names so that a name means
+Three kinds of task score three families of metrics, under different names so that a name means
 one number everywhere: a next-token task (`answer`, `wrong`) scores `accuracy` (the argmax
 token, or greedy exact match for a multi-token answer), `logit_diff`, `prob_diff` and
 `normalized_logit_diff`; a multiple-choice task (`choices`, `gold`) scores lm-eval's `acc` and
-`acc_norm`, `ll_margin` and `acc_norm_margin`. `logprob`, the answer's teacher-forced
-log-probability summed over its tokens, is both: a multiple-choice task's answer is its gold
-choice. A task, a guard or an objective names only its own kind's metrics, and no table of a
-task shows the other kind's.
+`acc_norm`, `ll_margin` and `acc_norm_margin`; a generation task (`target`) scores
+`exact_match`, the greedy generation's extracted answer against the target (no gradient and
+no margin of it: screening and attribution rank its heads by `logprob`, the search and the
+confirmation score real generations). `logprob`, the answer's teacher-forced log-probability
+summed over its tokens, is all three: a multiple-choice task's answer is its gold choice, a
+generation task's `target_delimiter + target`. A task, a guard or an objective names only its
+own kind's metrics, and no table of a task shows another kind's.
 
 A custom metric (a `metric(model, data)` given to `run_cel` or `screen_heads`) declares the
 same fields for the scores it returns with `declare`:
@@ -63,7 +66,8 @@ class Metric:
             metric function that is positive exactly where this one is 1 (a margin):
             attribution estimates this metric's change as the flips of the companion's sign
             under the companion's linear estimate. None: no such score.
-        kinds: the kinds of task it is defined on (`NEXT_TOKEN`, `MULTIPLE_CHOICE`).
+        kinds: the kinds of task it is defined on (`NEXT_TOKEN`, `MULTIPLE_CHOICE`,
+            `GENERATION`).
     """
 
     name: str
@@ -87,14 +91,15 @@ class Metric:
                 "higher_is_better=True; negate a lower-is-better score instead")
 
 
-NEXT_TOKEN, MULTIPLE_CHOICE = "next-token", "multiple-choice"
-_BOTH = (NEXT_TOKEN, MULTIPLE_CHOICE)
+NEXT_TOKEN, MULTIPLE_CHOICE, GENERATION = "next-token", "multiple-choice", "generation"
+_ALL = (NEXT_TOKEN, MULTIPLE_CHOICE, GENERATION)
 # The registered metrics, in the order tables and reports list them.
 METRIC_RECORDS: tuple[Metric, ...] = (
     Metric("accuracy", "1 when the argmax is an acceptable answer (a fraction in [0, 1])",
            differentiable=False, guards=True, coarse=True),
-    Metric("logprob", "log-probability of the answer set (a choice task: of the gold choice), "
-           "in nats", guards=True, kinds=_BOTH),
+    Metric("logprob", "log-probability of the answer set (a choice task: of the gold choice; "
+           "a generation task: of the target, teacher-forced), in nats", guards=True,
+           kinds=_ALL),
     Metric("logit_diff", "logsumexp(answer logits) - logsumexp(wrong logits), in nats",
            difference=True, needs_wrong=True),
     Metric("prob_diff", "probability of the answers minus that of the wrong answers",
@@ -112,13 +117,16 @@ METRIC_RECORDS: tuple[Metric, ...] = (
     Metric("acc_norm_margin", "gold choice's log-likelihood per character minus the best "
            "wrong choice's, in nats per character", difference=True, needs_wrong=True,
            kinds=(MULTIPLE_CHOICE,)),
+    Metric("exact_match", "1 when the answer extracted from the greedy generation equals the "
+           "target (lm-eval's exact_match)", differentiable=False, guards=True, coarse=True,
+           kinds=(GENERATION,)),
 )
 _BY_NAME = {m.name: m for m in METRIC_RECORDS}
 
 
 def metric_names(kind: str | None = None) -> tuple[str, ...]:
     """Every registered metric's name, derived ones included, in table order; with `kind`
-    (`NEXT_TOKEN`, `MULTIPLE_CHOICE`), those defined on that kind of task."""
+    (`NEXT_TOKEN`, `MULTIPLE_CHOICE`, `GENERATION`), those defined on that kind of task."""
     return tuple(m.name for m in METRIC_RECORDS if kind is None or kind in m.kinds)
 
 
@@ -187,8 +195,11 @@ def help_text() -> str:
 
 
 def task_kind(task) -> str:
-    """`MULTIPLE_CHOICE` for a task whose examples have choices, else `NEXT_TOKEN`."""
-    return MULTIPLE_CHOICE if getattr(task, "is_multiple_choice", False) else NEXT_TOKEN
+    """`MULTIPLE_CHOICE` for a task whose examples have choices, `GENERATION` for one whose
+    examples have targets, else `NEXT_TOKEN`."""
+    if getattr(task, "is_multiple_choice", False):
+        return MULTIPLE_CHOICE
+    return GENERATION if getattr(task, "is_generation", False) else NEXT_TOKEN
 
 
 def check_objective(objective: str | None, task: str | None = None,

@@ -1,7 +1,8 @@
 """What a run checks about its tasks' kinds and metrics before it searches, each in one line.
 
 - A multiple-choice task runs each choice after its prompt on a cache, with hooks on every
-  position (`workbench.metrics.choices`): ablations that depend on the position (resample,
+  position (`workbench.metrics.choices`), and a generation task decodes new positions
+  (`workbench.metrics.generation`): ablations that depend on the position (resample,
   per-position means) are refused before the model's first forward.
 - A custom metric whose score has no gradient (declared `differentiable=False`, or a
   registered 0/1 metric such as `acc`) needs its differentiable `companion` among the scores
@@ -25,15 +26,23 @@ from workbench.metrics.records import record
 
 
 def check_choice_ablation(kind: AblationKind | str, per_position: bool, tasks) -> None:
-    """Refuse resample or per-position mean ablation on a run with a multiple-choice task."""
-    mc = [t.name for t in tasks if t.is_multiple_choice]
+    """Refuse resample or per-position mean ablation on a run with a multiple-choice or a
+    generation task."""
     positional = AblationKind.parse(kind) is AblationKind.RESAMPLE or per_position
-    if mc and positional:
-        what = "resample ablation" if AblationKind.parse(kind) is AblationKind.RESAMPLE else (
-            "per-position mean ablation")
+    if not positional:
+        return
+    what = "resample ablation" if AblationKind.parse(kind) is AblationKind.RESAMPLE else (
+        "per-position mean ablation")
+    mc = [t.name for t in tasks if t.is_multiple_choice]
+    if mc:
         raise WorkbenchError(
             f"{what} replaces each position's z, and multiple-choice task(s) {mc} run their "
             "choices after the prompt at other positions; use zero or mean ablation")
+    gen = [t.name for t in tasks if getattr(t, "is_generation", False)]
+    if gen:
+        raise WorkbenchError(
+            f"{what} replaces each position's z, and generation task(s) {gen} decode new "
+            "tokens after the prompt at positions it has no z for; use zero or mean ablation")
 
 
 def check_companions(names, metric, gradients: bool) -> None:

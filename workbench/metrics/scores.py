@@ -50,6 +50,7 @@ from workbench.metrics.choices import (
     evaluate_choices,
     naive_choice_metric,
 )
+from workbench.metrics.generation import GENERATION_SCORES, evaluate_generation, generation_metric
 from workbench.metrics.records import base_metric, metric_names
 from workbench.options import choose
 from workbench.scoring.batching import (  # noqa: F401 (forward_kwargs, is_bridge: re-exported)
@@ -330,8 +331,8 @@ def one_forward(metric):
 
 def builtin_metric(metric) -> bool:
     """Whether `metric` is one the workbench picks for a task's kind (`multi_token_metric`,
-    `choice_metric`), not a user's custom metric."""
-    return metric in (multi_token_metric, choice_metric, naive_choice_metric)
+    `choice_metric`, `generation_metric`), not a user's custom metric."""
+    return metric in (multi_token_metric, choice_metric, naive_choice_metric, generation_metric)
 
 
 def task_metric(metric, data):
@@ -339,16 +340,18 @@ def task_metric(metric, data):
 
     A user's custom metric applies to every task as given. Otherwise (None, or the metric a
     run picks for its main task's kind) each task gets its own: `choice_metric` for a
-    multiple-choice task, `multi_token_metric` when its answers are several tokens as fitted
-    to the tokenizer (`answer_seqs`), else None (the registered metrics on the first answer
-    token). So an ioi side task of a multiple-choice task, a multiple-choice side task of ioi,
-    a single-token side task of a multi-token task, and the reverse, are each scored as they
-    would be as the main task.
+    multiple-choice task, `generation_metric` for a generation task, `multi_token_metric` when
+    its answers are several tokens as fitted to the tokenizer (`answer_seqs`), else None (the
+    registered metrics on the first answer token). So an ioi side task of a multiple-choice
+    task, a multiple-choice side task of ioi, a single-token side task of a multi-token task,
+    and the reverse, are each scored as they would be as the main task.
     """
     if metric is not None and not builtin_metric(metric):
         return metric
     if isinstance(data, TaskBatch) and data.choice_seqs is not None:
         return choice_metric
+    if isinstance(data, TaskBatch) and data.task.is_generation:
+        return generation_metric
     if isinstance(data, TaskBatch) and data.answer_seqs is not None:
         return multi_token_metric
     return None
@@ -387,15 +390,17 @@ def evaluate(
         when it has them (`predicted_ids`); `prediction_vocab`: the argmax over the whole
         vocabulary). For a multi-token task `correct` and `logprob` are the sequence scores of
         `sequence_scores`, and `first_correct`, `first_logprob` (and `prediction`) the
-        first-token ones. A multiple-choice task has its own columns (`evaluate_choices`).
+        first-token ones. A multiple-choice or generation task has its own columns
+        (`evaluate_choices`, `evaluate_generation`).
     """
     batch = task if isinstance(task, TaskBatch) else encode_task(model, task, split)
     if isinstance(task, TaskBatch) and split is not None:
         idx = [i for i, e in enumerate(batch.task.examples) if e.split == split]
         batch = batch.rows(idx)
-    if batch.choice_seqs is not None:
+    if batch.choice_seqs is not None or batch.task.is_generation:
         hooks = _hooks(model, batch, heads, kind, means, per_position, resample)
-        return evaluate_choices(model, batch, hooks)
+        run = evaluate_choices if batch.choice_seqs is not None else evaluate_generation
+        return run(model, batch, hooks)
     scores, preds, vocab_preds = _scores(model, batch, heads, kind, means, per_position,
                                          batch_size, resample)
     if clean_logit_diff is None and (heads is None or batch.task.metric == "normalized_logit_diff"):
@@ -485,15 +490,16 @@ def summarize(scores: pd.DataFrame, by: str | None = "group") -> pd.DataFrame:
         One row per subset (`subset="all"` first): `n, accuracy, accuracy_se, logprob,
         logprob_se, logit_diff, logit_diff_se`, then the same pair for each of
         `prob_diff, normalized_logit_diff, first_correct, first_logprob` present in `scores`;
-        for a multiple-choice task's scores, the pair of each of `CHOICE_SCORES`.
+        for a multiple-choice (generation) task, of `CHOICE_SCORES` (`GENERATION_SCORES`).
     """
 
     def row(df: pd.DataFrame, name: str) -> dict:
         out = {"subset": name, "n": len(df)}
         pairs = [("correct", "accuracy"), ("logprob", "logprob"), ("logit_diff", "logit_diff")]
         pairs += [(c, c) for c in _EXTRA_SUMMARY if c in df]
-        if "correct" not in df:  # a multiple-choice task's scores
-            pairs = [(c, c) for c in CHOICE_SCORES]
+        if "correct" not in df:  # a multiple-choice or generation task's scores
+            own = GENERATION_SCORES if "exact_match" in df else CHOICE_SCORES
+            pairs = [(c, c) for c in own]
         for col, label in pairs:
             v = df[col].to_numpy(dtype=float)
             v = v[~np.isnan(v)]

@@ -56,11 +56,13 @@ def task_fingerprint(task) -> str:
     was read from (`Task.file`), so a moved or copied task file keeps its fingerprint."""
     fields = dataclasses.asdict(task)
     fields.pop("file", None)
-    # multiple-choice fields count only where set, so other tasks keep their fingerprints
-    if fields.get("target_delimiter") is None:
-        fields.pop("target_delimiter", None)
+    # multiple-choice and generation fields count only where set, so other tasks keep their
+    # fingerprints
+    for key in ("target_delimiter", "generation"):
+        if fields.get(key) is None:
+            fields.pop(key, None)
     for ex in fields["examples"]:
-        for key in ("choices", "gold"):
+        for key in ("choices", "gold", "target"):
             if ex.get(key) is None:
                 ex.pop(key, None)
     return digest(fields)

@@ -37,7 +37,9 @@ class TaskBatch:
         roles: per example, the role of every position (a leading special token is
             `"bos"`), or None.
         answer_seqs: with `answer_tokens="multi"`, per example the full token list of every
-            acceptable answer (in context); None for single-token tasks.
+            acceptable answer (in context; a generation task's one answer is
+            `target_delimiter + target`, whose teacher-forced log-prob is its `logprob`); None
+            for single-token tasks.
         counterfactual_tokens: `[batch, pos]` counterfactual prompts (same lengths as
             `tokens`), when every example has one; else None.
         prepend_bos: whether every prompt starts with a special token (a BOS), the choice in
@@ -68,6 +70,11 @@ class TaskBatch:
     @property
     def answer_pos(self) -> Int[Tensor, " batch"]:
         return self.lengths - 1
+
+    def prompts(self) -> list[Int[Tensor, " pos"]]:
+        """Each row's prompt ids without the padding (BOS included where the task has one):
+        what a generation task decodes from."""
+        return [self.tokens[i, :n] for i, n in enumerate(self.lengths.tolist())]
 
     def rows(self, index: Tensor | slice) -> "TaskBatch":
         """The sub-batch of some rows (same padding width)."""

@@ -70,7 +70,8 @@ candidates) and the option values (through `workbench.options.choose`).
 from __future__ import annotations
 
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import MULTIPLE_CHOICE, NEXT_TOKEN, metric_names
+from workbench.generation.settings import GenerationSettings
+from workbench.metrics.records import GENERATION, MULTIPLE_CHOICE, NEXT_TOKEN, metric_names
 from workbench.options import AnswerScope
 
 SPLITS = ("select", "heldout")
@@ -94,10 +95,11 @@ HEADER_KEYS: dict[str, tuple] = {
     "split_by": (str,),
     "answers_in_context": (bool,),
     "target_delimiter": (str,),
+    "generation": (dict,),
     "meta": (dict,),
 }
 EXAMPLE_KEYS = (
-    "id", "prompt", "answer", "wrong", "choices", "gold", "roles", "split", "group",
+    "id", "prompt", "answer", "wrong", "choices", "gold", "target", "roles", "split", "group",
     "counterfactual", "meta",
 )  # fmt: skip
 # The example fields that hold a list (a table cell may be split into one).
@@ -134,23 +136,29 @@ def check_header(header, where: str) -> dict:
             f"{where}: the header lists candidates but answer_scope is 'vocab', which ignores "
             "them; set answer_scope to 'candidates', or candidates to null"
         )
+    if "generation" in header:  # checked here, so that an error names the file's line
+        GenerationSettings.from_header(header["generation"], where)
     return header
 
 
-def check_example(obj, where: str, index: int, delimiter: str = DEFAULT_DELIMITER) -> dict:
+def check_example(obj, where: str, index: int, delimiter: str = DEFAULT_DELIMITER,
+                  kind: str | None = None) -> dict:
     """One example record (a line of a task file, or a table row), checked against the rules
     above; an error names `where`, the example's id and the fix.
 
     Args:
         delimiter: the task's `target_delimiter`, which a multiple-choice example's answer
-            and wrong answers start with.
+            and wrong answers start with, and a generation example's answer.
+        kind: the task's kind when known (its header has `generation`, or an earlier
+            example set it): an example of another kind is refused naming both.
 
     Returns:
         The fields of a `workbench.tasks.task.Example`: `id` (the record's, as a string, or
         `index`), `prompt`, `answers` and `wrong` (tuples), `choices` and `gold` (None unless
         the record has choices; then `answers` is the gold choice and `wrong` the others,
         each after `delimiter`), `roles` (a tuple or None), `split`, `group` (a string or
-        None), `counterfactual`, `meta`.
+        None), `counterfactual`, `meta`, `target` (a generation example's, else None; then
+        `answers` is `delimiter + target`).
     """
     if not isinstance(obj, dict):
         raise WorkbenchError(f"{where}: each line must be a JSON object; got {type(obj).__name__}")
@@ -162,17 +170,28 @@ def check_example(obj, where: str, index: int, delimiter: str = DEFAULT_DELIMITE
             f"{where}: unknown example fields {unknown}; known fields: {list(EXAMPLE_KEYS)} "
             "(put free-form data under 'meta')"
         )
-    choices, gold = None, None
+    if kind is not None and record_kind(obj) != kind:
+        if kind == GENERATION and not {"answer", "choices", "gold"} & set(obj):
+            raise WorkbenchError(f"{where}: missing field 'target' (a generation task's "
+                                 "examples each have 'prompt' and 'target')")
+        raise WorkbenchError(
+            f"{where}: this example has {_KIND_FIELDS[record_kind(obj)]} but the task is "
+            f"{kind} ({_KIND_FIELDS[kind]}); a task's examples are all of one kind")
+    choices, gold, target = None, None, None
     if "choices" in obj or "gold" in obj:
         choices, gold = check_choices(obj, where)
-    for key in ("prompt",) if choices else ("prompt", "answer"):
+    elif "target" in obj:
+        target = check_target(obj, where)
+    for key in ("prompt",) if choices or target else ("prompt", "answer"):
         if key not in obj:
             raise WorkbenchError(f"{where}: missing field {key!r} (required: 'prompt', and "
-                                 "'answer' or 'choices' with 'gold')")
+                                 "'answer', 'choices' with 'gold', or 'target')")
     prompt = obj["prompt"]
     if not isinstance(prompt, str) or not prompt.strip():
         raise WorkbenchError(f"{where}: 'prompt' must be a non-empty string; got {prompt!r}")
-    if choices:
+    if target is not None:  # scored teacher-forced as one answer after the delimiter
+        answers, wrong = (delimiter + target,), ()
+    elif choices:
         answers = (delimiter + choices[gold],)
         wrong = tuple(delimiter + c for i, c in enumerate(choices) if i != gold)
     else:
@@ -207,6 +226,7 @@ def check_example(obj, where: str, index: int, delimiter: str = DEFAULT_DELIMITE
         "wrong": wrong,
         "choices": choices,
         "gold": gold,
+        "target": target,
         "roles": tuple(roles) if roles is not None else None,
         "split": split,
         "group": None if obj.get("group") is None else str(obj["group"]),
@@ -215,10 +235,36 @@ def check_example(obj, where: str, index: int, delimiter: str = DEFAULT_DELIMITE
     }
 
 
+_KIND_FIELDS = {NEXT_TOKEN: "'answer' (+ 'wrong')", MULTIPLE_CHOICE: "'choices' + 'gold'",
+                GENERATION: "'target'"}
+
+
+def record_kind(obj: dict) -> str:
+    """The kind of task an example record belongs to, from its fields: `MULTIPLE_CHOICE`
+    with `choices` or `gold`, `GENERATION` with `target`, else `NEXT_TOKEN`."""
+    if "choices" in obj or "gold" in obj:
+        return MULTIPLE_CHOICE
+    return GENERATION if "target" in obj else NEXT_TOKEN
+
+
+def check_target(obj: dict, where: str) -> str:
+    """A generation record's `target`: a non-empty string, the answer as the extractor
+    returns it, with neither `answer`, `wrong` nor `choices`."""
+    mixed = [k for k in ("answer", "wrong") if k in obj]
+    if mixed:
+        raise WorkbenchError(f"{where}: a generation example has 'prompt' and 'target', not "
+                             f"{mixed}; give either target or answer (+ wrong)")
+    target = obj["target"]
+    if not isinstance(target, str) or not target.strip():
+        raise WorkbenchError(f"{where}: 'target' must be a non-empty string (the answer as the "
+                             f"extractor returns it, e.g. \"72\"); got {target!r}")
+    return target
+
+
 def check_choices(obj: dict, where: str) -> tuple[tuple[str, ...], int]:
     """A multiple-choice record's `choices` (at least two distinct non-empty strings, without
     the delimiter) and `gold` (an int indexing them), with neither `answer` nor `wrong`."""
-    mixed = [k for k in ("answer", "wrong") if k in obj]
+    mixed = [k for k in ("answer", "wrong", "target") if k in obj]
     if mixed:
         raise WorkbenchError(
             f"{where}: a multiple-choice example has 'choices' and 'gold', not {mixed}; give "
@@ -281,37 +327,52 @@ def _check_no_trailing_space(text: str, what: str, answers: tuple[str, ...], whe
     )
 
 
+def example_kind(example) -> str:
+    """The kind of task a `workbench.tasks.task.Example` belongs to (`record_kind`)."""
+    if example.choices is not None:
+        return MULTIPLE_CHOICE
+    return GENERATION if getattr(example, "target", None) is not None else NEXT_TOKEN
+
+
 def check_kind(task) -> None:
-    """A `workbench.tasks.task.Task` (checked on its fields) is multiple choice in every
-    example or in none, and its metric is one of its kind's (`Metric.kinds`); a
-    multiple-choice task scores every token of each choice (`answer_tokens` "multi") and has
-    a `target_delimiter`."""
-    mc = [e.choices is not None for e in task.examples]
-    if any(mc) and not all(mc):
-        plain = [e.id for e, m in zip(task.examples, mc, strict=True) if not m]
+    """A `workbench.tasks.task.Task` (checked on its fields) is of one kind in every example
+    (next-token, multiple choice or generation), and its metric is one of its kind's
+    (`Metric.kinds`). A multiple-choice or generation task scores every token of each choice
+    or target (`answer_tokens` "multi") and has a `target_delimiter`; a generation task has
+    its `GenerationSettings` (defaults when none are given), and no other task has any."""
+    kinds = [example_kind(e) for e in task.examples]
+    kind = kinds[0]
+    other = [e.id for e, k in zip(task.examples, kinds, strict=True) if k != kind]
+    if other:
         raise WorkbenchError(
-            f"task {task.name!r}: examples {plain[:5]} have an answer while others have "
-            "choices; a task is multiple choice in every example or in none")
-    kind = MULTIPLE_CHOICE if mc[0] else NEXT_TOKEN
+            f"task {task.name!r}: examples {other[:5]} are not {kind} examples "
+            f"({_KIND_FIELDS[kind]}) as the first is; a task's examples are all of one kind")
     if task.metric not in metric_names(kind):
         raise WorkbenchError(
             f"task {task.name!r}: metric {task.metric!r} is not a {kind} metric; expected one "
             f"of {list(metric_names(kind))}")
-    if not mc[0]:
+    if kind != GENERATION and task.generation is not None:
+        raise WorkbenchError(f"task {task.name!r}: generation settings are for generation "
+                             "examples (prompt + target); drop them, or give targets")
+    if kind == NEXT_TOKEN:
         if task.target_delimiter is not None:
             raise WorkbenchError(f"task {task.name!r}: target_delimiter is for multiple-choice "
-                                 "examples (choices + gold); drop it, or give choices")
+                                 "and generation examples; drop it, or give choices or targets")
         return
     unused = [f"{k} {v!r}" for k, v, default in (
         ("answer_scope", task.answer_scope, "vocab"), ("per_tokenizer", task.per_tokenizer, None),
         ("answers_in_context", task.answers_in_context, True)) if v != default]
     if unused:
+        scored = ("each choice is scored over all its tokens" if kind == MULTIPLE_CHOICE else
+                  "the target is generated, and scored teacher-forced over all its tokens")
         raise WorkbenchError(
-            f"task {task.name!r}: {', '.join(unused)} do not apply to multiple-choice examples "
-            "(each choice is scored over all its tokens, after the prompt); drop them")
+            f"task {task.name!r}: {', '.join(unused)} do not apply to {kind} examples "
+            f"({scored}, after the prompt); drop them")
     task.answer_tokens = "multi"
     if task.target_delimiter is None:
         task.target_delimiter = DEFAULT_DELIMITER
+    if kind == GENERATION:
+        task.generation = GenerationSettings.from_header(task.generation, f"task {task.name!r}")
 
 
 def small_splits(counts: dict[str, int]) -> dict[str, int]:

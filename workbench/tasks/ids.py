@@ -86,6 +86,11 @@ def encode_example(
             f"example {ex.id!r}: the prompt is {len(ids)} tokens but the model's context "
             f"(n_ctx) is {n_ctx}"
         )
+    if ex.target is not None and len(ids) + task.generation.max_new_tokens > n_ctx:
+        raise WorkbenchError(
+            f"example {ex.id!r}: the prompt is {len(ids)} tokens, and with max_new_tokens "
+            f"{task.generation.max_new_tokens} the generation runs past the model's context "
+            f"(n_ctx) of {n_ctx}; shorten the prompt or lower max_new_tokens")
     texts = [*ex.answers, *ex.wrong, *shared]
     if task.answers_in_context:
         cont = _in_context(tok, ex, body, texts)

@@ -31,10 +31,11 @@ import numpy as np
 
 from workbench.deprecation import deprecated
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import metric_names, names_where
+from workbench.generation.settings import GenerationSettings
+from workbench.metrics.records import GENERATION, MULTIPLE_CHOICE, metric_names, names_where
 from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
 from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
-from workbench.tasks.format import SPLITS, check_example, check_header, check_kind
+from workbench.tasks.format import SPLITS, check_example, check_header, check_kind, example_kind
 from workbench.tasks.names import TASKS_DIR
 
 # The metrics a task can name, and those that compare the answers with the `wrong` answers (so
@@ -44,6 +45,8 @@ NEEDS_WRONG = names_where("needs_wrong")
 # The per-tokenizer constructions a task header can name; `workbench.tasks.fit.FITS` implements
 # each (a test checks they match).
 PER_TOKENIZER = ("drop_unfit", "greater_than", "digits")
+# A task's metric when its header names none, by kind (next-token: accuracy).
+_DEFAULT_METRIC = {MULTIPLE_CHOICE: "acc", GENERATION: "exact_match"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Example:
     meta: dict | None = field(default=None, compare=False)
     choices: tuple[str, ...] | None = None
     gold: int | None = None
+    target: str | None = None
 
 
 @dataclass
@@ -87,8 +91,11 @@ class Task:
             BOS is forced on or off.
         per_tokenizer: a name in `PER_TOKENIZER`: how the task is fitted to a model's
             tokenizer when encoded (see `workbench.tasks.fit`), or None.
-        target_delimiter: for a multiple-choice task (every example has `choices`), the text
-            between the prompt and each choice (lm-eval's, default `" "`); else None.
+        target_delimiter: for a multiple-choice or generation task (every example has
+            `choices`, or `target`), the text between the prompt and each choice or target
+            (lm-eval's, default `" "`); else None.
+        generation: a generation task's `GenerationSettings` (decoding, extractor, exact
+            match options; a header's `generation` object is read into one); else None.
         file: the absolute path of the JSONL file `load_task` read it from (None for a task
             built in memory). Where a task was read from is not what it is: `file` is left
             out of equality and of `workbench.results.fingerprint.task_fingerprint`.
@@ -110,6 +117,7 @@ class Task:
     per_tokenizer: str | None = None
     file: str | None = field(default=None, compare=False)
     target_delimiter: str | None = None
+    generation: GenerationSettings | dict | None = None
 
     def __post_init__(self) -> None:
         if not self.examples:
@@ -211,6 +219,11 @@ class Task:
         return self.examples[0].choices is not None
 
     @property
+    def is_generation(self) -> bool:
+        """Whether the task's examples are generation examples (`target`)."""
+        return self.examples[0].target is not None
+
+    @property
     def ids(self) -> list[str]:
         return [e.id for e in self.examples]
 
@@ -285,8 +298,8 @@ class Task:
 def _header_value(value):
     """A header option given in Python as its JSON value: an `Option` member as its string,
     a tuple as a list."""
-    if isinstance(value, Option):
-        return value.value
+    if isinstance(value, Option | GenerationSettings):
+        return value.to_dict() if isinstance(value, GenerationSettings) else value.value
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -357,13 +370,8 @@ def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-def _task_from_lines(
-    header: dict,
-    lines: list[tuple[str, object]],
-    default_name: str,
-    seed: int,
-    heldout_fraction: float,
-) -> Task:
+def _task_from_lines(header: dict, lines: list[tuple[str, object]], default_name: str,
+                     seed: int, heldout_fraction: float) -> Task:
     """A `Task` from a checked header and its example lines (each with where it comes from,
     for errors); examples without a split get one."""
     if not 0.0 < heldout_fraction < 1.0:
@@ -371,8 +379,10 @@ def _task_from_lines(
     examples: list[Example] = []
     first_seen: dict[str, str] = {}
     delimiter = header.get("target_delimiter", " ")
+    kind = GENERATION if "generation" in header else None
     for where, obj in lines:
-        ex = Example(**check_example(obj, where, len(examples), delimiter))
+        ex = Example(**check_example(obj, where, len(examples), delimiter, kind))
+        kind = kind or example_kind(ex)
         if ex.id in first_seen:
             raise WorkbenchError(
                 f"{where}: duplicate example ids: {ex.id!r} is already the id at "
@@ -389,7 +399,7 @@ def _task_from_lines(
     return Task(
         name=name,
         examples=_assign_splits(examples, seed, heldout_fraction, by_group=by_group),
-        metric=header.get("metric", "acc" if examples[0].choices else "accuracy"),
+        metric=header.get("metric", _DEFAULT_METRIC.get(kind, "accuracy")),
         answer_scope=header.get("answer_scope", AnswerScope.VOCAB.value),
         candidates=tuple(candidates) if candidates else None,
         description=header.get("description", ""),
@@ -402,6 +412,7 @@ def _task_from_lines(
         answers_in_context=header.get("answers_in_context", True),
         per_tokenizer=header.get("per_tokenizer"),
         target_delimiter=header.get("target_delimiter"),
+        generation=header.get("generation"),
     )
 
 

@@ -1,0 +1,20 @@
+"""Generation: greedy decoding with a key-value cache under the caller's hooks
+(`decode`: `greedy_generate`, its reference `naive_generate`, the `Generation` record).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from workbench.lazy import lazy_package
+
+if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
+    from workbench.generation.decode import (
+        ROWS_PER_PASS,
+        Generation,
+        can_cache,
+        greedy_generate,
+        naive_generate,
+    )
+
+__getattr__, __dir__, __all__ = lazy_package(globals())

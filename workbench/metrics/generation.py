@@ -1,0 +1,105 @@
+"""Generation scoring, as lm-eval 0.4 scores a `generate_until` task, and its ranking companion.
+
+A generation task's model writes: each prompt is decoded greedily (`greedy_generate`, with the
+task's `max_new_tokens` and stop sequences), the task's extractor reads the answer from the
+text, and `exact_match` compares it with the target (`GenerationSettings.score`: lm-eval's
+options, whitespace stripped). Hooks attached by the caller (a head set's ablation at
+`blocks.{l}.attn.hook_z`) act at every decoding step, so a head set's `exact_match` is what
+the model writes without those heads.
+
+`exact_match` is 0/1 with no gradient, and no margin of it is positive exactly where it is 1
+(the extractor and the stop sequences stand between the logits and the answer). Its ranking
+companion is `logprob`: the teacher-forced log-probability of `target_delimiter + target`
+after the prompt, summed over its tokens, as a multi-token answer's or a gold choice's (it is
+computed as a one-choice multiple-choice log-likelihood, `choice_logliks`, so each prompt
+runs once, on a key-value cache where the model allows). It is one pass and differentiable:
+attribution screening estimates it and ranks the heads by it (its `exact_match` column stays
+NaN: `workbench.search.candidates.estimated_metric`), while the search and the confirmation
+score real generations. A set can raise the target's log-prob and still change what the
+model writes; the confirmation's `exact_match` is the number that counts.
+
+A position-dependent ablation (per-position means, resampling) cannot follow the decoded
+positions and is refused for generation tasks before a run (`workbench.metrics.run_checks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from workbench.errors import WorkbenchError
+from workbench.generation.decode import greedy_generate, naive_generate
+from workbench.metrics.choices import choice_logliks
+from workbench.tasks.encoding import TaskBatch
+
+# A generation task's scores, in table order (`workbench.metrics.records`).
+GENERATION_SCORES = ("logprob", "exact_match")
+
+
+def _check(batch: TaskBatch) -> None:
+    if not batch.task.is_generation or batch.answer_seqs is None:
+        raise WorkbenchError(f"task {batch.task.name!r} is not a generation task (its examples "
+                             "have no 'target')")
+
+
+def target_logprob(model, batch: TaskBatch, shared: bool | None = None) -> Float[Tensor, " batch"]:
+    """Each example's teacher-forced log-probability of `target_delimiter + target` after its
+    prompt (nats), differentiable; `shared` as in `choice_logliks` (None: on a cache where the
+    model allows)."""
+    _check(batch)
+    one_choice = replace(batch, choice_seqs=[[seqs[0]] for seqs in batch.answer_seqs])
+    return choice_logliks(model, one_choice, shared)[:, 0]
+
+
+def generations(model, batch: TaskBatch, naive: bool = False) -> list[str]:
+    """Each example's greedy continuation under the hooks attached, cut before the first stop
+    sequence (`greedy_generate`; `naive`: the reference `naive_generate`)."""
+    _check(batch)
+    settings = batch.task.generation
+    decode = naive_generate if naive else greedy_generate
+    return decode(model, batch.prompts(), settings.max_new_tokens, settings.until).texts
+
+
+def _exact_match(batch: TaskBatch, texts: list[str]) -> Float[Tensor, " batch"]:
+    settings = batch.task.generation
+    scores = [settings.score(t, e.target) for t, e in zip(texts, batch.task.examples, strict=True)]
+    return torch.tensor(scores, dtype=torch.float32, device=batch.tokens.device)
+
+
+def generation_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+    """A generation task's scores as a custom metric for `MaskScorer` and `run_cel` (module
+    docstring): `exact_match` of the greedy generation, and the target's `logprob`. Each
+    example's scores depend on its own row only, so a scorer may score a slice of rows."""
+    return {"exact_match": _exact_match(batch, generations(model, batch)),
+            "logprob": target_logprob(model, batch)}
+
+
+def naive_generation_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+    """`generation_metric` by the reference paths: no cache, one row at a time."""
+    return {"exact_match": _exact_match(batch, generations(model, batch, naive=True)),
+            "logprob": target_logprob(model, batch, shared=False)}
+
+
+def evaluate_generation(model, batch: TaskBatch, fwd_hooks=()) -> pd.DataFrame:
+    """Score every example of a generation batch under `fwd_hooks` (`evaluate` calls it with
+    a head set's ablation hooks).
+
+    Returns:
+        One row per example: `id, split, group`, `exact_match` (0/1), `logprob` (nats),
+        `prediction` (the extracted answer) and `generation` (the text it was read from).
+    """
+    with torch.no_grad(), model.hooks(fwd_hooks=list(fwd_hooks)):
+        texts = generations(model, batch)
+        logp = target_logprob(model, batch).cpu().numpy()
+    extract = batch.task.generation.extract
+    exs = batch.task.examples
+    return pd.DataFrame({
+        "id": [e.id for e in exs], "split": [e.split for e in exs],
+        "group": [e.group for e in exs],
+        "exact_match": _exact_match(batch, texts).cpu().numpy().astype(int), "logprob": logp,
+        "prediction": [extract(t) for t in texts], "generation": texts,
+    })
