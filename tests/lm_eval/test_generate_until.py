@@ -226,22 +226,27 @@ def test_records_refusals(tmp_path):
     assert "is not one text" in refusal(lambda: lm_eval_records(str(listy)))
 
 
-def test_load_task_passes_generation_records_to_the_task_kind(tmp_path, monkeypatch):
-    """`load_task` hands the records and header to `Task.from_records` unchanged."""
+def test_load_task_makes_a_generation_task_scored_as_lm_eval_scores_it(tmp_path):
+    """End to end: `load_task` on the YAML gives a generation task whose settings score the
+    canned generations as lm-eval's `exact_match` does, for either filter."""
     from workbench import load_task
+    from workbench.generation.settings import GenerationSettings
     from workbench.tasks.task import Task
 
-    seen = {}
-
-    def from_records(records, name, seed, heldout_fraction, **header):
-        seen.update(records=records, name=name, header=header)
-        return "task"
-
-    monkeypatch.setattr(Task, "from_records", staticmethod(from_records))
-    assert load_task(gsm_style(tmp_path)) == "task"
-    assert seen["name"] == "gsm_style" and len(seen["records"]) == 8
-    assert seen["header"]["generation"]["extractor"] == "strict-match"
-    assert seen["records"][0]["target"] == "3 + 4 = 7.\n#### 7"
+    path = gsm_style(tmp_path)
+    task = load_task(path)
+    assert task.is_generation and len(task) == 8 and task.metric == "exact_match"
+    assert task.generation == GenerationSettings(
+        48, ("Question:", "</s>", "<|im_end|>"), "strict-match", True, False,
+        tuple(GSM8K_IGNORE))
+    assert {e.split for e in task.examples} == {"select", "heldout"}
+    _, results = _simple_evaluate(path, 0)
+    for name in ("strict-match", "flexible-extract"):
+        header, records = lm_eval_records(str(path), filter=name)
+        built = Task.from_records(records, name=header.pop("name"), **header)
+        hits = [built.generation.score(CANNED[r["meta"]["doc_id"]], r["target"])
+                for r in records]
+        assert sum(hits) / len(hits) == pytest.approx(results[f"exact_match,{name}"]), name
 
 
 def test_the_cli_refuses_a_sampling_task_before_the_model_loads(tmp_path, monkeypatch, capsys):

@@ -152,3 +152,17 @@ def test_another_seed_gives_other_files(tmp_path):
     gen = _generator()
     for path in gen.write_all(tmp_path, seed=1):
         assert path.read_bytes() != (BENCH_DIR / path.name).read_bytes(), path.name
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_every_gen_file_obeys_the_loader_s_rules(name):
+    from workbench import load_task
+    from workbench.generation.settings import GenerationSettings
+
+    task = load_task(BENCH_DIR / f"{name}.jsonl")  # raises on any broken rule
+    assert task.is_generation and task.name == name and len(task) == len(_load(name)[1])
+    header, examples = _load(name)
+    assert task.generation == GenerationSettings(**header["task"]["generation"])
+    first = examples[0]
+    assert task.generation.score(" " + first["target"] + "\nQuestion:", first["target"]) == 1.0
+    assert task.generation.score(" " + first["target"] + "s", first["target"]) == 0.0
