@@ -26,8 +26,18 @@ def arc_style(folder: Path, **overrides: str) -> Path:
     """`data/arc_style.yaml` copied into `folder` with its `data_files` absolute (so lm-eval
     reads them from any working directory) and each `key: value` line of `overrides`
     replaced or added. Returns the YAML's path."""
-    text = (DATA / "arc_style.yaml").read_text()
-    for name in ("arc_style_train.jsonl", "arc_style.jsonl"):
+    return local_yaml("arc_style", folder, **overrides)
+
+
+def gsm_style(folder: Path, **overrides: str) -> Path:
+    """`data/gsm_style.yaml` (a GSM8K-style generate_until task) copied as `arc_style`."""
+    return local_yaml("gsm_style", folder, **overrides)
+
+
+def local_yaml(stem: str, folder: Path, **overrides: str) -> Path:
+    """`data/<stem>.yaml` copied into `folder` as `arc_style` describes."""
+    text = (DATA / f"{stem}.yaml").read_text()
+    for name in (f"{stem}_train.jsonl", f"{stem}.jsonl"):
         text = text.replace(f"tests/lm_eval/data/{name}", str(DATA / name))
     lines, skipping = [], False
     for line in text.splitlines():  # drop each overridden key with its indented block
@@ -36,7 +46,7 @@ def arc_style(folder: Path, **overrides: str) -> Path:
         if not skipping:
             lines.append(line)
     lines += [f"{k}: {v}" for k, v in overrides.items()]
-    path = folder / f"{overrides.get('task', 'arc_style')}.yaml"
+    path = folder / f"{overrides.get('task', stem)}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
 

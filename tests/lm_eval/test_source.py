@@ -94,8 +94,9 @@ def test_metric_target_text_and_trailing_space(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, words", [
-    ({"task": "arc_gen", "output_type": "generate_until"},
-     "'arc_gen' is a generate_until task; the workbench scores only multiple_choice"),
+    ({"task": "arc_roll", "output_type": "loglikelihood_rolling"},
+     "'arc_roll' has output_type 'loglikelihood_rolling'; the workbench scores multiple_choice "
+     "and generate_until tasks"),
     ({"task": "arc_hub", "dataset_path": "nobody/no-such-dataset", "dataset_kwargs": "{}"},
      "reads dataset 'nobody/no-such-dataset' from the Hugging Face hub, which this machine "
      "cannot reach (offline); write a task YAML that reads local files (dataset_path: json"),
@@ -122,7 +123,8 @@ def test_registered_names_unknown_group_and_hub_data_offline():
     assert "is a group of tasks" in refusal(lambda: lm_eval_records("lm_eval:mmlu"))
     message = refusal(lambda: lm_eval_records("lm_eval:arc_easy"))
     assert "reads dataset 'allenai/ai2_arc' from the Hugging Face hub" in message
-    assert "generate_until" in refusal(lambda: lm_eval_records("lm_eval:gsm8k"))
+    message = refusal(lambda: lm_eval_records("lm_eval:gsm8k"))  # a generate_until task
+    assert "reads dataset 'openai/gsm8k' from the Hugging Face hub" in message
 
 
 def test_load_task_reads_a_yaml_as_a_split_multiple_choice_task(tmp_path):
@@ -142,11 +144,11 @@ def test_the_cli_refuses_an_lm_eval_task_before_the_model_loads(tmp_path, monkey
         raise AssertionError("the model was loaded before the run was refused")
 
     monkeypatch.setattr(workbench.loading.model, "load_model", loader)
-    path = arc_style(tmp_path, task="arc_gen", output_type="generate_until")
+    path = arc_style(tmp_path, task="arc_roll", output_type="loglikelihood_rolling")
     argv = ["cel", "--model", "smollm2-135m", "--task", str(path), "--out", str(tmp_path / "o")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "is a generate_until task" in err[0], err
+    assert len(err) == 1 and "has output_type 'loglikelihood_rolling'" in err[0], err
     assert not (tmp_path / "o").exists()
 
 

@@ -4,9 +4,10 @@ hooked model with heads removed as a model it scores.
 - `HookedLM` (`workbench.lm_eval.model`): an `lm_eval.api.model.LM` over a TransformerLens
   model with heads ablated at `hook_z`; `lm_eval.simple_evaluate(model=HookedLM(...))` scores
   it with lm-eval's own prompts and metrics.
-- `lm_eval_records` (`workbench.lm_eval.source`): an lm-eval `multiple_choice` task (a
-  registered name `lm_eval:arc_easy` or a YAML path) as the header and records of a workbench
-  multiple-choice task; `load_task` uses it.
+- `lm_eval_records` (`workbench.lm_eval.source`): an lm-eval `multiple_choice` or
+  `generate_until` task (a registered name `lm_eval:arc_easy` or a YAML path) as the header and
+  records of a workbench multiple-choice or generation task
+  (`workbench.lm_eval.generate_until`); `load_task` uses it.
 - `workbench.lm_eval.rescore.rescore`: lm-eval's scores of a model clean and with a head set
   removed; `python -m workbench.lm_eval.rescore --model M --task T --heads L3H1`.
 

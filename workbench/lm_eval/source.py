@@ -1,4 +1,4 @@
-"""lm-eval tasks as workbench multiple-choice tasks.
+"""lm-eval tasks as workbench multiple-choice and generation tasks.
 
 A task of lm-eval (lm-evaluation-harness) is named two ways: a registered name after the
 prefix `lm_eval:` (`lm_eval:arc_easy`) or the path of a task YAML (`my_task.yaml`). lm-eval's
@@ -12,8 +12,10 @@ context ends in, which lm-eval moves into every continuation anyway) and the met
 when the task's `metric_list` names it, else `acc`. The records and header are what
 `Task.from_records` takes; the workbench then splits the documents into select and held-out.
 
-Only `multiple_choice` tasks are converted (a `generate_until` task is refused: generation is
-not in the workbench yet), with one context per document and one gold choice. A task whose
+A `multiple_choice` task needs one context per document and one gold choice. A
+`generate_until` task becomes a generation task (`workbench.lm_eval.generate_until`: the
+context and `doc_to_target` per document, its `generation_kwargs`, one filter pipeline and the
+`exact_match` options in the header). Other output types are refused. A task whose
 data is on the Hugging Face hub needs the network the first time; offline, it is refused in
 one line that names the fix, a YAML that reads local files (`dataset_path: json`).
 """
@@ -119,26 +121,29 @@ def _config(entry) -> dict:
 
 def check_lm_eval_name(spec: str) -> None:
     """Refuse, in one line and without downloading, an lm-eval task name lm-eval does not know
-    (with the names it probably meant), a YAML that does not exist, a group, or a task that is
-    not `multiple_choice`."""
+    (with the names it probably meant), a YAML that does not exist, a group, a task that is
+    neither `multiple_choice` nor `generate_until`, or a `generate_until` task whose decoding,
+    first filter or metric the workbench cannot reproduce."""
     require_lm_eval()
     spec = str(spec)
     entry = _entry(spec, _manager_for(spec))
-    _check_output_type(entry.name, _config(entry).get("output_type"))
+    config = _config(entry)
+    _check_output_type(entry.name, config.get("output_type"))
+    if config.get("output_type") == "generate_until":
+        from workbench.lm_eval.generate_until import generation_settings
+
+        generation_settings(entry.name, config)
+
+
+OUTPUT_TYPES = ("multiple_choice", "generate_until")
 
 
 def _check_output_type(name: str, output_type) -> None:
-    if output_type == "multiple_choice":
-        return
-    if output_type == "generate_until":
+    if output_type not in OUTPUT_TYPES:
         raise WorkbenchError(
-            f"lm-eval task {name!r} is a generate_until task; the workbench scores only "
-            "multiple_choice tasks until it generates text"
+            f"lm-eval task {name!r} has output_type {output_type!r}; the workbench scores "
+            f"{' and '.join(OUTPUT_TYPES)} tasks"
         )
-    raise WorkbenchError(
-        f"lm-eval task {name!r} has output_type {output_type!r}; the workbench scores only "
-        "multiple_choice tasks"
-    )
 
 
 def _needs_download(config: dict) -> bool:
@@ -222,32 +227,45 @@ def _build(manager, target: str):
 
 def lm_eval_records(
     spec: str, num_fewshot: int | None = None, metric: str | None = None,
-    fewshot_seed: int = FEWSHOT_SEED,
+    fewshot_seed: int = FEWSHOT_SEED, filter: str | None = None,
 ) -> tuple[dict, list[dict]]:
-    """An lm-eval multiple-choice task as a workbench task's `(header, records)`.
+    """An lm-eval multiple-choice or generate_until task as a workbench task's
+    `(header, records)`.
 
     Args:
         spec: `lm_eval:<registered name>` or the path of a task YAML.
         num_fewshot: few-shot examples per prompt; None: the task's own (0 when it sets none).
             As in lm-eval, a task whose YAML sets 0 keeps 0.
-        metric: `"acc"` or `"acc_norm"`; None: `acc_norm` when the task lists it, else `acc`.
+        metric: multiple choice: `"acc"` or `"acc_norm"`; None: `acc_norm` when the task lists
+            it, else `acc`. generate_until: `"exact_match"` (None) or `"logprob"`.
         fewshot_seed: seeds lm-eval's few-shot sampler (its `simple_evaluate` default).
+        filter: generate_until only: the name of the filter pipeline whose extractor the task
+            uses (gsm8k: `"strict-match"` or `"flexible-extract"`); None: the first listed.
 
     Returns:
         `(header, records)`: `Task.from_records(records, name=header.pop("name"), **header)`
-        makes the workbench task (mc_spec records: `id`, `prompt`, `choices`, `gold`, `meta`).
+        makes the workbench task (multiple choice: `id`, `prompt`, `choices`, `gold`, `meta`;
+        generation: `id`, `prompt`, `target`, `meta`, and the header's `generation`).
     """
     task = build_lm_eval_task(spec)
-    return task_records(task, str(spec), num_fewshot, metric, fewshot_seed)
+    return task_records(task, str(spec), num_fewshot, metric, fewshot_seed, filter)
 
 
 def task_records(
     task, source: str, num_fewshot: int | None = None, metric: str | None = None,
-    fewshot_seed: int = FEWSHOT_SEED,
+    fewshot_seed: int = FEWSHOT_SEED, filter: str | None = None,
 ) -> tuple[dict, list[dict]]:
     """`lm_eval_records` for an lm-eval task object already built."""
     name = task.task_name
     _check_output_type(name, task.OUTPUT_TYPE)
+    if task.OUTPUT_TYPE == "generate_until":
+        from workbench.lm_eval.generate_until import generation_records
+
+        return generation_records(task, source, _fewshot(task, num_fewshot), fewshot_seed,
+                                  metric, filter)
+    if filter is not None:
+        raise WorkbenchError(f"filter= applies to generate_until tasks; lm-eval task {name!r} "
+                             "is multiple_choice")
     if task.multiple_input:
         raise WorkbenchError(
             f"lm-eval task {name!r} puts its choices in the context (one context per choice, "
@@ -283,7 +301,8 @@ def task_records(
         "description": f"lm-eval task {name}, {shots}-shot, scored by {metric}",
         "source": source,
         "meta": {"lm_eval": {
-            "task": name, "spec": source, "lm_eval_version": _version(), "num_fewshot": shots,
+            "task": name, "spec": source, "lm_eval_version": _version(),
+            "num_fewshot": shots,
             "fewshot_seed": fewshot_seed, "metrics": sorted(task._metric_fn_list),
             "task_version": task.VERSION,
         }},
