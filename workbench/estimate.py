@@ -162,10 +162,10 @@ def choice_forwards(batch) -> int:
     """The model forwards one scoring of a multiple-choice batch runs (shared path): per group
     of examples whose choices fill at most `ROWS_PER_PASS` rows, one over the prompts, and one
     over the choice rows where some choice of the group is longer than one token."""
-    from workbench.metrics.choices import _chunks
+    from workbench.metrics.choices import row_groups
 
     return sum(1 + any(len(c) > 1 for i in group for c in batch.choice_seqs[i])
-               for group in _chunks(batch))
+               for group in row_groups(batch))
 
 
 def choice_share(run) -> float | None:
