@@ -70,8 +70,9 @@ def hub_task_names() -> list[str]:
 
 
 def check_task_name(name: str) -> None:
-    """Raise `WorkbenchError` unless `name` is a task file or a task in `tasks/`, or an lm-eval
-    multiple-choice task (`lm_eval:<name>`, a task YAML) lm-eval knows."""
+    """Raise `WorkbenchError` unless `name` is a task file or a task in `tasks/` or
+    `tasks/benchmarks/`, or an lm-eval multiple-choice task (`lm_eval:<name>`, a task YAML)
+    lm-eval knows."""
     from workbench.lm_eval.source import check_lm_eval_name, is_lm_eval_spec
 
     if is_lm_eval_spec(name):
