@@ -22,21 +22,19 @@ METRICS = ("acc", "acc_norm")
 
 def write_lm_eval_task(task, folder, split: str | None = "heldout",
                        name: str | None = None) -> Path:
-    """Write a multiple-choice `Task` (or a task name or file `load_task` takes) as an lm-eval
-    task YAML and its documents in `folder`; return the YAML's path.
+    """Write a multiple-choice `Task` as an lm-eval task YAML and its documents in `folder`;
+    return the YAML's path.
 
     Args:
-        task: a multiple-choice `Task`, or its name or path.
+        task: a multiple-choice `Task` (`load_task("mc_facts_text")`).
         folder: where `<name>.yaml` and `<name>.jsonl` go (created).
         split: the examples written (`"select"`, `"heldout"`), or None for all.
         name: the lm-eval task's name (default: the task's, with the split).
     """
-    from workbench.tasks.task import Task, load_task
-
-    task = task if isinstance(task, Task) else load_task(task)
-    if not task.is_multiple_choice:
-        raise WorkbenchError(f"task {task.name!r} is not a multiple-choice task (its examples "
-                             "have no 'choices'); only those can be written as lm-eval tasks")
+    if not getattr(task, "is_multiple_choice", False):
+        raise WorkbenchError(f"task {getattr(task, 'name', task)!r} is not a multiple-choice "
+                             "task (its examples have no 'choices'); only those can be written "
+                             "as lm-eval tasks")
     examples = task.subset(split).examples if split is not None else task.examples
     if not examples:
         raise WorkbenchError(f"task {task.name!r} has no {split!r} examples")

@@ -9,17 +9,12 @@ ablated. Mean ablation takes each head's mean `z` over the documents' own texts.
 
     python -m workbench.lm_eval.rescore --model smollm2-135m \\
         --task tests/lm_eval/data/arc_style.yaml --heads L3H1,L7H0
-
-`--task` may also be a workbench multiple-choice task (a name such as `mc_facts_text`, or a
-task file): its `--split` (default held-out) is written as an lm-eval task in a temporary
-folder first (`workbench.lm_eval.export`), so lm-eval judges the documents the run held out.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 
 from workbench.errors import WorkbenchError
 from workbench.lm_eval.source import FEWSHOT_SEED, build_lm_eval_task, require_lm_eval
@@ -85,28 +80,13 @@ def _task_means(model, built, limit: int | None):
     return compute_head_means(model, tokens, lengths)
 
 
-def _lm_eval_spec(task: str, split: str, folder: str) -> str:
-    """`task` itself when lm-eval names it, else the YAML of the workbench task's `split`
-    written in `folder`."""
-    from workbench.lm_eval.export import write_lm_eval_task
-    from workbench.lm_eval.source import is_lm_eval_spec
-
-    if is_lm_eval_spec(task):
-        return task
-    return str(write_lm_eval_task(task, folder, None if split == "all" else split))
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m workbench.lm_eval.rescore`: print lm-eval's metrics clean and ablated."""
     parser = argparse.ArgumentParser(
         prog="python -m workbench.lm_eval.rescore",
         description="lm-eval's own scores of a model with and without a head set")
     parser.add_argument("--model", required=True, help="a name or folder load_model takes")
-    parser.add_argument("--task", required=True,
-                        help="lm_eval:<name>, an lm-eval task YAML, or a workbench "
-                             "multiple-choice task (name or file; see --split)")
-    parser.add_argument("--split", default="heldout", choices=["select", "heldout", "all"],
-                        help="a workbench task's examples to score (default heldout)")
+    parser.add_argument("--task", required=True, help="lm_eval:<name> or an lm-eval task YAML")
     parser.add_argument("--heads", required=True, help="the head set, e.g. L3H1,L7H0")
     parser.add_argument("--kind", default="zero", choices=["zero", "mean"])
     parser.add_argument("--num-fewshot", type=int, default=None)
@@ -114,15 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
     try:
-        with tempfile.TemporaryDirectory() as folder:
-            # refused before the model loads
-            built = build_lm_eval_task(_lm_eval_spec(args.task, args.split, folder))
-            from workbench.heads import HeadSet
-            from workbench.loading.model import load_model
+        built = build_lm_eval_task(args.task)  # refused before the model loads
+        from workbench.heads import HeadSet
+        from workbench.loading.model import load_model
 
-            model = load_model(args.model, device=args.device)
-            heads = HeadSet.of(model, args.heads)
-            scores = rescore(model, built, heads, args.kind, args.num_fewshot, args.limit)
+        model = load_model(args.model, device=args.device)
+        heads = HeadSet.of(model, args.heads)
+        scores = rescore(model, built, heads, args.kind, args.num_fewshot, args.limit)
     except WorkbenchError as e:
         print(f"rescore: error: {e}", file=sys.stderr)
         return 2
