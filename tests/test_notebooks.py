@@ -30,6 +30,8 @@ CELL_TIMEOUT_S = 300  # one cell
 NOTEBOOK_BUDGET_S = 300  # a whole notebook, kernel start included; most take under a minute
 # Notebook 7 converts-or-loads two real models and runs CEL on each: 462 s measured at load 6.6
 # on this 2-core machine, about half of that idle.
+# Notebook 8 loads Gemma-3, scores the 168 multiple-choice examples and runs a small CEL and
+# lm-eval twice: 500 s measured with the machine loaded 15 falling to 2.5.
 BUDGETS_S = {"07_two_families": 900, "08_benchmarks": 600}
 
 
