@@ -199,3 +199,84 @@ def test_stage_costs_are_the_estimates_plain_forwards(micro, monkeypatch):
     assert est.costs == costs and all(0 < c[0] <= c[1] for c in costs.values())
     for stage, (low, high) in costs.items():
         assert est.stage_seconds(stage) == pytest.approx((2 * low, 2 * high))
+
+
+def _counting(model, monkeypatch) -> list[int]:
+    """Patch `model`'s forward to record each call's real tokens (its attention mask's ones,
+    else its rows x width)."""
+    calls = []
+    real_forward = type(model).forward
+
+    def recording(self, tokens, *args, **kwargs):
+        mask = kwargs.get("attention_mask")
+        calls.append(int(mask.sum()) if mask is not None else tokens.numel())
+        return real_forward(self, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", recording)
+    return calls
+
+
+@pytest.mark.parametrize("one_token", [False, True])
+def test_the_choice_passes_are_counted_as_the_scorer_runs_them(attn_model, monkeypatch,
+                                                               one_token):
+    """`choice_forwards` and `choice_tokens` against the forwards and tokens the scorer
+    really runs: masks scored through the choice metric, each one pass over the prompts per
+    group of examples and, with a choice longer than one token, one over the choice rows;
+    none with one-token choices."""
+    from tests.metrics.test_choices import mc_task
+    from workbench.estimate import choice_forwards, choice_tokens
+    from workbench.metrics.choices import choice_metric
+    from workbench.scoring.scorer import MaskScorer, masks_of
+    from workbench.tasks.encoding import encode_task
+    from workbench.tasks.task import Task
+
+    task = mc_task(80)  # 40 selection examples, 2-5 choices: more than one group of rows
+    if one_token:
+        task = Task.from_records([{"id": e.id, "prompt": e.prompt, "gold": e.gold % 3,
+                                   "choices": ["w1", "w7", "w9"], "split": e.split}
+                                  for e in task.examples], name="mc1")
+    batch = encode_task(attn_model, task, "select")
+    scorer = MaskScorer(attn_model, batch, metric=choice_metric)
+    scorer.score(masks_of(attn_model, [[]]))  # the clean run, before counting
+    calls = _counting(attn_model, monkeypatch)
+    scorer.score(masks_of(attn_model, [["L0H1"], ["L1H2", "L0H0"], ["L1H3"]]))
+    prompt, tail = choice_tokens(batch)
+    per_mask = choice_forwards(batch)
+    groups = math.ceil(sum(len(c) for c in batch.choice_seqs) / 64)
+    assert per_mask == (groups if one_token else 2 * groups) and groups >= 2
+    assert len(calls) == 3 * per_mask
+    assert sum(calls) == 3 * (prompt + tail)
+    assert prompt == int(batch.lengths.sum())
+    assert (tail == 0) is one_token
+    assert tail == sum(len(c) - 1 for cs in batch.choice_seqs for c in cs)
+
+
+def test_a_multiple_choice_run_is_costed_with_every_block_and_its_choice_pass(attn_model,
+                                                                              tiny_task):
+    """An exact screening of a multiple-choice task costs, per head, every block and its
+    choice pass (`1 + choice_share`), not a restart at the head's layer; its counts are the
+    run's (masks times rows over N) as for any task, and the printed line says so."""
+    from tests.metrics.test_choices import mc_task
+    from workbench.estimate import (
+        RunEstimate,
+        choice_share,
+        choice_tokens,
+        plain_share,
+        stage_costs,
+    )
+    from workbench.racing import first_slice
+
+    run = prepare_run(attn_model, mc_task(80), method="exact", n_random=20, max_size=2,
+                      progress=False)
+    prompt, tail = choice_tokens(run.select)
+    assert choice_share(run) == tail / prompt > 0
+    n_heads, n_sel = 8, len(run.select)
+    forwards, costs = stage_forwards(run), stage_costs(run)
+    screened = n_heads * first_slice(n_sel) / n_sel
+    assert forwards["screen"][0] == pytest.approx(screened)
+    low, high = plain_share(2)
+    assert costs["screen"][0] == pytest.approx(screened * low * (1 + tail / prompt))
+    assert costs["screen"][1] == pytest.approx(n_heads * high * (1 + tail / prompt))
+    line = RunEstimate(forwards, costs, 1.0, n_sel, choice_share(run)).line()
+    assert f"its choice pass {tail / prompt:.0%} of its tokens more" in line
+    assert choice_share(prepare_run(attn_model, tiny_task, progress=False)) is None

@@ -40,6 +40,17 @@ bound holds at the load of the moment it was measured; a machine that gets faste
 jobs end) can beat it. The high end is every candidate on every example, every set restarted
 at its first layer: no bound, the size of a run that races nothing.
 
+**A multiple-choice main task** (`workbench.metrics.choices`) is scored through its choice
+metric, which never restarts at a layer: each of its masked passes runs the prompts through
+every block, and, where some choice is longer than one token, a second pass over the choice
+rows on the prompts' key-value cache (a one-token choice is read at the prompt's last
+position: no second pass). So each pass on its selection or held-out rows costs
+`1 + choice_share` of a plain forward (`(L - 1) / L` of that at the low end), where
+`choice_share` is the choice pass's tokens over the prompt pass's (`choice_tokens`), whatever
+layer its mask starts at. Its forward-equivalents are counted as the run counts them (a mask
+on `r` rows is `r / N`, both passes together); `choice_forwards` is the number of model
+forwards one scoring of a batch runs.
+
 A run that screens and searches at a lower precision (`CELConfig.search_dtype`,
 `workbench.precision`) runs those two stages on its bfloat16 copy, whose forward costs less
 (about half on an AVX-512 BF16 CPU, more on one without): so the forward is timed on the copy
@@ -136,14 +147,53 @@ def random_share(n_layers: int, n_heads: int, size: int, n_sets: int) -> Span:
     return max(0.0, mean - 1 / L - margin), min(1.0, mean + margin)
 
 
+def choice_tokens(batch) -> tuple[int, int]:
+    """`(prompt tokens, choice-pass tokens)` one scoring of a multiple-choice batch runs
+    (`workbench.metrics.choices`, shared path): every prompt's real tokens, and every choice
+    of more than one token but its last (`(0, 0)` for a batch without choices)."""
+    seqs = getattr(batch, "choice_seqs", None)
+    if seqs is None:
+        return 0, 0
+    tail = sum(len(c) - 1 for choices in seqs for c in choices if len(c) > 1)
+    return int(batch.lengths.sum()), tail
+
+
+def choice_forwards(batch) -> int:
+    """The model forwards one scoring of a multiple-choice batch runs (shared path): per group
+    of examples whose choices fill at most `ROWS_PER_PASS` rows, one over the prompts, and one
+    over the choice rows where some choice of the group is longer than one token."""
+    from workbench.metrics.choices import row_groups
+
+    return sum(1 + any(len(c) > 1 for i in group for c in batch.choice_seqs[i])
+               for group in row_groups(batch))
+
+
+def choice_share(run) -> float | None:
+    """A multiple-choice main task's choice-pass tokens over its prompt tokens, on the
+    selection split (0 with one-token choices); None for another task."""
+    prompt, tail = choice_tokens(run.select)
+    return None if getattr(run.select, "choice_seqs", None) is None else tail / max(1, prompt)
+
+
+def _main_share(run, share: Span) -> Span:
+    """What one masked pass on the main task costs, as a share of a forward: `share` (it
+    restarts at its layer), or for a multiple-choice task every block and its choice pass."""
+    extra = choice_share(run)
+    if extra is None:
+        return share
+    low, high = plain_share(run.model.cfg.n_layers)
+    return low * (1 + extra), high * (1 + extra)
+
+
 def _screen(run, n_heads: int, first: float) -> Part:
     config, L = run.config, run.model.cfg.n_layers
     n_sel = max(1, len(run.select))
     method = get_method(config.method)
     main = method.cost(ScreenCostInputs(n_heads, _n_metrics(run), first))
-    part = _part(main, single_share(L) if method.restarts else plain_share(L))
+    part = _part(main, _main_share(run, single_share(L) if method.restarts
+                                   else plain_share(L)))
     if not method.exact and config.check_attribution:  # every head on every example
-        part += _part((n_heads, n_heads), single_share(L))
+        part += _part((n_heads, n_heads), _main_share(run, single_share(L)))
     if config.side_screening and run.others:  # the pool's heads only: none at the least
         side = sum(n_heads * (first_slice(len(t.examples)) if config.adaptive
                               else len(t.examples)) / n_sel for t in run.others.values())
@@ -172,7 +222,8 @@ def _search(run, n_heads: int, first: float, knockout: float) -> Part | None:
         strategy = get_strategy(name)
         fixed, raced = strategy.cost(inputs, strategy.resolve(
             config.strategy_settings.get(name, {})))
-        part += _part((fixed, fixed), plain_share(L)) + _part((0.0, raced), (0.0, 1.0))
+        part += (_part((fixed, fixed), _main_share(run, plain_share(L)))
+                 + _part((0.0, raced), (0.0, _main_share(run, (0.0, 1.0))[1])))
         if strategy.certain:
             certain = max(certain, raced * first)
     return part + Part((certain, 0.0), (0.0, 0.0))
@@ -185,29 +236,36 @@ def _confirm(run, n_heads: int) -> Part:
     L, H = cfg.n_layers, cfg.n_heads
     n_sel, n_held = max(1, len(run.select)), max(1, len(run.heldout))
     side = [len(task.examples) for task in run.others.values()]
-    both = (n_held + sum(side)) / n_sel
-    part = _part((both, both), plain_share(L))  # the clean passes
-    part += _part((config.max_size * both,) * 2, (0.0, 1.0))  # the best sets, layers unknown
+    held, others = n_held / n_sel, sum(side) / n_sel
+    main_plain = _main_share(run, plain_share(L))
+    part = _part((held, held), main_plain) + _part((others, others), plain_share(L))  # clean
+    best = _main_share(run, (0.0, 1.0))[1]  # the best sets: layers unknown
+    part += Part((config.max_size * (held + others),) * 2,
+                 (0.0, config.max_size * (held * best + others)))
     first_held = (first_slice(n_held, config.baseline_examples) / n_held if config.adaptive
                   else 1.0)
     n_trade = min(config.tradeoff_sets, config.n_random // 4) if side else 0
-    sampled = (min(n_held, TRADEOFF_EXAMPLES) + sum(min(n, TRADEOFF_EXAMPLES) for n in side))
+    held_sampled = min(n_held, TRADEOFF_EXAMPLES) / n_sel
+    side_sampled = sum(min(n, TRADEOFF_EXAMPLES) for n in side) / n_sel
     for k in range(1, config.max_size + 1):
         n_k = min(config.n_random, math.comb(n_heads, min(k, n_heads)))
         if n_k == 0:
             continue
         exhaustive = n_k == math.comb(n_heads, min(k, n_heads))
         looked = set_looks(n_k, config.adaptive and config.random_looks and not exhaustive)[0]
-        low, _ = random_share(L, H, k, looked)
-        _, high = random_share(L, H, k, n_k)
+        low, _ = _main_share(run, random_share(L, H, k, looked))
+        _, high = _main_share(run, random_share(L, H, k, n_k))
         # all heads: the first look on its first slice; the pool's: none more at the least
-        part += Part((looked * first_held * n_held / n_sel, 2 * n_k * n_held / n_sel),
-                     (looked * first_held * n_held / n_sel * low, 2 * n_k * n_held / n_sel))
+        part += Part((looked * first_held * held, 2 * n_k * held),
+                     (looked * first_held * held * low, 2 * n_k * held * high))
         if n_trade:  # the found set (layers unknown) and each baseline's sample
             sample = min(n_trade, n_k)
             low, _ = random_share(L, H, k, sample)
-            part += Part(((1 + sample) * sampled / n_sel, (1 + 2 * sample) * sampled / n_sel),
-                         (sample * sampled / n_sel * low, (1 + 2 * sample) * sampled / n_sel))
+            low_main, _ = _main_share(run, (low, 1.0))
+            sampled = held_sampled + side_sampled
+            part += Part(((1 + sample) * sampled, (1 + 2 * sample) * sampled),
+                         (sample * (held_sampled * low_main + side_sampled * low),
+                          (1 + 2 * sample) * (held_sampled * best + side_sampled)))
     return part
 
 
@@ -293,6 +351,7 @@ class RunEstimate:
     costs: dict[str, Span | None]
     seconds_per_forward: float
     n_select: int
+    choice_share: float | None = None  # a multiple-choice main task's (`choice_share`)
 
     @property
     def seconds(self) -> Span:
@@ -336,10 +395,14 @@ class RunEstimate:
             lo, hi = LIKELY_SPREAD
             parts[0] = (f"likely {about(sum(likely.values()))} ({stages}; default runs "
                         f"on real models took {lo:g}-{hi:g}x their likely time); {parts[0]}")
+        how = ("a masked pass restarts at its layer" if self.choice_share is None else
+               "a masked pass runs every block" + (
+                   f", and its choice pass {self.choice_share:.0%} of its tokens more"
+                   if self.choice_share else ": one-token choices"))
         return (f"estimate: {', '.join(parts)} forward-equivalents, from the least the run "
                 f"can cost (a bound at this load) to none stopped; a forward over the "
                 f"{self.n_select} selection examples measured {self.seconds_per_forward:.2g} s "
-                "now (a masked pass restarts at its layer)")
+                f"now ({how})")
 
 
 def _span(low: float, high: float, fmt: str | None) -> str:
@@ -380,4 +443,4 @@ def estimate_run(run, done: tuple[str, ...] = ()) -> RunEstimate:
              (v.cost if k not in SEARCHED else (v.cost[0] * share, v.cost[1] * share))
              for k, v in stages.items()}
     return RunEstimate({k: None if v is None else v.count for k, v in stages.items()},
-                       costs, seconds, len(run.select))
+                       costs, seconds, len(run.select), choice_share(run))

@@ -124,7 +124,8 @@ def _add_cel_parser(subparsers) -> argparse.ArgumentParser:
         "--task",
         default=None,
         metavar="NAME|PATH",
-        help="a task in tasks/ or a JSONL task file (default: the embedded model's default task)",
+        help="a task in tasks/ or tasks/benchmarks/ (by name) or a JSONL task file (default: "
+        "the embedded model's default task)",
     )
     p.add_argument(
         "--others", nargs="*", default=None, metavar="TASK", help="tasks to report side effects on"

@@ -10,6 +10,8 @@ hooked model with heads removed as a model it scores.
   (`workbench.lm_eval.generate_until`); `load_task` uses it.
 - `workbench.lm_eval.rescore.rescore`: lm-eval's scores of a model clean and with a head set
   removed; `python -m workbench.lm_eval.rescore --model M --task T --heads L3H1`.
+- `workbench.lm_eval.export.write_lm_eval_task`: a workbench multiple-choice task's split as an
+  lm-eval task over local files, for `rescore`.
 
 lm-eval is an optional dependency (`pip install "cel-workbench[lm_eval]"`). The names are
 imported on first use, so `import workbench.lm_eval` needs neither lm-eval nor torch, and

@@ -75,13 +75,13 @@ def choice_logliks(
     width = max(len(c) for c in batch.choice_seqs)
     out = torch.full((len(batch), width), float("-inf"), device=batch.tokens.device)
     run = _shared_rows if shared else _naive_rows
-    for examples in _chunks(batch):
+    for examples in row_groups(batch):
         for i, lls in zip(examples, run(model, batch, examples), strict=True):
             out[i, : len(lls)] = lls
     return out
 
 
-def _chunks(batch: TaskBatch) -> list[list[int]]:
+def row_groups(batch: TaskBatch) -> list[list[int]]:
     """Examples grouped so that a group's choices fill at most `ROWS_PER_PASS` rows."""
     groups, rows = [[]], 0
     for i, choices in enumerate(batch.choice_seqs):

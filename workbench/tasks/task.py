@@ -36,7 +36,7 @@ from workbench.metrics.records import GENERATION, MULTIPLE_CHOICE, metric_names,
 from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
 from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
 from workbench.tasks.format import SPLITS, check_example, check_header, check_kind, example_kind
-from workbench.tasks.names import TASKS_DIR
+from workbench.tasks.names import BENCHMARKS_DIR, TASKS_DIR, task_file, task_names
 
 # The metrics a task can name, and those that compare the answers with the `wrong` answers (so
 # need them on every example): from the metrics' records (`workbench.metrics.records`).
@@ -356,17 +356,17 @@ def _assign_splits(
 
 
 def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
-    """A task file path from a path or a name in `tasks/`."""
+    """A task file path from a path or a shipped task's name (`tasks/` or `tasks/benchmarks/`,
+    `workbench.tasks.names.task_file`)."""
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
-    candidate = TASKS_DIR / f"{name_or_path}.jsonl"
-    if candidate.is_file():
-        return candidate
-    known = sorted(p.stem for p in TASKS_DIR.glob("*.jsonl")) if TASKS_DIR.is_dir() else []
+    found = task_file(str(name_or_path))
+    if found is not None:
+        return found
     raise WorkbenchError(
-        f"task {str(name_or_path)!r} is neither a file nor a task in {TASKS_DIR}; known tasks: "
-        f"{known}"
+        f"task {str(name_or_path)!r} is neither a file nor a task in {TASKS_DIR} or "
+        f"{BENCHMARKS_DIR}; known tasks: {task_names()}"
     )
 
 
@@ -419,12 +419,13 @@ def _task_from_lines(header: dict, lines: list[tuple[str, object]], default_name
 def load_task(
     name_or_path: str | os.PathLike, seed: int = 0, heldout_fraction: float = 0.5
 ) -> Task:
-    """Load a task from `tasks/<name>.jsonl` or a JSONL path, or an lm-eval multiple-choice
-    task (`lm_eval:<name>` or a task YAML, built by lm-eval: `workbench.lm_eval.source`).
+    """Load a task from `tasks/<name>.jsonl` (or `tasks/benchmarks/<name>.jsonl`) or a JSONL
+    path, or an lm-eval multiple-choice task (`lm_eval:<name>` or a task YAML, built by
+    lm-eval: `workbench.lm_eval.source`).
 
     Args:
-        name_or_path: a task name in `tasks/`, the path of a task file, `lm_eval:<name>` or
-            the path of an lm-eval task YAML.
+        name_or_path: a task name in `tasks/` or `tasks/benchmarks/`, the path of a task
+            file, `lm_eval:<name>` or the path of an lm-eval task YAML.
         seed: seeds the split of examples that carry no `split` field.
         heldout_fraction: the fraction of such examples (or groups) put in the held-out split.
 
