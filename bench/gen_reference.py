@@ -29,45 +29,24 @@ fed and generated for one example. Run from the repository root:
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import platform
 import re
 import string
-import time
+import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
 
-TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks" / "benchmarks"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference import each_task, interval, parser, read_task, timed  # noqa: E402
+
 DEFAULT_TASKS = ("gen_facts",)
-DEFAULT_MODELS = ("smollm2-135m", "gemma-3-270m")
-Z95 = 1.959963984540054
 # lm-eval gsm8k's two filters (`gsm8k.yaml`, `filter_list`), as RegexFilter arguments.
 NAMED = {
     "strict-match": {"regex": r"#### (\-?[0-9\.\,]+)", "group_select": 0},
     "flexible-extract": {"regex": r"(-?[$0-9.,]{2,})|(-?[0-9]+)", "group_select": -1},
 }
 DEFAULTS = {"max_new_tokens": 32, "until": ["\n\n"], "extractor": "first_line"}
-
-
-def read_task(path: Path) -> tuple[dict, list[dict]]:
-    """The header and the examples of a JSON Lines task file."""
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    return records[0]["task"], records[1:]
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials."""
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def cut_at_stops(text: str, until: list[str]) -> str:
@@ -184,63 +163,32 @@ def tokens_fed(tokenizer, prompt_ids: list[int], new: list[int], example: dict) 
     )
 
 
-def _interval(k: int, n: int) -> str:
-    lo, hi = wilson(k, n)
-    return f"{k / n:.3f} [{lo:.3f}, {hi:.3f}]"
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=list(DEFAULT_TASKS),
-        help="task names in tasks/benchmarks/ or paths to task files",
-    )
-    parser.add_argument("--limit", type=int, default=None, help="first N examples per split")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--subjects", action="store_true", help="also print per-subject counts")
-    args = parser.parse_args(argv)
-    from workbench.loading.gguf import read_gguf
-    from workbench.loading.shipped import REAL_MODELS
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(
-        f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
-        f"threads, torch {torch.__version__}"
-    )
+    p = parser(__doc__, DEFAULT_TASKS)
+    p.add_argument("--subjects", action="store_true", help="also print per-subject counts")
+    args = p.parse_args(argv)
     table = [
         "| model | task | split | n | exact_match [95% CI] |",
         "|---|---|---|---|---|",
     ]
-    for name in args.models:
-        start = time.perf_counter()
-        model, tokenizer = read_gguf(REAL_MODELS[name].path())
-        print(f"\n## {name}: read in {time.perf_counter() - start:.0f} s")
-        for task in args.tasks:
-            path = Path(task) if task.endswith(".jsonl") else TASKS_DIR / f"{task}.jsonl"
-            start = time.perf_counter()
-            result = score_task(model, tokenizer, path, args.limit)
-            header = result["header"]
-            print(
-                f"\n{header['name']} ({len(result['answers'])} examples, "
-                f"{time.perf_counter() - start:.0f} s); tokens fed for its first example:"
-            )
-            print(result["fed"])
-            misses = [a for a in result["answers"] if not a["hit"]][:5]
-            print("    first misses: " + "; ".join(
-                f"{a['id']}: {a['answer']!r} (target {a['target']!r})" for a in misses))
-            for split, row in result["splits"].items():
-                line = (f"| {name} | {header['name']} | {split} | {row['n']} | "
-                        f"{_interval(row['exact_match'], row['n'])} |")
-                print(line)
-                table.append(line)
-                if args.subjects:
-                    for key in sorted(k for k in row if k.startswith("n:")):
-                        subject = key[2:]
-                        print(f"    {split} {subject}: {row['exact_match:' + subject]}/{row[key]}")
+    for name, path, model, tokenizer in each_task(args):
+        result, seconds = timed(lambda: score_task(model, tokenizer, path, args.limit))  # noqa: B023
+        header = result["header"]
+        print(f"\n{header['name']} ({len(result['answers'])} examples, {seconds:.0f} s); "
+              "tokens fed for its first example:")
+        print(result["fed"])
+        misses = [a for a in result["answers"] if not a["hit"]][:5]
+        print("    first misses: " + "; ".join(
+            f"{a['id']}: {a['answer']!r} (target {a['target']!r})" for a in misses))
+        for split, row in result["splits"].items():
+            line = (f"| {name} | {header['name']} | {split} | {row['n']} | "
+                    f"{interval(row['exact_match'], row['n'])} |")
+            print(line)
+            table.append(line)
+            if args.subjects:
+                for key in sorted(k for k in row if k.startswith("n:")):
+                    subject = key[2:]
+                    print(f"    {split} {subject}: {row['exact_match:' + subject]}/{row[key]}")
     print("\n" + "\n".join(table))
 
 

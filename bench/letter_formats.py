@@ -43,7 +43,7 @@ from generate_mc_tasks import (  # noqa: E402
     pair_splits,
     read_pairs,
 )
-from mc_reference import wilson  # noqa: E402
+from reference import wilson  # noqa: E402
 
 LETTERS = "ABCDEFGH"
 LABELS = {"dot": "{L}. {x}", "paren": "({L}) {x}", "rparen": "{L}) {x}", "after": "{x} ({L})"}

@@ -27,37 +27,16 @@ Printed per model, task and split: n, acc and acc_norm with Wilson 95% intervals
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
-import math
-import platform
-import time
+import sys
 from pathlib import Path
 
 import torch
 
-TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks" / "benchmarks"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference import each_task, interval, parser, read_task, timed, wilson  # noqa: E402,F401  (wilson: the tests read it here)
+
 DEFAULT_TASKS = ("mc_facts_letters", "mc_facts_text")
-DEFAULT_MODELS = ("smollm2-135m", "gemma-3-270m")
-Z95 = 1.959963984540054
-
-
-def read_task(path: Path) -> tuple[dict, list[dict]]:
-    """The header and the examples of a JSON Lines task file."""
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    return records[0]["task"], records[1:]
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials."""
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -155,65 +134,29 @@ def tokens_fed(tokenizer, example: dict, delim: str) -> str:
     return "\n".join(lines)
 
 
-def _interval(k: int, n: int) -> str:
-    lo, hi = wilson(k, n)
-    return f"{k / n:.3f} [{lo:.3f}, {hi:.3f}]"
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=list(DEFAULT_TASKS),
-        help="task names in tasks/benchmarks/ or paths to task files",
-    )
-    parser.add_argument("--limit", type=int, default=None, help="first N examples per split")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument(
-        "--check",
-        type=int,
-        default=5,
-        help="compare with one full forward per choice on the first N examples",
-    )
-    args = parser.parse_args(argv)
-    from workbench.loading.gguf import read_gguf
-    from workbench.loading.shipped import REAL_MODELS
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(
-        f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
-        f"threads, torch {torch.__version__}"
-    )
+    p = parser(__doc__, DEFAULT_TASKS)
+    p.add_argument("--check", type=int, default=5,
+                   help="compare with one full forward per choice on the first N examples")
+    args = p.parse_args(argv)
     table = [
         "| model | task | metric | split | n | acc [95% CI] | acc_norm [95% CI] | chance |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name in args.models:
-        start = time.perf_counter()
-        model, tokenizer = read_gguf(REAL_MODELS[name].path())
-        print(f"\n## {name}: read in {time.perf_counter() - start:.0f} s")
-        for task in args.tasks:
-            path = Path(task) if task.endswith(".jsonl") else TASKS_DIR / f"{task}.jsonl"
-            start = time.perf_counter()
-            result = score_task(model, tokenizer, path, args.limit, args.check)
-            header = result["header"]
-            print(
-                f"\n{header['name']} (metric {header['metric']}), "
-                f"{time.perf_counter() - start:.0f} s; max |cached - naive| ll over "
-                f"{args.check} examples {result['gap']:.2e}; tokens fed for its first example:"
-            )
-            print(result["fed"])
-            for split, row in result["splits"].items():
-                acc, norm = _interval(row["acc"], row["n"]), _interval(row["acc_norm"], row["n"])
-                line = (
-                    f"| {name} | {header['name']} | {header['metric']} | {split} | "
-                    f"{row['n']} | {acc} | {norm} | {row['chance']:.2f} |"
-                )
-                print(line)
-                table.append(line)
+    for name, path, model, tokenizer in each_task(args):
+        result, seconds = timed(
+            lambda: score_task(model, tokenizer, path, args.limit, args.check))  # noqa: B023
+        header = result["header"]
+        print(f"\n{header['name']} (metric {header['metric']}), {seconds:.0f} s; max |cached - "
+              f"naive| ll over {args.check} examples {result['gap']:.2e}; tokens fed for its "
+              "first example:")
+        print(result["fed"])
+        for split, row in result["splits"].items():
+            acc, norm = interval(row["acc"], row["n"]), interval(row["acc_norm"], row["n"])
+            line = (f"| {name} | {header['name']} | {header['metric']} | {split} | "
+                    f"{row['n']} | {acc} | {norm} | {row['chance']:.2f} |")
+            print(line)
+            table.append(line)
     print("\n" + "\n".join(table))
 
 

@@ -20,7 +20,6 @@ is the generation kind's (`tasks/README.md`: `target`, the header's `generation`
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from generate_hub_tasks import read_pairs, write_tasks  # noqa: E402  (one reader, one writer)
+from generate_hub_tasks import read_pairs, run_cli, write_tasks  # noqa: E402  (one reader, one writer)
 from generate_mc_tasks import SPLITS, SUBJECTS, pair_splits  # noqa: E402  (one split rule)
 
 DEFAULT_SEED = 0
@@ -126,18 +125,7 @@ def write_all(out_dir: Path, seed: int = DEFAULT_SEED) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=HERE / "benchmarks",
-        help="folder to write into (default: tasks/benchmarks)",
-    )
-    args = parser.parse_args(argv)
-    for path in write_all(args.out, args.seed):
-        n = sum(1 for _ in path.open(encoding="utf-8")) - 1
-        print(f"{path}: {n} examples")
+    run_cli(write_all, HERE / "benchmarks", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -437,19 +437,24 @@ def write_tasks(tasks: dict[str, Callable[[int], list[dict]]], out_dir: Path,
     return paths
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_cli(write: Callable[[Path, int], list[Path]], default_out: Path, doc: str,
+            argv: list[str] | None = None) -> None:
+    """The command line every task generator shares: `--seed` and `--out` (default
+    `default_out`), then `write(out, seed)` and one line per file written with its example
+    count (the header line not counted). `doc` is the script's docstring; its first line is the
+    help's description."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path(__file__).resolve().parent,
-        help="folder to write into (default: this script's folder)",
-    )
+    parser.add_argument("--out", type=Path, default=default_out,
+                        help=f"folder to write into (default: {default_out.name})")
     args = parser.parse_args(argv)
-    for path in write_all(args.out, args.seed):
+    for path in write(args.out, args.seed):
         n = sum(1 for _ in path.open(encoding="utf-8")) - 1
         print(f"{path}: {n} examples")
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli(write_all, Path(__file__).resolve().parent, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -9,51 +9,23 @@ a true pair of the question's own split. The generator is rerun to check the fil
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import load_script, read_task_file
+from tests.tasks.facts import BENCH_DIR, SPLITS, FactFiles
 
-TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
-BENCH_DIR = TASKS_DIR / "benchmarks"
 TASK_NAMES = ("mc_facts_letters", "mc_facts_text")
 METRIC = {"mc_facts_letters": "acc", "mc_facts_text": "acc_norm"}
 SHOTS = {"mc_facts_letters": 5, "mc_facts_text": 3}
 EXAMPLE_KEYS = {"id", "prompt", "choices", "gold", "split", "group", "meta"}
-SPLITS = ("select", "heldout")
-
-
-@functools.cache
-def _generator():
-    return load_script(TASKS_DIR / "generate_mc_tasks.py")
-
-
-@functools.cache
-def _load(name: str) -> tuple[dict, list[dict]]:
-    return read_task_file(BENCH_DIR / f"{name}.jsonl")
-
-
-@functools.cache
-def _pairs(subject: str) -> tuple[tuple[str, str], ...]:
-    return tuple(_generator().read_pairs(subject))
-
-
-def _question_input(subject: str, question: str) -> str:
-    """The input x of a question written from its subject's template."""
-    template = _generator().SUBJECTS[subject][1]
-    before, after = template.split("{x}")
-    match = re.fullmatch(re.escape(before) + "(.+)" + re.escape(after), question)
-    assert match, f"question {question!r} does not follow {template!r}"
-    return match[1]
+FILES = FactFiles("generate_mc_tasks.py", TASK_NAMES, "mc_")
 
 
 def _parse(name: str, example: dict) -> tuple[list[tuple[str, str]], str, list[str]]:
     """(few-shot (input, answer) pairs, the question's input, its option texts)."""
-    gen, subject = _generator(), example["meta"]["subject"]
+    gen, subject = FILES.generator, example["meta"]["subject"]
     blocks = example["prompt"].split("\n\n")
     if name == "mc_facts_letters":
         assert blocks[0] == gen.MMLU_HEADER.format(subject=gen.SUBJECTS[subject][0])
@@ -67,19 +39,14 @@ def _parse(name: str, example: dict) -> tuple[list[tuple[str, str]], str, list[s
         demos = []
         for q, opts, a in shots:
             letter = re.fullmatch(r"Answer: ([ABCD])", a)[1]
-            demos.append((_question_input(subject, q), opts[gen.LETTERS.index(letter)]))
-        return demos, _question_input(subject, question), options
-    demos = []
-    for block in blocks[:-1]:
-        q, a = re.fullmatch(r"Question: (.+)\nAnswer: (.+)", block).groups()
-        demos.append((_question_input(subject, q), a))
-    question = re.fullmatch(r"Question: (.+)\nAnswer:", blocks[-1])[1]
-    return demos, _question_input(subject, question), example["choices"]
+            demos.append((FILES.question_input(subject, q), opts[gen.LETTERS.index(letter)]))
+        return demos, FILES.question_input(subject, question), options
+    return (*FILES.parse_open(subject, blocks), example["choices"])
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_header(name):
-    header, _ = _load(name)
+    header, _ = FILES.load(name)
     assert set(header) == {"task"}
     task = header["task"]
     keys = {"name", "description", "metric", "target_delimiter", "source", "split_by"}
@@ -92,7 +59,7 @@ def test_header(name):
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_examples_well_formed(name):
-    _, examples = _load(name)
+    _, examples = FILES.load(name)
     assert 100 <= len(examples) <= 200
     ids = [e["id"] for e in examples]
     assert len(set(ids)) == len(ids)
@@ -111,10 +78,10 @@ def test_examples_well_formed(name):
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_gold_and_distractors_recomputed_from_the_word_lists(name):
-    gen = _generator()
-    for e in _load(name)[1]:
+    gen = FILES.generator
+    for e in FILES.load(name)[1]:
         subject = e["meta"]["subject"]
-        pairs = _pairs(subject)
+        pairs = FILES.pairs(subject)
         _, x, options = _parse(name, e)
         assert e["group"] == f"{subject}:{x}", e["id"]
         y = dict(pairs)[x]
@@ -129,39 +96,23 @@ def test_gold_and_distractors_recomputed_from_the_word_lists(name):
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_few_shot_examples_are_true_and_from_the_question_s_own_split(name):
-    gen = _generator()
-    _, examples = _load(name)
-    groups = {s: {e["group"] for e in examples if e["split"] == s} for s in SPLITS}
+    _, examples = FILES.load(name)
     for e in examples:
-        subject = e["meta"]["subject"]
         demos, x, options = _parse(name, e)
         assert len(demos) == SHOTS[name], e["id"]
-        split_of = gen.pair_splits(0, name, subject)
-        other = "heldout" if e["split"] == "select" else "select"
-        for dx, dy in demos:
-            assert (dx, dy) in set(_pairs(subject)) and dx != x, e["id"]
-            assert split_of[dx] == e["split"], (e["id"], dx)
-            # No fact of the other split is ever shown (held-out facts never while selecting).
-            assert f"{subject}:{dx}" not in groups[other], (e["id"], dx)
+        FILES.check_demos(name, examples, e, demos, x)
         assert not {dy for _, dy in demos} & set(options), "a shown answer is an option"
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_groups_never_cross_splits_and_splits_are_halves(name):
-    _, examples = _load(name)
-    split_of: dict[str, str] = {}
-    for e in examples:
-        assert split_of.setdefault(e["group"], e["split"]) == e["split"], e["group"]
-    assert len(split_of) == len(examples), "one question per fact"
-    counts = Counter(e["split"] for e in examples)
-    assert counts["select"] == counts["heldout"]
-    per_subject = Counter((e["meta"]["subject"], e["split"]) for e in examples)
+    per_subject = FILES.check_groups(FILES.load(name)[1])
     assert len(set(per_subject.values())) == 1, "every subject equally in each split"
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_gold_positions_balanced_in_each_split(name):
-    _, examples = _load(name)
+    _, examples = FILES.load(name)
     for split in SPLITS:
         golds = Counter(e["gold"] for e in examples if e["split"] == split)
         assert sorted(golds) == [0, 1, 2, 3]
@@ -170,27 +121,13 @@ def test_gold_positions_balanced_in_each_split(name):
 
 def test_text_choices_vary_in_length():
     """acc_norm differs from acc only when choices differ in length."""
-    _, examples = _load("mc_facts_text")
+    _, examples = FILES.load("mc_facts_text")
     varied = sum(len({len(c) for c in e["choices"]}) > 1 for e in examples)
     assert varied >= 0.9 * len(examples)
 
 
 def test_generator_reproduces_files(tmp_path):
-    gen = _generator()
-    seeds = {_load(name)[0]["task"]["source"].split()[-1] for name in TASK_NAMES}
-    assert seeds == {"0"}, f"task files come from other seeds than the tests read: {seeds}"
-    written = gen.write_all(tmp_path, seed=0)
-    assert sorted(p.name for p in written) == sorted(f"{n}.jsonl" for n in TASK_NAMES)
-    for path in written:
-        assert path.read_bytes() == (BENCH_DIR / path.name).read_bytes(), path.name
-    shipped = sorted(p.name for p in BENCH_DIR.iterdir() if p.name.startswith("mc_"))
-    assert shipped == sorted(p.name for p in written)
-
-
-def test_another_seed_gives_other_files(tmp_path):
-    gen = _generator()
-    for path in gen.write_all(tmp_path, seed=1):
-        assert path.read_bytes() != (BENCH_DIR / path.name).read_bytes(), path.name
+    FILES.check_reproduced(tmp_path)
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -199,4 +136,4 @@ def test_every_mc_file_obeys_the_loader_s_rules(name):
 
     path = BENCH_DIR / f"{name}.jsonl"
     task = load_task(path)  # raises on any broken rule
-    assert task.name == name and len(task) == len(_load(name)[1])
+    assert task.name == name and len(task) == len(FILES.load(name)[1])
