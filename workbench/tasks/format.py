@@ -71,7 +71,7 @@ from __future__ import annotations
 
 from workbench.errors import WorkbenchError
 from workbench.generation.settings import GenerationSettings
-from workbench.metrics.records import GENERATION, MULTIPLE_CHOICE, NEXT_TOKEN, metric_names
+from workbench.metric_records import GENERATION, MULTIPLE_CHOICE, NEXT_TOKEN, metric_names
 from workbench.options import AnswerScope
 
 SPLITS = ("select", "heldout")

@@ -32,14 +32,14 @@ import numpy as np
 from workbench.deprecation import deprecated
 from workbench.errors import WorkbenchError
 from workbench.generation.settings import GenerationSettings
-from workbench.metrics.records import GENERATION, MULTIPLE_CHOICE, metric_names, names_where
+from workbench.metric_records import GENERATION, MULTIPLE_CHOICE, metric_names, names_where
 from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
 from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
 from workbench.tasks.format import SPLITS, check_example, check_header, check_kind, example_kind
 from workbench.tasks.names import BENCHMARKS_DIR, TASKS_DIR, task_file, task_names
 
 # The metrics a task can name, and those that compare the answers with the `wrong` answers (so
-# need them on every example): from the metrics' records (`workbench.metrics.records`).
+# need them on every example): from the metrics' records (`workbench.metric_records`).
 METRIC_NAMES = metric_names()
 NEEDS_WRONG = names_where("needs_wrong")
 # The per-tokenizer constructions a task header can name; `workbench.tasks.fit.FITS` implements
