@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.lm_eval.source import check_lm_eval_name, is_lm_eval_spec
 from workbench.options import did_you_mean
 
 TASKS_DIR = Path(__file__).resolve().parent.parent.parent / "tasks"
@@ -74,6 +73,8 @@ def check_task_name(name: str) -> None:
     """Raise `WorkbenchError` unless `name` is a task file or a task in `tasks/` or
     `tasks/benchmarks/`, or an lm-eval multiple-choice task (`lm_eval:<name>`, a task YAML)
     lm-eval knows."""
+    from workbench.lm_eval.source import check_lm_eval_name, is_lm_eval_spec
+
     if is_lm_eval_spec(name):
         check_lm_eval_name(name)
         return
