@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     from workbench import load_model
     from workbench.ablation import ablation_hooks
     from workbench.generation import greedy_generate, naive_generate
-    from workbench.scoring.batching import forward_kwargs
+    from workbench.logits import forward_kwargs
     from workbench.tasks.tokenizer import get_tokenizer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

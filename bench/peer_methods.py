@@ -25,6 +25,7 @@ from workbench.screening.screen import screen_heads
 from workbench.search.candidates import search_pool
 from workbench.search.space import SearchSpace
 from workbench.search.strategies.compressed_sensing import (
+    CompressedSensingSettings,
     compressed_sensing,
     lasso,
     lasso_alpha_max,
@@ -203,7 +204,7 @@ def cs_workbench(model, select: TaskBatch, objective: str, secondary: str | None
                               .iloc[0]["heads"]).heads
                 for k, g in combos.groupby("size") if 1 <= k <= max_size}
     res.notes = {"n_masks": max(64, 4 * L * H), "knockout_p": min(0.25, 5.0 / (L * H)),
-                 "alpha": "5-fold CV", "top_m": space.top_m}
+                 "alpha": "5-fold CV", "top_m": CompressedSensingSettings.top_m}
     return res
 
 

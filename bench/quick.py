@@ -71,8 +71,8 @@ def planted_recall(n_heads: int, seed: int, n_fillers: int, max_size: int,
         scorer.clean()
         budget = max(100, int(default_budget(n_heads, 3) * fraction))
         space = SearchSpace(scorer, candidate_heads(heads), FIRST, SECOND, max_size=max_size,
-                            seed=seed, pool=pool, adaptive=True, budget=budget)
-        strategies()["interaction"](space)
+                            seed=seed, pool=pool, adaptive=True)
+        strategies()["interaction"](space, search_budget=budget)
         sets, _ = best_sets(pd.DataFrame(space.records), FIRST, SECOND, max_size)
         rows.append({
             "heads": n_heads, "select_examples": len(scorer.data), "fraction": fraction,

@@ -45,6 +45,7 @@ search should find `best_genuine`, an unguarded one `best` (today's behaviour).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -70,7 +71,7 @@ from workbench.search.candidates import (  # noqa: E402
     select_candidates,
 )
 from workbench.search.finalists import default_budget
-from workbench.search.gate_training import GateSettings, gate_search, gated_scores, train_gates  # noqa: E402
+from workbench.search.gate_training import GateSettings, gated_scores, train_gates  # noqa: E402
 from workbench.search.registry import strategies
 from workbench.search.space import SearchSpace
 from workbench.stats import Stats  # noqa: E402
@@ -112,8 +113,8 @@ GATE_VARIANTS = {
     "gates, 100 steps": ("gates", {"gates": {"steps": 100}}),
     "gates, batch 32": ("gates", {"gates": {"batch_size": 32}}),
     # equal small budgets: training (112) + 9 finalists' 129 sets; knockouts (125) + 8's 92
-    "gates, budget 250": ("gates", {"budget": 250}),
-    "interaction, budget 250 (for comparison)": ("interaction", {"budget": 250}),
+    "gates, budget 250": ("gates", {"search_budget": 250}),
+    "interaction, budget 250 (for comparison)": ("interaction", {"search_budget": 250}),
 }
 # The interaction search's design choices, each changed alone (`--variants`).
 VARIANTS = {
@@ -187,15 +188,15 @@ def run_plant(
         kw = {"pool": pool, "adaptive": adaptive, **kw}
         if kw.get("knockout_p") == "5/n":
             kw["knockout_p"] = min(0.25, 5.0 / n_heads)
-        settings = kw.pop("gates", None)
+        # the strategy's own settings (its settings dataclass), the rest the space's
+        own = {k: kw.pop(k) for k in list(kw)
+               if k in {f.name for f in dataclasses.fields(strategies()[name].settings_type)}}
+        own.update(kw.pop("gates", {}))
         space = SearchSpace(
             scorer, candidate_heads(heads), FIRST, SECOND, max_size=max_size, seed=seed, **kw
         )
         t0 = time.process_time()
-        if settings is None:
-            strategies()[name](space)
-        else:
-            gate_search(space, GateSettings(**settings))
+        strategies()[name](space, **own)
         cpu = time.process_time() - t0
         gate_eq = space.notes.get("gates", {}).get("forward_eq", {}).get("training", 0.0)
         sets, _ = best_sets(pd.DataFrame(space.records), FIRST, SECOND, max_size)

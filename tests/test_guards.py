@@ -30,7 +30,7 @@ from workbench.guards import (
     task_metrics,
     with_defaults,
 )
-from workbench.metrics.records import Metric, declare
+from workbench.metric_records import Metric, declare
 from workbench.pipeline import run_cel
 from workbench.results.frontier import frontier_table
 from workbench.results.headline import best_line, collapsed

@@ -15,7 +15,7 @@ import workbench.cli.parser as cli
 import workbench.loading.model
 from tests.metrics.test_choices import mc_task
 from workbench.errors import TaskWarning, WorkbenchError
-from workbench.metrics.records import Metric, declare
+from workbench.metric_records import Metric, declare
 from workbench.pipeline import run_cel
 
 FAST = dict(n_random=20, n_boot=100, progress=False, max_size=2)

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import metric_names, record, task_kind
+from workbench.metric_records import metric_names, record, task_kind
 from workbench.options import Option
 
 MAIN = "main"  # the task a guard names when it guards the main task

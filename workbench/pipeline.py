@@ -63,7 +63,7 @@ from workbench.guards import (
     run_guards,
     task_metrics,
 )
-from workbench.metrics.records import base_metric, check_objective, default_secondary, task_kind
+from workbench.metric_records import base_metric, check_objective, default_secondary, task_kind
 from workbench.metrics.run_checks import before_search, check_choice_ablation, multi_token_note
 from workbench.metrics.scores import builtin_metric, task_metric
 from workbench.precision import resolved, search_model

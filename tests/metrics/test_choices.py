@@ -11,6 +11,7 @@ import torch
 
 from tests.helpers import assert_close
 from workbench.ablation import ablation_hooks, compute_head_means
+from workbench.metric_records import metric_names, registered
 from workbench.metrics.choices import (
     CHOICE_SCORES,
     choice_logliks,
@@ -18,7 +19,6 @@ from workbench.metrics.choices import (
     choice_scores,
     gold_and_lengths,
 )
-from workbench.metrics.records import metric_names, registered
 from workbench.metrics.scores import evaluate, summarize, task_metric
 from workbench.screening.attribution import attribution_effects
 from workbench.tasks.encoding import encode_task

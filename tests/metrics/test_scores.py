@@ -15,9 +15,9 @@ import torch
 
 from tests.helpers import assert_close, greedy_decode, write_lines
 from workbench import ablated, encode_task, evaluate, load_task, summarize
+from workbench.metric_records import METRIC_RECORDS, scored_names
 from workbench.metrics.choices import CHOICE_SCORES
 from workbench.metrics.generation import GENERATION_SCORES
-from workbench.metrics.records import METRIC_RECORDS, scored_names
 from workbench.metrics.scores import METRICS, get_metric
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import METRIC_NAMES, NEEDS_WRONG, Example, Task

@@ -4,6 +4,8 @@ one strategy's search of it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from bench.planted import PlantSpec
@@ -20,9 +22,10 @@ MICRO = PlantSpec(
 )
 
 
-def search_planted(pm, heads, strategy, **kw):
+def search_planted(pm, heads, strategy, **settings):
     """Run `strategy` on planted model `pm` over the candidates and pool of screening table
-    `heads`: `(space, (best sets by size, best size))`."""
+    `heads`, with those of `settings` that it has: `(space, (best sets by size, best
+    size))`."""
     batch = encode_task(pm.model, pm.task, "select")
     scorer = MaskScorer(pm.model, batch, compute=Compute(masks_per_pass=16))
     space = SearchSpace(
@@ -33,7 +36,8 @@ def search_planted(pm, heads, strategy, **kw):
         max_size=3,
         seed=0,
         pool=search_pool(heads, FIRST),
-        **kw,
     )
-    get_strategy(strategy)(space)
+    run = get_strategy(strategy)
+    own = {f.name for f in dataclasses.fields(run.settings_type)}
+    run(space, **{k: v for k, v in settings.items() if k in own})
     return space, best_sets(pd.DataFrame(space.records), FIRST, SECOND, 3)

@@ -223,9 +223,9 @@ def test_bad_gate_settings_are_clear_errors(single_plant, attn_model, tiny_task)
     ]:
         with pytest.raises(WorkbenchError, match=match):
             GateSettings(**bad)
-    space = _planted_space(single_plant, budget=40)
+    space = _planted_space(single_plant)
     with pytest.raises(WorkbenchError, match="search budget 40 leaves no room"):
-        gate_search(space, GateSettings(steps=200))  # 200 x 3 x 8 / 64 = 75 > 40
+        gate_search(space, GateSettings(steps=200, search_budget=40))  # 200 x 3 x 8 / 64 = 75 > 40
     # accuracy without a secondary metric has no gradient
     heads = select_candidates(
         screen_heads(attn_model, tiny_task, stats=Stats(n_boot=50)), "accuracy", None, 4

@@ -27,9 +27,9 @@ def test_interaction_finalists_include_the_top_screening_candidates(micro, micro
 
     heads = select_candidates(micro_screen, FIRST, SECOND, 3)
     budget = 100 + 24  # 100 masks, 24 sets left: 4 finalists (4 + 6 + 4 sets of size 1-3)
-    plain, _ = search_planted(micro, heads, "interaction", budget=budget, n_masks=100,
+    plain, _ = search_planted(micro, heads, "interaction", search_budget=budget, n_masks=100,
                               screen_share=0)
-    mixed, _ = search_planted(micro, heads, "interaction", budget=budget, n_masks=100,
+    mixed, _ = search_planted(micro, heads, "interaction", search_budget=budget, n_masks=100,
                               screen_share=0.75)
     knocked = plain.notes["interaction"]["finalists"]  # the knockouts' top 4, in order
     pool = search_pool(heads, FIRST)
@@ -56,12 +56,12 @@ def test_main_effects_equal_least_squares():
 
 
 def test_interaction_respects_its_budget(micro, micro_screen):
-    space, _ = search_planted(micro, micro_screen, "interaction", budget=300, n_masks=100)
+    space, _ = search_planted(micro, micro_screen, "interaction", search_budget=300, n_masks=100)
     assert len({r["heads"] for r in space.records}) <= 300
     assert space.notes["interaction"]["n_masks"] == 100
     # a budget the knockouts alone use up is refused, not turned into an empty search
     with pytest.raises(WorkbenchError, match="leaves no room for finalist sets after 64"):
-        search_planted(micro, micro_screen, "interaction", budget=60)
+        search_planted(micro, micro_screen, "interaction", search_budget=60)
 
 
 @pytest.mark.parametrize("knockout_examples", [4, 16, None])
@@ -86,9 +86,8 @@ def test_knockouts_are_scored_on_their_first_examples_in_racing_order(micro, kno
             return inner.score(masks, progress, desc, rows=rows)
 
     space = SearchSpace(Recording(), [], FIRST, SECOND, max_size=3, seed=3,
-                        pool=search_pool(heads, FIRST), adaptive=True,
-                        knockout_examples=knockout_examples)
-    get_strategy("interaction")(space)
+                        pool=search_pool(heads, FIRST), adaptive=True)
+    get_strategy("interaction")(space, knockout_examples=knockout_examples)
     n = int(inner.clean()[FIRST].shape[0])
     want = example_order(n, 3)[: first_slice(n) if knockout_examples is None
                                else min(n, knockout_examples)]

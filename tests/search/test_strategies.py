@@ -82,8 +82,8 @@ def test_every_strategy_finds_the_known_sets(micro, strategy):
 
 def test_every_evaluated_set_is_recorded_with_its_score(micro):
     model, task, _ = micro
-    space = _space(model, task, max_size=3, top_m=5)
-    get_strategy("exhaustive")(space)
+    space = _space(model, task, max_size=3)
+    get_strategy("exhaustive")(space, top_m=5)
     get_strategy("greedy")(space)
     combos = pd.DataFrame(space.records)
     ex = combos[combos["strategy"] == "exhaustive"]

@@ -10,7 +10,7 @@ import pytest
 
 from workbench.errors import WorkbenchError
 from workbench.guards import task_metrics
-from workbench.metrics.records import check_objective, task_kind
+from workbench.metric_records import check_objective, task_kind
 from workbench.tasks.task import Task, load_task
 
 

@@ -12,7 +12,7 @@ import pytest
 from workbench.errors import WorkbenchError
 from workbench.generation.settings import GenerationSettings
 from workbench.guards import task_metrics
-from workbench.metrics.records import check_objective, task_kind
+from workbench.metric_records import check_objective, task_kind
 from workbench.results.fingerprint import task_fingerprint
 from workbench.tasks.encoding import encode_task
 from workbench.tasks.task import Example, Task, load_task

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from workbench.config import CELConfig, resolve_threads
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import base_metric, check_objective, task_kind
+from workbench.metric_records import base_metric, check_objective, task_kind
 from workbench.options import Racing, SearchDtype, check_device_name, check_dtype_name
 
 # CELConfig fields a run's flags do not set (`workbench.cli.commands.run_options`), or that

@@ -14,7 +14,7 @@ import dataclasses
 
 from workbench.config import DEFAULT_THREADS, CELConfig
 from workbench.guards import GuardRule
-from workbench.metrics.records import help_text as metric_help
+from workbench.metric_records import help_text as metric_help
 from workbench.options import AblationKind, ClusterMode, Racing, SearchDtype
 from workbench.screening.registry import cel_methods
 from workbench.screening.registry import methods as screening_methods

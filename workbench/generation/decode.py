@@ -42,7 +42,7 @@ from torch import Tensor
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from workbench.errors import WorkbenchError
-from workbench.scoring.batching import forward_kwargs, is_bridge, unembed_at
+from workbench.logits import forward_kwargs, is_bridge, unembed_at
 
 # Rows decoded together when the caller does not say: bounds the cache (rows x length x
 # layers x key-value heads x d_head, twice) and the padding of a group.

@@ -1,6 +1,8 @@
-"""Metrics: what each metric is (`records`: one `Metric` record per metric, no torch) and how it
-is computed (`scores`: per-example scores from logits, `evaluate`, `summarize`; `choices`:
-multiple-choice tasks as lm-eval scores them).
+"""Metrics: how each metric is computed (`scores`: per-example scores from logits, `evaluate`,
+`summarize`; `sequences`: multi-token answers scored whole; `choices`: multiple-choice tasks
+as lm-eval scores them; `generation`: generation tasks). What each metric is (one `Metric`
+record per metric, no torch) is `workbench.metric_records`, below the tasks that name them;
+its names and the forward's (`workbench.logits`) are readable from here too.
 """
 
 from __future__ import annotations
@@ -10,16 +12,15 @@ from typing import TYPE_CHECKING
 from workbench.lazy import lazy_package
 
 if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
-    from workbench.metrics.choices import (
-        CHOICE_SCORES,
-        can_share,
-        choice_logliks,
-        choice_metric,
-        choice_scores,
-        evaluate_choices,
-        naive_choice_metric,
+    from workbench.logits import (
+        answer_logits,
+        forward_kwargs,
+        is_bridge,
+        logits_at,
+        shortformer_kwargs,
+        unembed_at,
     )
-    from workbench.metrics.records import (
+    from workbench.metric_records import (
         GENERATION,
         METRIC_RECORDS,
         MULTIPLE_CHOICE,
@@ -36,18 +37,23 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         table_order,
         task_kind,
     )
+    from workbench.metrics.choices import (
+        CHOICE_SCORES,
+        can_share,
+        choice_logliks,
+        choice_metric,
+        choice_scores,
+        evaluate_choices,
+        naive_choice_metric,
+    )
     from workbench.metrics.scores import (
         METRICS,
         NEG_INF,
         accuracy,
-        answer_logits,
         builtin_metric,
         evaluate,
-        forward_kwargs,
         get_metric,
-        is_bridge,
         logit_diff,
-        logits_at,
         logprob,
         masked_gather,
         multi_token_metric,
@@ -55,11 +61,9 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         one_forward,
         prob_diff,
         score_logits,
-        sequence_scores,
-        shortformer_kwargs,
         summarize,
         task_metric,
-        unembed_at,
     )
+    from workbench.metrics.sequences import sequence_scores
 
 __getattr__, __dir__, __all__ = lazy_package(globals())

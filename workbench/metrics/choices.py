@@ -36,10 +36,11 @@ from torch import Tensor
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from workbench.errors import WorkbenchError
-from workbench.scoring.batching import forward_kwargs, is_bridge, unembed_at
+from workbench.logits import forward_kwargs, is_bridge, unembed_at
 from workbench.tasks.encoding import TaskBatch
+from workbench.tasks.tokenizer import get_tokenizer
 
-# A multiple-choice task's scores, in table order (`workbench.metrics.records`).
+# A multiple-choice task's scores, in table order (`workbench.metric_records`).
 CHOICE_SCORES = ("acc", "acc_norm", "logprob", "ll_margin", "acc_norm_margin")
 # Choice rows per forward: bounds the repeated cache and the padded rows.
 ROWS_PER_PASS = 64
@@ -114,8 +115,6 @@ def _sum_targets(logp: list[Tensor], targets: list[list[int]]) -> list[Tensor]:
 
 def _naive_rows(model, batch: TaskBatch, examples: list[int]) -> list[Tensor]:
     """The reference: one row prompt + choice per choice, every position recomputed."""
-    from workbench.tasks.tokenizer import get_tokenizer
-
     rows, spans, targets, owner = [], [], [], []
     for i in examples:
         n = int(batch.lengths[i])

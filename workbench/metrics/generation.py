@@ -36,7 +36,7 @@ from workbench.generation.decode import greedy_generate, naive_generate
 from workbench.metrics.choices import choice_logliks
 from workbench.tasks.encoding import TaskBatch
 
-# A generation task's scores, in table order (`workbench.metrics.records`).
+# A generation task's scores, in table order (`workbench.metric_records`).
 GENERATION_SCORES = ("logprob", "exact_match")
 
 

@@ -22,7 +22,7 @@ import math
 
 from workbench.ablation import AblationKind
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import record
+from workbench.metric_records import record
 
 
 def check_choice_ablation(kind: AblationKind | str, per_position: bool, tasks) -> None:

@@ -1,12 +1,9 @@
-"""Scoring a model on a task: logits at the answer position, per-example metrics, `evaluate`.
+"""Scoring a model on a task: per-example metrics from the logits at the answer position,
+`evaluate`, `summarize`.
 
-The answer is predicted at the last real position of each right-padded prompt. With causal
-attention, padding after that position cannot change it, so prompts of different lengths are
-batched without an attention mask. Only the answer positions go through the final layer norm
-and the unembedding, which for large vocabularies is most of the cost of a small model. A
-TransformerBridge runs Hugging Face's forward, which has no separate final residual
-(`stop_at_layer=n_layers` returns logits): its answer positions are kept at the unembedding's
-input, and the final norm is the bridge's own (`logits_at`).
+The answer is predicted at the last real position of each right-padded prompt; the forward
+that reads the logits there, at those positions alone, is `workbench.logits.answer_logits`
+(also readable from here, with `logits_at` and the forward's keyword helpers).
 
 Metrics (per example, registered in `METRICS`):
 
@@ -19,7 +16,7 @@ Metrics (per example, registered in `METRICS`):
   full softmax: Hanna et al.'s greater-than measure `sum_{y > start} p(y) - sum_{y <= start}
   p(y)`, generalised to any correct and incorrect set.
 
-Derived metrics (records with a `base`, `workbench.metrics.records`) divide a registered
+Derived metrics (records with a `base`, `workbench.metric_records`) divide a registered
 metric by its clean mean:
 `normalized_logit_diff = logit_diff / mean(clean logit_diff)` over the same examples, so its
 mean is the ratio of means used in the IOI and activation-patching literature (1 = the clean
@@ -27,14 +24,14 @@ model, 0 = no preference). It is a positive rescaling of `logit_diff` for a fixe
 so a search that maximises one maximises the other.
 
 Multi-token answers (`answer_tokens: "multi"`) are scored twice: the metrics above on each
-answer's first token, and `sequence_scores`: the teacher-forced log-probability of the whole
-answer and whether greedy decoding reproduces it (the accuracy of a multi-token task).
+answer's first token, and `sequence_scores` (`workbench.metrics.sequences`): the
+teacher-forced log-probability of the whole answer and whether greedy decoding reproduces it
+(the accuracy of a multi-token task).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -44,6 +41,15 @@ from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
 from workbench.errors import WorkbenchError
+from workbench.logits import (  # noqa: F401 (re-exported: workbench.metrics.scores.logits_at)
+    answer_logits,
+    forward_kwargs,
+    is_bridge,
+    logits_at,
+    shortformer_kwargs,
+    unembed_at,
+)
+from workbench.metric_records import base_metric, metric_names
 from workbench.metrics.choices import (
     CHOICE_SCORES,
     choice_metric,
@@ -51,17 +57,11 @@ from workbench.metrics.choices import (
     naive_choice_metric,
 )
 from workbench.metrics.generation import GENERATION_SCORES, evaluate_generation, generation_metric
-from workbench.metrics.records import base_metric, metric_names
+from workbench.metrics.sequences import sequence_pass, sequence_scores
 from workbench.options import choose
-from workbench.scoring.batching import (  # noqa: F401 (forward_kwargs, is_bridge: re-exported)
-    answer_only_hooks,
-    forward_kwargs,
-    gather_positions,
-    is_bridge,
-    unembed_at,
-)
 from workbench.tasks.encoding import TaskBatch, encode_task
 from workbench.tasks.task import Task
+from workbench.tasks.tokenizer import get_tokenizer
 
 NEG_INF = float("-inf")
 
@@ -151,150 +151,6 @@ def score_logits(
     return {name: fn(logits.float(), batch) for name, fn in METRICS.items()}
 
 
-def shortformer_kwargs(model, tokens: Tensor) -> dict:
-    """`shortformer_pos_embed` for a forward that starts at a later layer.
-
-    A shortformer model adds its positional embedding to every attention layer's queries and
-    keys instead of to the residual stream; `model(resid, start_at_layer=l)` drops that term
-    unless it is passed back in. Right-padded prompts use positions `0..pos-1`.
-    """
-    if getattr(model.cfg, "positional_embedding_type", None) != "shortformer":
-        return {}
-    return {"shortformer_pos_embed": model.pos_embed(tokens)}
-
-
-def logits_at(model, tokens: Tensor, pos: Tensor) -> Float[Tensor, "batch d_vocab"]:
-    """The logits a forward over `tokens` gives at one position per row (`model(tokens)[rows,
-    pos]`), computed at those positions alone: from the last block's `hook_resid_mid` on for a
-    HookedTransformer (`answer_only_hooks`), from the unembedding's input for a
-    TransformerBridge (whose final norm and soft-cap are Hugging Face's own). Hooks already
-    attached to the model stay active."""
-    if not is_bridge(model):
-        answer_hooks, pos_after = answer_only_hooks(model, pos)
-        with model.hooks(fwd_hooks=answer_hooks):
-            final = model(tokens, stop_at_layer=model.cfg.n_layers, **forward_kwargs(model))
-        return unembed_at(model, final, pos_after)
-    # a bridge without an unembedding hook returns every position's logits: read `pos` there
-    keep = "unembed.hook_in" in model.hook_dict
-    hooks = [("unembed.hook_in", partial(gather_positions, pos=pos))] if keep else []
-    with model.hooks(fwd_hooks=hooks):
-        logits = model(tokens, **forward_kwargs(model))
-    return (logits if keep else gather_positions(logits, None, pos))[:, 0]  # (B, d_vocab)
-
-
-def answer_logits(
-    model,
-    batch: TaskBatch,
-    fwd_hooks: Sequence = (),
-    resid: Tensor | None = None,
-    start_at_layer: int | None = None,
-) -> Float[Tensor, "batch d_vocab"]:
-    """Logits at each prompt's answer position, optionally with hooks or from a cached layer.
-
-    Args:
-        model: a HookedTransformer, or a TransformerBridge in compatibility mode (which runs
-            from the embedding only: `resid` is refused).
-        batch: the encoded prompts.
-        fwd_hooks: `(name, fn)` pairs active during the pass.
-        resid: `blocks.{start_at_layer}.hook_resid_pre`, to skip the layers before it.
-        start_at_layer: where `resid` enters; None runs from the embedding.
-    """
-    if is_bridge(model):
-        if resid is not None:
-            raise WorkbenchError(
-                f"a TransformerBridge cannot start a forward at layer {start_at_layer} (Hugging "
-                "Face's forward runs its layers); pass resid=None to run from the embedding"
-            )
-        with model.hooks(fwd_hooks=list(fwd_hooks)):
-            return logits_at(model, batch.tokens, batch.answer_pos)
-    n_layers = model.cfg.n_layers
-    with model.hooks(fwd_hooks=list(fwd_hooks)):
-        if resid is None:
-            final = model(batch.tokens, stop_at_layer=n_layers, **forward_kwargs(model))
-        else:
-            final = model(
-                resid,
-                start_at_layer=start_at_layer,
-                stop_at_layer=n_layers,
-                **shortformer_kwargs(model, batch.tokens),
-            )
-    return unembed_at(model, final, batch.answer_pos)
-
-
-def _sequence_pass(
-    model, batch: TaskBatch, batch_size: int = 64
-) -> tuple[dict[str, Float[Tensor, " batch"]], Float[Tensor, "batch d_vocab"]]:
-    """Teacher-forced scores of whole answers, and the logits predicting each example's first
-    answer token (taken from the same forwards: causal attention makes them the prompt's own)."""
-    if batch.answer_seqs is None:
-        raise WorkbenchError(
-            f"task {batch.task.name!r} is not a multi-token task (answer_tokens='multi')"
-        )
-    device = batch.tokens.device
-    rows, owner, starts, targets = [], [], [], []
-    for i, answers in enumerate(batch.answer_seqs):
-        n = int(batch.lengths[i])
-        prompt = batch.tokens[i, :n].tolist()
-        for seq in answers:
-            rows.append(prompt + list(seq))
-            owner.append(i)
-            starts.append(n - 1)  # position predicting the answer's first token
-            targets.append(list(seq))
-    logp_rows, ok_rows = [], []
-    first: list[Tensor | None] = [None] * len(batch)
-    from workbench.tasks.tokenizer import get_tokenizer
-
-    pad = get_tokenizer(model).pad_id  # after each row's end, so causal attention ignores it
-    for s in range(0, len(rows), batch_size):
-        chunk = rows[s : s + batch_size]
-        width = max(len(r) for r in chunk)
-        tokens = torch.full((len(chunk), width), pad, dtype=torch.long)
-        for j, r in enumerate(chunk):
-            tokens[j, : len(r)] = torch.tensor(r)
-        spans = [torch.arange(len(targets[s + j]), device=device) + starts[s + j]
-                 for j in range(len(chunk))]  # the positions predicting each answer token
-        if is_bridge(model):  # its forward returns every position's logits
-            logits = model(tokens.to(device), **forward_kwargs(model)).float()
-            at_rows = [logits[j, p] for j, p in enumerate(spans)]  # (answer_len, d_vocab)
-        else:  # final norm and unembedding only where an answer token is read, in one call a
-            # chunk (row by row, Gemma-3's 262k x 640 unembedding was read once per row)
-            final = model(tokens.to(device), stop_at_layer=model.cfg.n_layers,
-                          **forward_kwargs(model))
-            picked = torch.cat([final[j, p] for j, p in enumerate(spans)])[:, None]
-            zero = torch.zeros(len(picked), dtype=torch.long, device=device)
-            at_rows = unembed_at(model, picked, zero).float().split([len(p) for p in spans])
-        for j, at in enumerate(at_rows):
-            k = s + j
-            tgt = torch.tensor(targets[k], device=device)
-            if first[owner[k]] is None:
-                first[owner[k]] = at[0]
-            logp_rows.append(at.log_softmax(-1).gather(1, tgt[:, None]).sum())
-            ok_rows.append((at.argmax(-1) == tgt).all().float())
-    logp, ok = torch.stack(logp_rows), torch.stack(ok_rows)
-    owner_t = torch.tensor(owner, device=device)
-    n_ex = len(batch)
-    seq_logprob = torch.stack([logp[owner_t == i].logsumexp(0) for i in range(n_ex)])
-    seq_correct = torch.stack([ok[owner_t == i].amax() for i in range(n_ex)])
-    return {"seq_logprob": seq_logprob, "seq_correct": seq_correct}, torch.stack(first)
-
-
-def sequence_scores(
-    model, batch: TaskBatch, fwd_hooks: Sequence = (), batch_size: int = 64
-) -> dict[str, Float[Tensor, " batch"]]:
-    """Teacher-forced scores of whole answers, for multi-token tasks.
-
-    Every acceptable answer is appended to its prompt and run once; the answer's log-probability
-    is the sum of its tokens' log-probabilities given the prompt and the answer's earlier tokens.
-
-    Returns:
-        `seq_logprob`: `logsumexp` over acceptable answers of their log-probability (nats);
-        `seq_correct`: 1.0 when greedy decoding from the prompt reproduces an acceptable answer
-        (every answer token is the argmax given the tokens before it), else 0.0.
-    """
-    with model.hooks(fwd_hooks=list(fwd_hooks)):
-        return _sequence_pass(model, batch, batch_size)[0]
-
-
 def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
     """The scores of a multi-token task, as a custom metric for `MaskScorer` and `run_cel`.
 
@@ -305,7 +161,7 @@ def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " bat
     screening over all answer positions (`MaskScorer(model, batch, metric=multi_token_metric)`).
     Each example's scores depend on its own row only, so the scorer may score a slice of rows.
     """
-    seq, first_logits = _sequence_pass(model, batch)
+    seq, first_logits = sequence_pass(model, batch)
     first = score_logits(first_logits, batch)
     return {
         "accuracy": seq["seq_correct"],
@@ -412,8 +268,6 @@ def evaluate(
         if clean_logit_diff is None or not np.isfinite(clean_logit_diff) or clean_logit_diff == 0
         else scores["logit_diff"] / clean_logit_diff
     )
-    from workbench.tasks.tokenizer import get_tokenizer
-
     tok = get_tokenizer(model)
     examples = batch.task.examples
     columns = {

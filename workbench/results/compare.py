@@ -44,7 +44,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import METRIC_RECORDS
+from workbench.metric_records import METRIC_RECORDS
 from workbench.results.export import named_runs, result_tables, tidy_table
 from workbench.results.plots import save_figure
 from workbench.results.result import mark_best

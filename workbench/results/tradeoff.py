@@ -36,11 +36,11 @@ import math
 
 import pandas as pd
 
-from workbench.metrics.records import NEXT_TOKEN, names_where, table_order
-from workbench.metrics.records import metric_names as registered_names
+from workbench.metric_records import NEXT_TOKEN, names_where, table_order
+from workbench.metric_records import metric_names as registered_names
 
 # the main task's metrics whose significant fall flags a gamed objective, and the objectives
-# that are a difference between the answer and a wrong answer (`workbench.metrics.records`)
+# that are a difference between the answer and a wrong answer (`workbench.metric_records`)
 GUARD_METRICS = names_where("guards")
 DIFFERENCE_METRICS = names_where("difference")
 # the suffixes of one metric's columns in a confirmation or side-effects table

@@ -1,57 +1,28 @@
 """How a split is cut into forwards: rows grouped by prompt length under a token budget
-(`length_buckets`, `Chunk`), and the hooks that keep only each row's answer position after
-the last attention layer (`answer_only_hooks`).
+(`length_buckets`, `Chunk`), and the answer targets of a chunk tiled for mask-major batches
+(`Targets`).
 
 Prompts are right-padded, so a chunk of rows is trimmed to its longest prompt: with causal
 attention the trailing pads change no earlier position. Sorting rows by length before cutting
-keeps little of each forward padding. Only the answer position's logits are scored, so from
-the last block's `hook_resid_mid` on each row keeps that position alone: the last MLP, the
-final norm and the unembedding then run on one position per row. `unembed` is the model's
-unembedding without TransformerLens's per-call copy of `W_U`; `unembed_at` the final norm,
-unembedding and soft-cap at one position per row.
+keeps little of each forward padding. The forward itself, read at the answer positions only,
+is `workbench.logits` (re-exported here: `answer_only_hooks`, `unembed`, `unembed_at`).
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
-from functools import partial
 
-import torch
-import torch.nn.functional as F
-from jaxtyping import Float
 from torch import Tensor
-from transformer_lens.components import Unembed
-from transformer_lens.utilities import apply_softcap
 
-from workbench.errors import WorkbenchError
+from workbench.logits import (  # noqa: F401 (re-exported: workbench.scoring.batching.unembed)
+    answer_only_hooks,
+    forward_kwargs,
+    gather_positions,
+    is_bridge,
+    unembed,
+    unembed_at,
+)
 from workbench.tasks.encoding import TaskBatch
-
-
-def gather_positions(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tensor) -> Tensor:
-    """A hook keeping one position per row, `pos[b]`, as a length-1 sequence."""
-    return resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
-
-
-def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
-    """Hooks that keep only each row's answer position from the last block's `hook_resid_mid`
-    on, so that block's MLP, the final norm and the unembedding run on one position per row.
-
-    Returns:
-        `(hooks, pos_after)`: the hooks (none where the model's last block is not a sequential
-        attention-then-MLP block) and the positions to read the final residual at.
-    """
-    cfg = model.cfg
-    blocks = getattr(model, "blocks", None)
-    if (
-        cfg.attn_only
-        or getattr(cfg, "parallel_attn_mlp", False)
-        or blocks is None
-        or not hasattr(blocks[-1], "hook_resid_mid")
-    ):
-        return [], pos
-    name = f"blocks.{cfg.n_layers - 1}.hook_resid_mid"
-    return [(name, partial(gather_positions, pos=pos))], torch.zeros_like(pos)
 
 
 @dataclass
@@ -117,61 +88,3 @@ def length_buckets(
     if rows:
         groups.append((rows, lens[rows[-1]]))
     return groups
-
-
-# `Unembed` module -> (W_U's identity and version, W_U.T made contiguous): TransformerLens 3.9's
-# `Unembed.forward` makes that copy on every call (Gemma-3: 671 MB per call, page faults included).
-_TRANSPOSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def unembed(model, x: Tensor) -> Tensor:
-    """`model.unembed(x)`, its hook points included, with the same numbers (the same
-    `F.linear` on the same contiguous transposed weight), keeping that transposed copy between
-    calls until `W_U` changes (its storage or in-place version). Not for training `W_U`: the
-    copy is detached. A subclassed or bridged unembedding is called as it is."""
-    u = model.unembed
-    if type(u) is not Unembed or u._forward_hooks or u._forward_pre_hooks:
-        return u(x)
-    w = u.W_U
-    key = (w.data_ptr(), w._version, w.dtype, w.device)
-    hit = _TRANSPOSED.get(u)
-    if hit is None or hit[0] != key:
-        hit = (key, w.detach().T.contiguous())
-        _TRANSPOSED[u] = hit
-    return u.hook_out(F.linear(u.hook_in(x), hit[1], u.b_U))
-
-
-def forward_kwargs(model) -> dict:
-    """Keyword arguments of a forward over right-padded tokens: TransformerLens builds a
-    padding mask only for left-padded tokenizers, and right padding needs none."""
-    return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
-
-
-def is_bridge(model) -> bool:
-    """Whether `model` is a TransformerBridge. Hugging Face's forward runs a bridge's layers, so
-    a forward cannot start at a later layer (`start_at_layer` raises), and `stop_at_layer=
-    n_layers` stops nowhere: it returns the logits, not the final residual stream."""
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return isinstance(model, TransformerBridge)
-
-
-def unembed_at(
-    model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
-) -> Float[Tensor, "batch d_vocab"]:
-    """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
-    when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
-    the logits a HookedTransformer's own forward returns there. (A bridge has no separate
-    final residual: see `logits_at`.)"""
-    if resid.shape[-1] != model.cfg.d_model:
-        hint = "; on a TransformerBridge use logits_at" if is_bridge(model) else ""
-        raise WorkbenchError(
-            f"unembed_at takes the final residual stream, last dim d_model="
-            f"{model.cfg.d_model}; got shape {tuple(resid.shape)}{hint}"
-        )
-    x = resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
-    if model.cfg.normalization_type is not None:
-        x = model.ln_final(x)
-    logits = unembed(model, x)[:, 0]  # (B, d_vocab), W_U.T copied once, not per call
-    # the model's own forward applies the cap with this function
-    return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))

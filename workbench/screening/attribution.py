@@ -23,7 +23,7 @@ from torch import Tensor
 from workbench.ablation import AblationKind, HeadMeans, replacement_z
 from workbench.compute import DEFAULT_TOKEN_BUDGET, QUIET, Compute
 from workbench.errors import WorkbenchError
-from workbench.metrics.records import record, registered
+from workbench.metric_records import record, registered
 from workbench.metrics.scores import logits_at, masked_gather, score_logits
 from workbench.racing import example_order
 from workbench.scoring.batching import length_buckets

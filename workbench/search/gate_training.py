@@ -51,13 +51,13 @@ from torch import Tensor
 from workbench.ablation import AblationKind, HeadMeans, compute_resample_z, fill_for
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
-from workbench.metrics.records import names_where, record, scored_names
+from workbench.metric_records import names_where, record, scored_names
 from workbench.metrics.scores import answer_logits, get_metric, score_logits
 from workbench.search.finalists import finalist_sets, max_finalists, pick_finalists
 from workbench.search.strategies.gates import (
     DEFAULT_STEPS,
-    DEFAULTS,
     FWD_BWD_COST,
+    GateSettings,
     training_steps,
 )
 from workbench.tables import head_name
@@ -67,43 +67,6 @@ from workbench.tasks.encoding import TaskBatch
 # Pruning's): samples of `sigmoid((logit u + log_alpha) / BETA)` stretched to (GAMMA, ZETA)
 # and clipped to [0, 1], so a gate is exactly 0 or 1 with positive probability.
 GAMMA, ZETA, BETA = -0.1, 1.1, 2.0 / 3.0
-@dataclass(frozen=True)
-class GateSettings:
-    """How the gates are trained (the defaults are the `gates` strategy's settings,
-    `workbench.search.strategies.gates.SETTINGS`).
-
-    Args:
-        steps: Adam steps; None: 300, or fewer when half the search budget cannot pay for
-            them (the rest of the budget scores the rounded sets).
-        batch_size: examples per step, each with its own gate sample.
-        lr: Adam's learning rate on `log_alpha`.
-        penalty: weight of the L0 penalty toward removal (per head, in the target's units).
-        init: the initial `log_alpha` (1.0: a gate is open in about 5 samples of 6).
-    """
-
-    steps: int | None = DEFAULTS["steps"]
-    batch_size: int = DEFAULTS["batch_size"]
-    lr: float = DEFAULTS["lr"]
-    penalty: float = DEFAULTS["penalty"]
-    init: float = DEFAULTS["init"]
-
-    def __post_init__(self) -> None:
-        if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
-            raise WorkbenchError(
-                f"gate steps must be a positive integer or None; got {self.steps!r}"
-            )
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise WorkbenchError(
-                f"gate batch_size must be a positive integer; got {self.batch_size!r}"
-            )
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise WorkbenchError(f"gate lr must be a finite number > 0; got {self.lr!r}")
-        if not (math.isfinite(self.penalty) and self.penalty >= 0):
-            raise WorkbenchError(f"gate penalty must be a finite number >= 0; got {self.penalty!r}")
-        if not math.isfinite(self.init):
-            raise WorkbenchError(f"gate init (log_alpha) must be finite; got {self.init!r}")
-
-
 @dataclass
 class GateFit:
     """What gate training returns.
@@ -282,9 +245,10 @@ def gate_search(space, settings: GateSettings | Mapping | None = None) -> None:
     finalists the rest of the budget pays for, score every set of size 1..`max_size` among
     them exactly (raced when `space.adaptive`).
 
-    The budget is `space.budget` (default `workbench.search.finalists.default_budget`,
-    interaction's), in forward-equivalents: training takes at most half of it unless
-    `settings.steps` says otherwise, and adds its cost to `space.forward_eq`.
+    The budget is `settings.search_budget` (default
+    `workbench.search.finalists.default_budget`, interaction's), in forward-equivalents:
+    training takes at most half of it unless `settings.steps` says otherwise, and adds its
+    cost to `space.forward_eq`.
     """
     if not isinstance(settings, GateSettings):
         settings = GateSettings(**(settings or {}))
@@ -298,7 +262,7 @@ def gate_search(space, settings: GateSettings | Mapping | None = None) -> None:
     if not pool:
         space.notes["gates"] = {"pool": 0}
         return
-    budget = space.search_budget()
+    budget = space.search_budget(settings.search_budget)
     target = space.regression_target
     n = space.n_examples
     kind = AblationKind.parse(getattr(scorer, "kind", AblationKind.ZERO))
@@ -328,12 +292,12 @@ def gate_search(space, settings: GateSettings | Mapping | None = None) -> None:
     in_pool = set(pool)
     screened = [h for h in space.candidates if h in in_pool]
     k = max_finalists(left, space.max_size, len(set(screened) | set(pushed)))
-    finalists = pick_finalists(screened, pushed, k, space.screen_share)
+    finalists = pick_finalists(screened, pushed, k, settings.screen_share)
     space.notes["gates"] = {
         "pool": len(pool),
         "budget": budget,
         "target": target,
-        "settings": {**asdict(settings), "steps": steps},
+        "settings": {**settings.training(), "steps": steps},
         "finalists": [head_name(*h) for h in finalists],
         "push": {head_name(*h): push[h] for h in pushed[: max(len(finalists), 20)]},
     }

@@ -13,16 +13,20 @@ on the config, the command line, the pipeline and the estimate know it by name.
 This module imports neither torch nor pandas, and neither do the strategy modules at import
 time, so the command line can list and check strategy names in a fraction of a second.
 
-Settings shared by several strategies (`top_m`, `max_size`, `search_budget`, `n_masks`,
-`knockout_p`, `knockout_examples`) are `CELConfig` fields and `SearchSpace` attributes. A
-strategy's own settings are declared by it: a `Setting` with `field=True` is a `CELConfig`
-field of the same name (settings older than this registry, e.g. `beam_width`), any other
-lives in `CELConfig.strategy_settings[strategy][setting]` and gets the command-line flag
-`--<strategy>-<setting>` (underscores as dashes).
+Each strategy owns its settings: a frozen dataclass (`Strategy.settings_type`, e.g.
+`InteractionSettings`) with one field per `Setting` it declares, of the same name and default,
+and which its function receives. A `Setting` with `field=True` is a `CELConfig` field of the
+same name (`top_m`, `beam_width`, `n_masks`, `knockout_p`, `search_budget`,
+`knockout_examples`: settings older than this registry, shared by several strategies'
+records); any other lives in `CELConfig.strategy_settings[strategy][setting]` and gets the
+command-line flag `--<strategy>-<setting>` (underscores as dashes). `Strategy.settings_of`
+builds the dataclass a run of a config uses; a dataclass field that is no `Setting` (the
+interaction search's `screen_share`) keeps its default in a run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from workbench.errors import WorkbenchError
 from workbench.options import choose
 from workbench.plugins import Registry, resolve
+from workbench.search.finalists import KNOCKOUT_EXAMPLES
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,21 @@ class Setting:
         return number
 
 
+# The settings that are `CELConfig` fields of the same names, each read by several strategies
+# (their defaults are the config's).
+FIELD_SETTINGS = {s.name: s for s in (
+    Setting("top_m", 8, "screening candidates searched", low=1, field=True),
+    Setting("n_masks", None, "knockout masks (default: chosen from the head count)", low=2,
+            field=True),
+    Setting("knockout_p", None, "each head's knockout probability (default: the "
+            "strategy's)", kind=float, field=True),
+    Setting("search_budget", None, "forward-equivalents the search may spend (default: "
+            "2.5 n + 500, half for sets of at most 2)", low=1, field=True),
+    Setting("knockout_examples", KNOCKOUT_EXAMPLES, "examples a raced knockout is scored on "
+            "(None: the first racing slice)", low=1, field=True),
+)}
+
+
 @dataclass(frozen=True)
 class CostInputs:
     """What a strategy's cost estimate reads: the config, the model's head count, the
@@ -96,7 +116,8 @@ Cost = tuple[float, float]
 @dataclass(frozen=True)
 class Strategy:
     """A search strategy (module docstring). Calling it runs it: `strategy(space)` with its
-    settings' defaults, `strategy(space, steps=50)` with some given."""
+    settings' defaults, `strategy(space, steps=50)` with some given, `strategy(space,
+    strategy.settings_of(config))` as a run of `config` does."""
 
     name: str
     run: Callable[..., None] | str
@@ -111,11 +132,26 @@ class Strategy:
     # the heads whose sets it scored, from a finished run's summary and config (the heatmap
     # outlines them): None, every screening candidate (`summary["candidates"]`)
     searched: Callable[[Mapping, object], list[str]] | None = None
+    # the frozen dataclass its function receives: a field per `Setting`, of the same name and
+    # default, and any fixed part it reads; None: a dict of the settings' values
+    settings_type: type | None = None
+
+    def __post_init__(self) -> None:
+        if self.settings_type is None:
+            return
+        if not dataclasses.is_dataclass(self.settings_type):
+            raise WorkbenchError(f"strategy {self.name!r}: settings_type must be a dataclass; "
+                                 f"got {self.settings_type!r}")
+        defaults = {f.name: f.default for f in dataclasses.fields(self.settings_type)}
+        wrong = [s.name for s in self.settings if defaults.get(s.name, s) != s.default]
+        if wrong:
+            raise WorkbenchError(f"strategy {self.name!r}: settings {wrong} are not fields of "
+                                 f"{self.settings_type.__name__} with the same defaults")
 
     def resolve(self, given: Mapping | None = None) -> dict:
         """Every own setting's value (those with `field=False`; a field setting is a
-        `CELConfig` field, and the strategy reads it from the `SearchSpace`): `given`
-        (checked) where it has one, else the default."""
+        `CELConfig` field, which `settings_of` reads): `given` (checked) where it has one,
+        else the default."""
         given = dict(given or {})
         known = {s.name: s for s in self.settings if not s.field}
         unknown = sorted(set(given) - set(known))
@@ -125,13 +161,52 @@ class Strategy:
         return {name: s.parse(given.get(name, s.default), self.name)
                 for name, s in known.items()}
 
+    def build(self, given: Mapping | None = None):
+        """The strategy's settings with `given` over the defaults: a `settings_type` (a
+        `Setting`'s value checked by its `parse`, another field's as given), or, for a record
+        without one, a dict of every setting's value. A name that is none of them is one
+        `WorkbenchError`."""
+        given = dict(given or {})
+        declared = {s.name: s for s in self.settings}
+        names = (declared if self.settings_type is None
+                 else [f.name for f in dataclasses.fields(self.settings_type)])
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise WorkbenchError(f"strategy {self.name!r} has no settings {unknown}; expected "
+                                 f"some of {sorted(names)}")
+        values = {name: declared[name].parse(value, self.name) if name in declared else value
+                  for name, value in given.items()}
+        if self.settings_type is None:
+            return {name: values.get(name, s.parse(s.default, self.name))
+                    for name, s in declared.items()}
+        return self.settings_type(**values)
+
+    def settings_of(self, config):
+        """The settings a run of `config` (a `CELConfig`) uses: each field setting from the
+        config's field of its name, the others from `config.strategy_settings[name]`."""
+        values = {s.name: getattr(config, s.name) for s in self.settings if s.field}
+        return self.build({**values, **config.strategy_settings.get(self.name, {})})
+
     def function(self) -> Callable[..., None]:
         """The function that runs the strategy: `run` itself, or the function a
         `"module:function"` string names (`workbench.plugins.resolve`)."""
         return resolve(self.run)
 
-    def __call__(self, space, **settings) -> None:
-        self.function()(space, self.resolve(settings))
+    def __call__(self, space, settings=None, **given) -> None:
+        """Run the strategy on `space` with `settings` (`settings_of`'s or `build`'s), else
+        with `build(given)`."""
+        if settings is not None and given:
+            raise WorkbenchError(f"strategy {self.name!r}: give its settings or keywords, "
+                                 f"not both; got {sorted(given)} with {settings!r}")
+        self.function()(space, self.build(given) if settings is None else settings)
+
+
+def settings_as(cls: type, settings):
+    """`settings` as a strategy's settings dataclass `cls`: itself, `cls()` for None, `cls(
+    **settings)` for a mapping (a strategy's function called directly)."""
+    if settings is None:
+        return cls()
+    return cls(**settings) if isinstance(settings, Mapping) else settings
 
 
 STRATEGIES = Registry("search strategy", "workbench.search.strategies")

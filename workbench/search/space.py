@@ -27,11 +27,11 @@ import torch
 
 from workbench.guards import DEFAULT_RULE, bounds, decide
 from workbench.heads import Head
-from workbench.metrics.records import record
+from workbench.metric_records import record
 from workbench.racing import ATOL, example_order, first_slice, interval, race, row_range
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.search.candidates import rank_order, sort_key
-from workbench.search.finalists import KNOCKOUT_EXAMPLES, SCREEN_SHARE, default_budget
+from workbench.search.finalists import default_budget
 from workbench.stats import mean_se
 from workbench.tables import head_name
 
@@ -47,6 +47,11 @@ def _names(heads: Iterable[Head]) -> str:
 @dataclass
 class SearchSpace:
     """What a strategy works with: the candidate pool, the scorer, and the record of sets.
+
+    It holds what every strategy shares (the scorer, the candidates, the objective and its
+    tie-break, the largest set, the seed, racing, the guards, the lower-precision ranker);
+    what one strategy alone reads is in its own settings (`Strategy.settings_type`, e.g.
+    `InteractionSettings`, built from a run's config by `Strategy.settings_of`).
 
     Strategies call `evaluate(sets, strategy)`, which scores new sets on the selection split
     in batches, records every requested set and returns their sort keys. With `guards` (the
@@ -67,16 +72,9 @@ class SearchSpace:
     secondary: str | None
     rank_by: str = "objective"
     max_size: int = 3
-    top_m: int = 8
-    beam_width: int = 4
-    n_masks: int | None = None
-    knockout_p: float | None = None
     seed: int = 0
     progress: bool = False
     pool: list[Head] | None = None
-    budget: int | None = None
-    screen_share: float = SCREEN_SHARE
-    knockout_examples: int | None = KNOCKOUT_EXAMPLES
     adaptive: bool = False
     ci: float = 0.95
     guards: tuple = ()
@@ -116,10 +114,10 @@ class SearchSpace:
         cfg = self.model.cfg
         return [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
 
-    def search_budget(self) -> int:
-        """`budget`, else `workbench.search.finalists.default_budget` for this model."""
-        return self.budget if self.budget is not None else default_budget(self.n_heads,
-                                                                           self.max_size)
+    def search_budget(self, budget: int | None = None) -> int:
+        """`budget` (a strategy's `search_budget` setting), else
+        `workbench.search.finalists.default_budget` for this model and `max_size`."""
+        return budget if budget is not None else default_budget(self.n_heads, self.max_size)
 
     def gains(self, sets: Sequence[Iterable[Head]], metric: str) -> list[float]:
         """The recorded gain on `metric` of each of `sets` (scored before)."""
@@ -139,12 +137,12 @@ class SearchSpace:
         n = self.n_examples
         return example_order(n, self.seed)[: first_slice(n)]
 
-    def knockout_rows(self) -> torch.Tensor:
+    def knockout_rows(self, examples: int | None) -> torch.Tensor:
         """The examples the interaction search's knockouts are scored on when `adaptive`: the
-        first `knockout_examples` in racing order (all of a smaller split; None: the first
-        racing slice, `first_rows`)."""
+        first `examples` (its `knockout_examples` setting) in racing order (all of a smaller
+        split; None: the first racing slice, `first_rows`)."""
         n = self.n_examples
-        return example_order(n, self.seed)[: first_slice(n, self.knockout_examples)]
+        return example_order(n, self.seed)[: first_slice(n, examples)]
 
     def _scored(self, s: HeadTuple, rank: bool = False) -> int:
         """Examples the cached set `s` was scored on, for a comparison (`rank` False: only

@@ -1,8 +1,10 @@
 """Tasks: the JSONL task format, building tasks, fitting them to a tokenizer, and encoding them.
 
 One module per step, from a file to what the model is fed: `format` (the rules of a task file's
-header and records), `task` (`Task`, `Example`, `load_task`), `builders` (tasks from records,
-DataFrames, CSV and local Hugging Face datasets), `fit` (a task fitted to a tokenizer), `ids`
+header and records), `task` (`Task`, `Example`, `load_task`), `files` (a task file found by
+name or path and read), `splits` (examples without a split assigned one, seeded), `checks` (the
+structural checks on an example's tokens), `builders` (tasks from records, DataFrames, CSV and
+local Hugging Face datasets), `fit` (a task fitted to a tokenizer), `ids`
 (one example's token ids), `tokenizer` (word-level and Hugging Face tokenizers, BOS as the
 tokenizer adds it), `encoding` (`TaskBatch`, `encode_task`), `names` (the task files in `tasks/`,
 checked without torch). The names are imported on first use, so the light modules stay light.
@@ -16,7 +18,9 @@ from workbench.lazy import lazy_package
 
 if TYPE_CHECKING:  # the package's public names; imported on first use (workbench.lazy)
     from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
+    from workbench.tasks.checks import CHECKS, Check
     from workbench.tasks.encoding import TaskBatch, encode_task
+    from workbench.tasks.files import resolve_task_path
     from workbench.tasks.fit import (
         FITS,
         MIN_FIT_EXAMPLES,
@@ -43,15 +47,12 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         task_names,
     )
     from workbench.tasks.task import (
-        CHECKS,
         METRIC_NAMES,
         NEEDS_WRONG,
         PER_TOKENIZER,
-        Check,
         Example,
         Task,
         load_task,
-        resolve_task_path,
     )
     from workbench.tasks.tokenizer import (
         HFTokenizer,

@@ -20,7 +20,8 @@ known ones), each of its JSON type (`"prepend_bos": "false"` is an error, not tr
 - `per_tokenizer`: how the task is fitted to a model's tokenizer (`workbench.tasks.fit`);
 - `answer_tokens`: an `AnswerTokens`, `single` (default: every answer is one token in
   context) or `multi` (first-token metrics plus teacher-forced sequence metrics);
-- `checks`: structural checks run once tokenized (`workbench.tasks.task.CHECKS`, e.g. `year_split`);
+- `checks`: structural checks run once tokenized (`workbench.tasks.checks.CHECKS`, e.g.
+  `year_split`);
 - `answers_in_context`: a JSON boolean, default true; false encodes answers alone, for a task
   whose answer tokens are fixed by the task (greater-than's 100 two-digit tokens). No boundary
   rule is then checked, so pair it with a structural check of the prompt (`year_split`);
@@ -71,7 +72,7 @@ from __future__ import annotations
 
 from workbench.errors import WorkbenchError
 from workbench.generation.settings import GenerationSettings
-from workbench.metrics.records import GENERATION, MULTIPLE_CHOICE, NEXT_TOKEN, metric_names
+from workbench.metric_records import GENERATION, MULTIPLE_CHOICE, NEXT_TOKEN, metric_names
 from workbench.options import AnswerScope
 
 SPLITS = ("select", "heldout")

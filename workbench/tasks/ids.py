@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.errors import WorkbenchError
-from workbench.tasks.task import CHECKS, Example, Task
+from workbench.tasks.checks import CHECKS
+from workbench.tasks.task import Example, Task
 
 
 def _in_context(tok, ex: Example, prompt_ids: list[int], texts: list[str]) -> dict[str, list[int]]:

@@ -13,17 +13,16 @@ groups that never cross splits, answers among the candidates. Examples without a
 assigned to the selection or held-out split by a seeded permutation (of examples, or of
 groups), so the split never depends on file order.
 
-The structural checks (`CHECKS`) are rules on an example's tokens, run once a model's
-tokenizer is known (`workbench.tasks.ids`). Encoding a task for a model is
+A task file is found and read by `workbench.tasks.files`, its examples without a split are
+split by `workbench.tasks.splits`; the structural checks (`CHECKS`, `workbench.tasks.checks`)
+are rules on an example's tokens, run once a model's tokenizer is known
+(`workbench.tasks.ids`). Encoding a task for a model is
 `workbench.tasks.encoding`; fitting it to a model's tokenizer, `workbench.tasks.fit`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,14 +31,17 @@ import numpy as np
 from workbench.deprecation import deprecated
 from workbench.errors import WorkbenchError
 from workbench.generation.settings import GenerationSettings
-from workbench.metrics.records import GENERATION, MULTIPLE_CHOICE, metric_names, names_where
+from workbench.lm_eval.source import is_lm_eval_spec, lm_eval_records
+from workbench.metric_records import GENERATION, MULTIPLE_CHOICE, metric_names, names_where
 from workbench.options import AnswerScope, AnswerTokens, Option, SplitBy, choose
 from workbench.tasks.builders import csv_rows, dataframe_rows, hf_dataset_rows, table_records
+from workbench.tasks.checks import CHECKS, Check  # noqa: F401 (Check: re-exported)
+from workbench.tasks.files import read_task_file, resolve_task_path
 from workbench.tasks.format import SPLITS, check_example, check_header, check_kind, example_kind
-from workbench.tasks.names import BENCHMARKS_DIR, TASKS_DIR, task_file, task_names
+from workbench.tasks.splits import assign_splits, check_groups
 
 # The metrics a task can name, and those that compare the answers with the `wrong` answers (so
-# need them on every example): from the metrics' records (`workbench.metrics.records`).
+# need them on every example): from the metrics' records (`workbench.metric_records`).
 METRIC_NAMES = metric_names()
 NEEDS_WRONG = names_where("needs_wrong")
 # The per-tokenizer constructions a task header can name; `workbench.tasks.fit.FITS` implements
@@ -152,7 +154,7 @@ class Task:
                     "or 'logprob')"
                 )
         if self.split_by == SplitBy.GROUP:
-            _check_groups(self.name, self.examples)
+            check_groups(self.name, self.examples)
         if self.answer_scope == AnswerScope.CANDIDATES and self.candidates:
             for e in self.examples:
                 missing = [a for a in e.answers if a not in self.candidates]
@@ -303,73 +305,6 @@ def _header_value(value):
     return list(value) if isinstance(value, tuple) else value
 
 
-def _check_groups(name: str, examples: list[Example]) -> None:
-    """With `split_by="group"`: every example has a group, and no group is in both splits."""
-    missing = [e.id for e in examples if e.group is None]
-    if missing:
-        raise WorkbenchError(
-            f"task {name!r} splits by group but examples {missing[:5]} have no 'group'; give "
-            "each example a group, or set split_by to 'example'"
-        )
-    seen: dict[str, str] = {}
-    for e in examples:
-        if e.split is None:
-            continue
-        first = seen.setdefault(e.group, e.split)
-        if first != e.split:
-            raise WorkbenchError(
-                f"task {name!r} splits by group but group {e.group!r} is in both splits "
-                f"(example {e.id!r} is {e.split!r}); give every example of a group the same "
-                "split, or leave 'split' out and let the loader split by group"
-            )
-
-
-def _assign_splits(
-    examples: list[Example], seed: int, heldout_fraction: float, by_group: bool = False
-) -> list[Example]:
-    """Give every example without a split one, by a seeded permutation of the examples (or
-    of their groups, keeping a group together; a group that already has a split keeps it)."""
-    missing = [i for i, e in enumerate(examples) if e.split is None]
-    if not missing:
-        return examples
-    rng = np.random.default_rng(seed)
-    out = list(examples)
-    if by_group:
-        fixed = {e.group: e.split for e in examples if e.split is not None}
-        units = list(
-            dict.fromkeys(examples[i].group for i in missing if examples[i].group not in fixed)
-        )
-        order = rng.permutation(len(units))
-        n_heldout = int(round(heldout_fraction * len(units)))
-        label = dict(fixed)
-        for rank, j in enumerate(order):
-            label[units[j]] = "heldout" if rank < n_heldout else "select"
-        for i in missing:
-            out[i] = replace(out[i], split=label[out[i].group])
-        return out
-    order = rng.permutation(len(missing))
-    n_heldout = int(round(heldout_fraction * len(missing)))
-    for rank, j in enumerate(order):
-        i = missing[j]
-        out[i] = replace(out[i], split="heldout" if rank < n_heldout else "select")
-    return out
-
-
-def resolve_task_path(name_or_path: str | os.PathLike) -> Path:
-    """A task file path from a path or a shipped task's name (`tasks/` or `tasks/benchmarks/`,
-    `workbench.tasks.names.task_file`)."""
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path
-    found = task_file(str(name_or_path))
-    if found is not None:
-        return found
-    raise WorkbenchError(
-        f"task {str(name_or_path)!r} is neither a file nor a task in {TASKS_DIR} or "
-        f"{BENCHMARKS_DIR}; known tasks: {task_names()}"
-    )
-
-
 def _task_from_lines(header: dict, lines: list[tuple[str, object]], default_name: str,
                      seed: int, heldout_fraction: float) -> Task:
     """A `Task` from a checked header and its example lines (each with where it comes from,
@@ -395,10 +330,10 @@ def _task_from_lines(header: dict, lines: list[tuple[str, object]], default_name
     split_by = header.get("split_by", SplitBy.EXAMPLE.value)
     by_group = split_by == SplitBy.GROUP
     if by_group:
-        _check_groups(name, examples)
+        check_groups(name, examples)
     return Task(
         name=name,
-        examples=_assign_splits(examples, seed, heldout_fraction, by_group=by_group),
+        examples=assign_splits(examples, seed, heldout_fraction, by_group=by_group),
         metric=header.get("metric", _DEFAULT_METRIC.get(kind, "accuracy")),
         answer_scope=header.get("answer_scope", AnswerScope.VOCAB.value),
         candidates=tuple(candidates) if candidates else None,
@@ -435,77 +370,12 @@ def load_task(
     """
     if not 0.0 < heldout_fraction < 1.0:
         raise WorkbenchError(f"heldout_fraction must be in (0, 1); got {heldout_fraction}")
-    from workbench.lm_eval.source import is_lm_eval_spec, lm_eval_records
-
     if is_lm_eval_spec(name_or_path):  # lm_eval:<name> or a task YAML: lm-eval builds it
         header, records = lm_eval_records(str(name_or_path))
         return Task.from_records(records, name=header.pop("name"), seed=seed,
                                  heldout_fraction=heldout_fraction, **header)
     path = resolve_task_path(name_or_path)
-    try:
-        # utf-8-sig: a byte-order mark (Windows editors write one) is not part of line 1.
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise WorkbenchError(
-            f"task file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); save it "
-            "as UTF-8 JSON lines"
-        ) from None
-    lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
-    if not lines:
-        raise WorkbenchError(f"task file {str(path)!r} is empty; expected JSONL examples")
-    header: dict = {}
-    examples: list[tuple[str, object]] = []
-    for lineno, line in lines:
-        where = f"{path.name} line {lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise WorkbenchError(f"{where} is not valid JSON: {e.msg}") from None
-        if isinstance(obj, dict) and "task" in obj and "prompt" not in obj:
-            if examples or header:
-                raise WorkbenchError(f"{where}: the task header must be the first line")
-            if set(obj) != {"task"}:
-                raise WorkbenchError(
-                    f"{where}: the header line holds only 'task'; got keys {sorted(obj)}"
-                )
-            header = check_header(obj["task"], where)
-            continue
-        examples.append((where, obj))
-    if not examples:
-        raise WorkbenchError(f"task file {str(path)!r} has a header but no examples")
+    header, examples = read_task_file(path)
     task = _task_from_lines(header, examples, path.stem, seed, heldout_fraction)
     task.file = str(path.resolve())
     return task
-
-
-# ---------------------------------------------------------------------------------------------
-# Structural checks: rules a task's tokenization must follow for the task to mean anything.
-# Each takes (tokenizer, example, prompt ids without BOS, answer token lists) and raises a
-# WorkbenchError naming the example when the rule fails.
-
-Check = Callable[[object, Example, list[int], list[list[int]]], None]
-
-
-def _check_year_split(tok, ex: Example, prompt_ids: list[int], answers: list[list[int]]) -> None:
-    """Greater-than (Hanna et al.): the last four-digit year of the prompt must split as its
-    century + its two last digits, and the prompt must end with that century alone, so that the
-    answer (the end year's two digits) is the next token."""
-    years = re.findall(r"(?<!\d)(\d\d)(\d\d)(?!\d)", ex.prompt)
-    if not years:
-        raise WorkbenchError(f"example {ex.id!r}: check year_split finds no four-digit year")
-    century, yy = years[-1]
-    pieces = [p.strip() for p in tok.str_tokens(prompt_ids)]
-    if not any(pieces[i : i + 2] == [century, yy] for i in range(len(pieces) - 1)):
-        raise WorkbenchError(
-            f"example {ex.id!r}: the start year {century}{yy} is not split as century "
-            f"{century!r} + {yy!r} by this tokenizer (prompt tokens {tok.str_tokens(prompt_ids)})"
-            "; greater-than needs century + two-digit tokens"
-        )
-    if not pieces or pieces[-1] != century:
-        raise WorkbenchError(
-            f"example {ex.id!r}: the prompt's last token is {pieces[-1:]}, not the century "
-            f"{century!r}; greater-than needs the end year's century as its own token"
-        )
-
-
-CHECKS: dict[str, Check] = {"year_split": _check_year_split}

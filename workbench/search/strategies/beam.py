@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from workbench.search.registry import CostInputs, Setting, Strategy, register
+from workbench.search.registry import CostInputs, Setting, Strategy, register, settings_as
 
 NAME = "beam"
 
 
-def beam(space, settings: Mapping | None = None) -> None:
+@dataclass(frozen=True)
+class BeamSettings:
+    """The beam search's settings (`CELConfig` fields of the same names)."""
+
+    beam_width: int = 4  # sets kept per size
+
+
+def beam(space, settings: BeamSettings | Mapping | None = None) -> None:
     """Beam search: extend each of the `beam_width` best sets by one pool head per step."""
+    width = settings_as(BeamSettings, settings).beam_width
     beams: list[tuple] = [()]
     for _ in range(space.max_size):
         trials = list(
@@ -22,7 +31,7 @@ def beam(space, settings: Mapping | None = None) -> None:
             return
         keys = space.score_sets(trials, NAME)
         order = sorted(range(len(trials)), key=lambda i: keys[i], reverse=True)
-        beams = [trials[i] for i in order[: space.beam_width]]
+        beams = [trials[i] for i in order[:width]]
 
 
 def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
@@ -32,5 +41,6 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 
 STRATEGY = register(Strategy(
     NAME, beam, "greedy selection keeping the beam_width best sets of each size", _cost,
-    ranked=True,
-    settings=(Setting("beam_width", 4, "sets kept per size", low=1, field=True),)))
+    ranked=True, settings_type=BeamSettings,
+    settings=(Setting("beam_width", BeamSettings.beam_width, "sets kept per size", low=1,
+                      field=True),)))

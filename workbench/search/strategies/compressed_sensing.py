@@ -12,14 +12,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.search.finalists import finalist_sets, n_sets
-from workbench.search.registry import CostInputs, Strategy, register
+from workbench.search.registry import (
+    FIELD_SETTINGS,
+    CostInputs,
+    Strategy,
+    register,
+    settings_as,
+)
 
 NAME = "compressed_sensing"
+
+
+@dataclass(frozen=True)
+class CompressedSensingSettings:
+    """Compressed sensing's settings (`CELConfig` fields of the same names)."""
+
+    top_m: int = 8  # heads with the largest coefficients searched
+    n_masks: int | None = None  # knockout masks; None: `default_masks`
+    knockout_p: float | None = None  # knockout probability; None: min(0.25, 5 / n)
 
 
 def default_masks(n_heads: int) -> int:
@@ -27,12 +43,13 @@ def default_masks(n_heads: int) -> int:
     return max(64, 4 * n_heads)
 
 
-def compressed_sensing(space, settings: Mapping | None = None) -> None:
+def compressed_sensing(space, settings: CompressedSensingSettings | Mapping | None = None) -> None:
     """Random knockout masks over all heads, a Lasso of the gain on the masks, then
     exhaustive search among the `top_m` heads with the largest positive coefficients."""
+    settings = settings_as(CompressedSensingSettings, settings)
     n_heads = space.n_heads
-    p = space.knockout_p or min(0.25, 5.0 / n_heads)
-    n_masks = space.n_masks or default_masks(n_heads)
+    p = settings.knockout_p or min(0.25, 5.0 / n_heads)
+    n_masks = settings.n_masks or default_masks(n_heads)
     rng = np.random.default_rng([space.seed, 7])
     x = rng.random((n_masks, n_heads)) < p
     cfg = space.model.cfg
@@ -45,7 +62,7 @@ def compressed_sensing(space, settings: Mapping | None = None) -> None:
     space.notes["cs_coefficients"] = dict(zip(space.head_names(heads[j] for j in order),
                                               (float(coef[j]) for j in order), strict=True))
     space.notes["cs_target"] = target
-    pool = [heads[j] for j in order[: space.top_m]]
+    pool = [heads[j] for j in order[: settings.top_m]]
     sets = finalist_sets(pool, space.max_size)
     if sets:
         space.score_sets(sets, NAME)
@@ -118,5 +135,6 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 STRATEGY = register(Strategy(
     NAME, compressed_sensing,
     "random knockouts of all heads, a cross-validated Lasso, then every set among its top_m",
-    _cost,
+    _cost, settings=tuple(FIELD_SETTINGS[n] for n in ("top_m", "n_masks", "knockout_p")),
+    settings_type=CompressedSensingSettings,
     searched=lambda summary, config: list(summary["cs_coefficients"])[: config.top_m]))

@@ -7,17 +7,31 @@ member of a redundant pair) enters only if the pool is topped up to reach it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import combinations
 
 from workbench.search.finalists import n_sets
-from workbench.search.registry import CostInputs, Strategy, register
+from workbench.search.registry import (
+    FIELD_SETTINGS,
+    CostInputs,
+    Strategy,
+    register,
+    settings_as,
+)
 
 NAME = "exhaustive"
 
 
-def exhaustive(space, settings: Mapping | None = None) -> None:
+@dataclass(frozen=True)
+class ExhaustiveSettings:
+    """The exhaustive search's settings (`CELConfig` fields of the same names)."""
+
+    top_m: int = 8  # screening candidates searched
+
+
+def exhaustive(space, settings: ExhaustiveSettings | Mapping | None = None) -> None:
     """Every set of size 1..max_size among the first `top_m` candidates."""
-    pool = space.candidates[: space.top_m]
+    pool = space.candidates[: settings_as(ExhaustiveSettings, settings).top_m]
     sets = [c for k in range(1, space.max_size + 1) for c in combinations(pool, k)]
     space.score_sets(sets, NAME)
 
@@ -30,4 +44,5 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 STRATEGY = register(Strategy(
     NAME, exhaustive, "every set of up to max_size heads among the top_m screening candidates",
     _cost, ranked=True, certain=True,
+    settings=(FIELD_SETTINGS["top_m"],), settings_type=ExhaustiveSettings,
     searched=lambda summary, config: list(summary["candidates"][: config.top_m])))

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from workbench.search.finalists import default_budget, max_finalists, n_sets
-from workbench.search.registry import CostInputs, Setting, Strategy, register
+from workbench.errors import WorkbenchError
+from workbench.search.finalists import SCREEN_SHARE, default_budget, max_finalists, n_sets
+from workbench.search.registry import FIELD_SETTINGS, CostInputs, Setting, Strategy, register
 
 NAME = "gates"
 # A forward plus backward pass over an example, in forward-equivalents (the backward's two
@@ -23,8 +25,8 @@ FWD_BWD_COST = 3.0
 DEFAULT_STEPS = 300
 
 # How the gates are trained (defaults chosen on the planted models, `docs/recall.md`);
-# `workbench.search.gate_training.GateSettings` takes its defaults from here.
-SETTINGS = (
+# `GateSettings` takes its defaults from here.
+TRAINING = (
     Setting("steps", None, "Adam steps (default: 300, or fewer when half the search budget "
             "cannot pay for them)", low=1),
     Setting("batch_size", 8, "examples per step, each with its own gate sample", low=1),
@@ -34,7 +36,55 @@ SETTINGS = (
     Setting("init", 1.0, "initial log-odds of a gate (1.0: open in about 5 samples of 6)",
             kind=float),
 )
-DEFAULTS = {s.name: s.default for s in SETTINGS}
+DEFAULTS = {s.name: s.default for s in TRAINING}
+SETTINGS = (*TRAINING, FIELD_SETTINGS["search_budget"])
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """The `gates` strategy's settings: how the gates are trained (`TRAINING`, each in
+    `CELConfig.strategy_settings["gates"]`), and the search's budget and screening share.
+
+    Args:
+        steps: Adam steps; None: 300, or fewer when half the search budget cannot pay for
+            them (the rest of the budget scores the rounded sets).
+        batch_size: examples per step, each with its own gate sample.
+        lr: Adam's learning rate on `log_alpha`.
+        penalty: weight of the L0 penalty toward removal (per head, in the target's units).
+        init: the initial `log_alpha` (1.0: a gate is open in about 5 samples of 6).
+        search_budget: forward-equivalents of training and sets (a `CELConfig` field);
+            None: `workbench.search.finalists.default_budget`, the interaction search's.
+        screen_share: the finalists' share taken from single-head screening (a run keeps the
+            default).
+    """
+
+    steps: int | None = DEFAULTS["steps"]
+    batch_size: int = DEFAULTS["batch_size"]
+    lr: float = DEFAULTS["lr"]
+    penalty: float = DEFAULTS["penalty"]
+    init: float = DEFAULTS["init"]
+    search_budget: int | None = None
+    screen_share: float = SCREEN_SHARE
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
+            raise WorkbenchError(
+                f"gate steps must be a positive integer or None; got {self.steps!r}"
+            )
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise WorkbenchError(
+                f"gate batch_size must be a positive integer; got {self.batch_size!r}"
+            )
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise WorkbenchError(f"gate lr must be a finite number > 0; got {self.lr!r}")
+        if not (math.isfinite(self.penalty) and self.penalty >= 0):
+            raise WorkbenchError(f"gate penalty must be a finite number >= 0; got {self.penalty!r}")
+        if not math.isfinite(self.init):
+            raise WorkbenchError(f"gate init (log_alpha) must be finite; got {self.init!r}")
+
+    def training(self) -> dict:
+        """The training settings (`TRAINING`'s names) and their values."""
+        return {s.name: getattr(self, s.name) for s in TRAINING}
 
 
 def training_steps(budget: int, n_examples: int, steps: int | None, batch_size: int,
@@ -59,5 +109,5 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 STRATEGY = register(Strategy(
     NAME, "workbench.search.gate_training:gate_search",
     "learned hard-concrete gates on the pool, rounded to finalists, every set among them",
-    _cost, settings=SETTINGS,
+    _cost, settings=SETTINGS, settings_type=GateSettings,
     searched=lambda summary, config: list(summary[NAME].get("finalists", []))))

@@ -7,13 +7,19 @@ A step that gains nothing can enable the next (a redundant pair), so it always t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from workbench.search.registry import CostInputs, Strategy, register
 
 NAME = "greedy"
 
 
-def greedy(space, settings: Mapping | None = None) -> None:
+@dataclass(frozen=True)
+class GreedySettings:
+    """The greedy search has no settings of its own (it reads `max_size` from the space)."""
+
+
+def greedy(space, settings: GreedySettings | Mapping | None = None) -> None:
     """Forward selection: add the pool head that gives the best set, up to max_size."""
     current: tuple = ()
     for _ in range(space.max_size):
@@ -30,4 +36,4 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 
 STRATEGY = register(Strategy(
     NAME, greedy, "forward selection over the candidate pool, one head per step", _cost,
-    ranked=True))
+    ranked=True, settings_type=GreedySettings))

@@ -13,22 +13,43 @@ masks (half that when the sets searched have at most 2 heads).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.search.finalists import (
+    KNOCKOUT_EXAMPLES,
+    SCREEN_SHARE,
     default_budget,
     finalist_sets,
     max_finalists,
     n_sets,
     pick_finalists,
 )
-from workbench.search.registry import CostInputs, Strategy, register
+from workbench.search.registry import (
+    FIELD_SETTINGS,
+    CostInputs,
+    Strategy,
+    register,
+    settings_as,
+)
 
 NAME = "interaction"
 KNOCKOUT_P = 0.3  # each pool head is knocked out of a mask with this probability
+
+
+@dataclass(frozen=True)
+class InteractionSettings:
+    """The interaction search's settings (`CELConfig` fields of the same names, but
+    `screen_share`, which a run keeps at its default)."""
+
+    n_masks: int | None = None  # knockout masks; None: `knockout_masks`
+    knockout_p: float | None = None  # each pool head's knockout probability; None: KNOCKOUT_P
+    search_budget: int | None = None  # None: `default_budget`
+    knockout_examples: int | None = KNOCKOUT_EXAMPLES  # a raced knockout's; None: slice 1
+    screen_share: float = SCREEN_SHARE  # finalists taken from single-head screening
 
 
 def knockout_masks(n_heads: int, budget: int) -> int:
@@ -85,7 +106,7 @@ def guarded_order(coef: np.ndarray, guard_fits: list[tuple[np.ndarray, np.ndarra
     return [j for j in order if not falls[j]] + [j for j in order if falls[j]]
 
 
-def interaction(space, settings: Mapping | None = None) -> None:
+def interaction(space, settings: InteractionSettings | Mapping | None = None) -> None:
     """Interaction-aware search: random knockouts over the pool, then exact verification.
 
     1. The pool is `space.pool` (heads whose single removal does not clearly hurt, see
@@ -108,23 +129,24 @@ def interaction(space, settings: Mapping | None = None) -> None:
        models the share changes no recall (`docs/recall.md`). Under `run_cel`'s raced
        screening a head that does not hurt is ranked on the first slice of examples.
     """
+    settings = settings_as(InteractionSettings, settings)
     pool = space.pool_heads()
-    budget = space.search_budget()
+    budget = space.search_budget(settings.search_budget)
     if not pool:
         space.notes[NAME] = {"pool": 0}
         return
-    p = space.knockout_p or KNOCKOUT_P
+    p = settings.knockout_p or KNOCKOUT_P
     if not 0.0 < p < 1.0:
         raise WorkbenchError(f"knockout_p must be in (0, 1); got {p}")
-    n_masks = space.n_masks or knockout_masks(space.n_heads, budget)
+    n_masks = settings.n_masks or knockout_masks(space.n_heads, budget)
     rng = np.random.default_rng([space.seed, 13])
     x = rng.random((n_masks, len(pool))) < p
     x[~x.any(1), 0] = True  # no empty mask: the clean run is no measurement
     sets = [[pool[j] for j in np.flatnonzero(row)] for row in x]
     # the knockouts only rank heads for the finalists: one slice of examples each when
     # adaptive, and at the search's lower precision where it has one (`space.ranker`)
-    space.evaluate(sets, NAME, rows=space.knockout_rows() if space.adaptive else None,
-                   rank=True)
+    rows = space.knockout_rows(settings.knockout_examples) if space.adaptive else None
+    space.evaluate(sets, NAME, rows=rows, rank=True)
     knockout_eq = space.forward_eq
     target = space.regression_target
     coef = _main_effects(x, np.array(space.gains(sets, target)))
@@ -141,7 +163,7 @@ def interaction(space, settings: Mapping | None = None) -> None:
     screened = [h for h in space.candidates if h in in_pool]
     knocked = [pool[j] for j in order]
     k = max_finalists(left, space.max_size, len(set(screened) | set(knocked)))
-    finalists = pick_finalists(screened, knocked, k, space.screen_share)
+    finalists = pick_finalists(screened, knocked, k, settings.screen_share)
     effects = dict(zip(space.head_names(pool[j] for j in order[: max(k, 20)]),
                        (float(coef[j]) for j in order[: max(k, 20)]), strict=True))
     space.notes[NAME] = {
@@ -151,7 +173,7 @@ def interaction(space, settings: Mapping | None = None) -> None:
         "target": target,
         "finalists": space.head_names(finalists),
         "effects": effects,
-        "knockout_examples": len(space.knockout_rows()) if space.adaptive else space.n_examples,
+        "knockout_examples": space.n_examples if rows is None else len(rows),
     }
     sets = finalist_sets(finalists, space.max_size)
     if sets:
@@ -172,5 +194,7 @@ def _cost(inputs: CostInputs, settings: Mapping) -> tuple[float, float]:
 STRATEGY = register(Strategy(
     NAME, interaction,
     "random knockouts over the pool, main effects, then every set among the finalists "
-    "(the default)", _cost,
+    "(the default)", _cost, settings_type=InteractionSettings,
+    settings=tuple(FIELD_SETTINGS[n] for n in ("n_masks", "knockout_p", "search_budget",
+                                               "knockout_examples")),
     searched=lambda summary, config: list(summary[NAME].get("finalists", []))))

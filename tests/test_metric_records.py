@@ -8,8 +8,7 @@ import torch
 
 from workbench import WorkbenchError
 from workbench.cli.parser import build_parser
-from workbench.metrics.choices import CHOICE_SCORES
-from workbench.metrics.records import (
+from workbench.metric_records import (
     METRIC_RECORDS,
     Metric,
     base_metric,
@@ -21,6 +20,7 @@ from workbench.metrics.records import (
     scored_names,
     table_order,
 )
+from workbench.metrics.choices import CHOICE_SCORES
 from workbench.metrics.scores import METRICS, get_metric
 from workbench.results.tradeoff import DIFFERENCE_METRICS, GUARD_METRICS
 from workbench.results.tradeoff import metric_names as table_metrics
