@@ -15,14 +15,12 @@ from workbench.estimate import (
     LIKELY,
     LIKELY_MIN_FORWARD_S,
     MEASURE_TOKENS,
-    SE_MARGIN,
     RunEstimate,
     _duration,
     measure_forward,
-    random_share,
-    single_share,
     stage_forwards,
 )
+from workbench.pass_cost import SE_MARGIN, random_share, single_share
 from workbench.pipeline import prepare_run, run_prepared
 from workbench.tasks.task import load_task
 
@@ -224,8 +222,8 @@ def test_the_choice_passes_are_counted_as_the_scorer_runs_them(attn_model, monke
     group of examples and, with a choice longer than one token, one over the choice rows;
     none with one-token choices."""
     from tests.metrics.test_choices import mc_task
-    from workbench.estimate import choice_forwards, choice_tokens
     from workbench.metrics.choices import choice_metric
+    from workbench.pass_cost import choice_forwards, choice_tokens
     from workbench.scoring.scorer import MaskScorer, masks_of
     from workbench.tasks.encoding import encode_task
     from workbench.tasks.task import Task
@@ -257,13 +255,8 @@ def test_a_multiple_choice_run_is_costed_with_every_block_and_its_choice_pass(at
     choice pass (`1 + choice_share`), not a restart at the head's layer; its counts are the
     run's (masks times rows over N) as for any task, and the printed line says so."""
     from tests.metrics.test_choices import mc_task
-    from workbench.estimate import (
-        RunEstimate,
-        choice_share,
-        choice_tokens,
-        plain_share,
-        stage_costs,
-    )
+    from workbench.estimate import RunEstimate, stage_costs
+    from workbench.pass_cost import choice_share, choice_tokens, plain_share
     from workbench.racing import first_slice
 
     run = prepare_run(attn_model, mc_task(80), method="exact", n_random=20, max_size=2,
@@ -280,3 +273,100 @@ def test_a_multiple_choice_run_is_costed_with_every_block_and_its_choice_pass(at
     line = RunEstimate(forwards, costs, 1.0, n_sel, choice_share(run)).line()
     assert f"its choice pass {tail / prompt:.0%} of its tokens more" in line
     assert choice_share(prepare_run(attn_model, tiny_task, progress=False)) is None
+
+
+@pytest.fixture(scope="module")
+def gen_batch(attn_model):
+    """A generation task's selection split of 80 examples (two groups of decoded rows), whose
+    rows write 1 to 4 tokens (`max_new_tokens` 4, stop `w2`, which the model writes at
+    different steps)."""
+    from tests.metrics.test_generation import gen_task
+    from workbench.tasks.encoding import encode_task
+    from workbench.tasks.task import Task
+
+    records = [{"id": e.id, "prompt": e.prompt, "target": e.target, "split": e.split}
+               for e in gen_task(attn_model, 160).examples]
+    task = Task.from_records(records, name="gen", generation={
+        "max_new_tokens": 4, "until": ["w2"], "extractor": {"regex": r"(w\d+)"}})
+    return task, encode_task(attn_model, task, "select")
+
+
+def test_the_generation_passes_are_counted_as_the_scorer_runs_them(attn_model, gen_batch,
+                                                                   monkeypatch):
+    """`generation_forwards` against the forwards the scorer really runs for three masks
+    through `generation_metric`: per mask, the decode's (per group of rows its longest
+    generation, the lengths read from a separate decode under the mask) and the target's
+    teacher-forced pass; between every row ending at its first token and every row writing
+    `max_new_tokens`, the two ends `generation_share` prices."""
+    from workbench.ablation import mask_hooks
+    from workbench.generation.decode import ROWS_PER_PASS, greedy_generate
+    from workbench.metrics.generation import generation_metric, target_batch
+    from workbench.pass_cost import choice_forwards, generation_forwards
+    from workbench.scoring.scorer import MaskScorer, masks_of
+
+    _, batch = gen_batch
+    n = len(batch)
+    settings = batch.task.generation
+    masks = masks_of(attn_model, [["L0H1"], ["L1H2", "L0H0"], ["L1H3"]])
+    new = []
+    for i in range(masks.shape[0]):
+        with attn_model.hooks(fwd_hooks=mask_hooks(attn_model, masks[i : i + 1], "zero")):
+            gen = greedy_generate(attn_model, batch.prompts(), settings.max_new_tokens,
+                                  settings.until)
+        new.append([len(t) for t in gen.tokens])
+    assert any(len(set(lengths)) > 1 for lengths in new)  # rows end at different steps
+    scorer = MaskScorer(attn_model, batch, metric=generation_metric)
+    scorer.score(masks_of(attn_model, [[]]))  # the clean run, before counting
+    calls = _counting(attn_model, monkeypatch)
+    scorer.score(masks)
+    groups = math.ceil(n / ROWS_PER_PASS)
+    assert groups == 2 and choice_forwards(target_batch(batch)) >= groups
+    assert len(calls) == sum(generation_forwards(batch, lengths) for lengths in new)
+    least = generation_forwards(batch, [1] * n)
+    most = generation_forwards(batch, [settings.max_new_tokens] * n)
+    assert least == groups + choice_forwards(target_batch(batch))
+    assert most == least + groups * (settings.max_new_tokens - 1)
+    assert all(least <= generation_forwards(batch, lengths) <= most for lengths in new)
+
+
+def test_a_generation_run_is_costed_as_it_decodes(attn_model, gen_batch, monkeypatch):
+    """An exact screening of a generation task costs, per head, the decode and the
+    teacher-forced pass from every block (`2 + t` at the least, `max_new_tokens + 1 + t` at
+    the most, `t` the target's tokens past the first over the prompts'); attribution the
+    teacher-forced pass alone; the likely time prices every pass at the clean scoring timed
+    by `measure_decode` (its forwards the count of the clean decode), and the line says so."""
+    import workbench.estimate as estimate
+    from workbench.generation.decode import greedy_generate
+    from workbench.metrics.generation import target_batch
+    from workbench.pass_cost import choice_tokens, generation_forwards, plain_share
+    from workbench.racing import first_slice
+
+    task, batch = gen_batch
+    prompt, tail = choice_tokens(target_batch(batch))
+    t = tail / prompt
+    low, high = plain_share(2)
+    max_new = task.generation.max_new_tokens
+    for method, share in (("exact", (low * (2 + t), max_new + 1 + t)),
+                          ("attribution", (low * (1 + t), high * (1 + t)))):
+        run = prepare_run(attn_model, task, method=method, n_random=20, max_size=2,
+                          check_attribution=False, progress=False)
+        forwards, costs = stage_forwards(run), estimate.stage_costs(run)
+        assert costs["screen"][0] == pytest.approx(forwards["screen"][0] * share[0])
+        assert costs["screen"][1] == pytest.approx(forwards["screen"][1] * share[1])
+    run = prepare_run(attn_model, task, method="exact", n_random=20, max_size=2,
+                      progress=False)
+    monkeypatch.setattr(estimate, "measure_forward", lambda run, on=None: 2.0)
+    est = estimate.estimate_run(run)
+    d = est.decode
+    rows = run.select.rows(slice(0, d.rows))
+    clean = greedy_generate(attn_model, rows.prompts(), max_new, task.generation.until)
+    assert d.rows == 16 and d.share > 0 and d.span == (low * (2 + t), max_new + 1 + t)
+    assert d.forwards == generation_forwards(rows, [len(x) for x in clean.tokens])
+    n_heads, n_sel = 8, len(run.select)
+    assert est.typical["screen"][0] == pytest.approx(
+        n_heads * first_slice(n_sel) / n_sel * d.share)
+    assert est.likely["screen"] == pytest.approx(
+        2.0 * min(est.typical["screen"][0] * LIKELY["screen"], est.costs["screen"][1]))
+    line = est.line()
+    assert "a masked pass decodes" in line and "restarts at its layer" not in line
+    assert f"writing {max_new} tokens" in line

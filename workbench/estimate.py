@@ -27,36 +27,22 @@ a sum of parts (`Part`), each with a count `(low, high)` and a cost in plain for
 
 **The low end is a bound** (checked against every measured run: `docs/speed.md`): every
 raced candidate stopped on its first slice, every count at its least, and every pass at its
-cheapest. A masked pass restarts at its first ablated layer `l` from cached residuals and runs
-`(L - l) / L` of the blocks; at the low end the last block counts nothing (there it runs its
-MLP at the answer position only), a set whose layers are unknown (a finalist, a found set)
-may sit in the last layer and shared prefixes may run its blocks for other sets too, so it
-counts nothing more; single heads are every layer's (`(L - 1) / 2L` on average); random sets
-count their mean share less two standard errors over the sets drawn (`random_share`); the
-knockouts (~30 % of the pool each) start in the first layer, the one assumption the low end
-makes about screening's outcome. A forward is timed now as the scorers run one
-(`measure_forward`: the masks tiled per pass as a CPU or GPU tiles them, per token), so the
-bound holds at the load of the moment it was measured; a machine that gets faster later (other
-jobs end) can beat it. The high end is every candidate on every example, every set restarted
-at its first layer: no bound, the size of a run that races nothing.
+cheapest (`workbench.pass_cost`: a next-token pass restarts at its first ablated layer, the
+last block counting nothing; a set whose layers are unknown, a finalist or a found set,
+counts nothing more; random sets their mean share less two standard errors; a
+multiple-choice or generation pass runs every block; a generation pass has every row end at
+its first token). The knockouts (~30 % of the pool each) start in the first layer, the one
+assumption the low end makes about screening's outcome. A forward is timed now as the scorers
+run one (`measure_forward`: the masks tiled per pass as a CPU or GPU tiles them, per token),
+so the bound holds at the load of the moment it was measured. The high end is every
+candidate on every example, every set restarted at its first layer, every generated row
+`max_new_tokens` long: no bound, the size of a run that races nothing. A generation task's
+clean scoring of a few selection examples is timed too (`pass_cost.measure_decode`), and its
+likely cost prices every masked pass at it.
 
-**A multiple-choice main task** (`workbench.metrics.choices`) is scored through its choice
-metric, which never restarts at a layer: each of its masked passes runs the prompts through
-every block, and, where some choice is longer than one token, a second pass over the choice
-rows on the prompts' key-value cache (a one-token choice is read at the prompt's last
-position: no second pass). So each pass on its selection or held-out rows costs
-`1 + choice_share` of a plain forward (`(L - 1) / L` of that at the low end), where
-`choice_share` is the choice pass's tokens over the prompt pass's (`choice_tokens`), whatever
-layer its mask starts at. Its forward-equivalents are counted as the run counts them (a mask
-on `r` rows is `r / N`, both passes together); `choice_forwards` is the number of model
-forwards one scoring of a batch runs.
-
-A run that screens and searches at a lower precision (`CELConfig.search_dtype`,
-`workbench.precision`) runs those two stages on its bfloat16 copy, whose forward costs less
-(about half on an AVX-512 BF16 CPU, more on one without): so the forward is timed on the copy
-too (built then, and kept for screening), and screening's and the search's costs are counted
-in the model's own forwards scaled by the ratio of the two (`searched_share`). Their
-forward-equivalents do not change with the precision.
+A run that screens and searches at a lower precision (`CELConfig.search_dtype`) runs those
+stages on its bfloat16 copy: the forward is timed on the copy too (built then, kept for
+screening) and their costs scale by the ratio of the two forwards (`searched_share`).
 """
 
 from __future__ import annotations
@@ -70,6 +56,17 @@ import torch
 from workbench.compute import default_masks_per_pass
 from workbench.confirmation.baseline import set_looks
 from workbench.confirmation.confirm import TRADEOFF_EXAMPLES
+from workbench.pass_cost import (
+    DecodeCost,
+    Span,
+    choice_share,
+    main_share,
+    measure_decode,
+    plain_share,
+    random_share,
+    single_share,
+    teacher_forced_share,
+)
 from workbench.precision import lowers
 from workbench.progress import LONG_RUN_S as LONG_RUN_S  # the bar for printing the estimate
 from workbench.progress import about
@@ -83,8 +80,6 @@ MEASURE_ROWS = 32  # selection examples in the measured forward (tiled, scaled p
 MEASURE_TOKENS = 1 << 16
 STAGES = ("screen", "search", "confirm")
 SEARCHED = ("screen", "search")  # the stages that run at `CELConfig.search_dtype`
-Span = tuple[float, float]
-SE_MARGIN = 2.0  # standard errors below the mean share of random sets, at the low end
 # The likely cost: each stage's low end (in plain forwards) times what default runs on real
 # models measured over it, the geometric mean of four float32 runs on this project's 2-core
 # CPUs (SmolLM2 x ioi twice, SmolLM2 x greater_than, Gemma-3 x ioi; their ratios: screen
@@ -119,81 +114,17 @@ def _part(count: Span, share: Span) -> Part:
     return Part(count, (count[0] * share[0], count[1] * share[1]))
 
 
-def plain_share(n_layers: int) -> Span:
-    """A pass from the first layer: all of a forward, its last block less at the low end."""
-    return (n_layers - 1) / n_layers, 1.0
-
-
-def single_share(n_layers: int) -> Span:
-    """One mask per head of every layer, on average: a head of layer `l` restarts there,
-    `(L - l) / L` of a forward (`(L - 1 - l) / L` at the low end)."""
-    return (n_layers - 1) / (2 * n_layers), (n_layers + 1) / (2 * n_layers)
-
-
-def random_share(n_layers: int, n_heads: int, size: int, n_sets: int) -> Span:
-    """What `n_sets` random sets of `size` distinct heads (of `n_layers x n_heads`) cost per
-    set, as a share of a forward: each restarts at its first ablated layer. The low end is
-    the mean of `(L - 1 - first) / L` less `SE_MARGIN` standard errors over `n_sets` (at
-    least 0); the high end the mean of `(L - first) / L` plus as many (at most 1)."""
-    L, total = n_layers, n_layers * n_heads
-    size = min(size, total)
-    first = [0.0] * L  # P(the first ablated layer is l)
-    for l in range(L):
-        above = math.comb((L - l) * n_heads, size) - math.comb((L - l - 1) * n_heads, size)
-        first[l] = above / math.comb(total, size)
-    mean = sum(p * (L - l) / L for l, p in enumerate(first))
-    var = sum(p * ((L - l) / L - mean) ** 2 for l, p in enumerate(first))
-    margin = SE_MARGIN * math.sqrt(var / max(1, n_sets))
-    return max(0.0, mean - 1 / L - margin), min(1.0, mean + margin)
-
-
-def choice_tokens(batch) -> tuple[int, int]:
-    """`(prompt tokens, choice-pass tokens)` one scoring of a multiple-choice batch runs
-    (`workbench.metrics.choices`, shared path): every prompt's real tokens, and every choice
-    of more than one token but its last (`(0, 0)` for a batch without choices)."""
-    seqs = getattr(batch, "choice_seqs", None)
-    if seqs is None:
-        return 0, 0
-    tail = sum(len(c) - 1 for choices in seqs for c in choices if len(c) > 1)
-    return int(batch.lengths.sum()), tail
-
-
-def choice_forwards(batch) -> int:
-    """The model forwards one scoring of a multiple-choice batch runs (shared path): per group
-    of examples whose choices fill at most `ROWS_PER_PASS` rows, one over the prompts, and one
-    over the choice rows where some choice of the group is longer than one token."""
-    from workbench.metrics.choices import row_groups
-
-    return sum(1 + any(len(c) > 1 for i in group for c in batch.choice_seqs[i])
-               for group in row_groups(batch))
-
-
-def choice_share(run) -> float | None:
-    """A multiple-choice main task's choice-pass tokens over its prompt tokens, on the
-    selection split (0 with one-token choices); None for another task."""
-    prompt, tail = choice_tokens(run.select)
-    return None if getattr(run.select, "choice_seqs", None) is None else tail / max(1, prompt)
-
-
-def _main_share(run, share: Span) -> Span:
-    """What one masked pass on the main task costs, as a share of a forward: `share` (it
-    restarts at its layer), or for a multiple-choice task every block and its choice pass."""
-    extra = choice_share(run)
-    if extra is None:
-        return share
-    low, high = plain_share(run.model.cfg.n_layers)
-    return low * (1 + extra), high * (1 + extra)
-
-
-def _screen(run, n_heads: int, first: float) -> Part:
+def _screen(run, n_heads: int, first: float, main: Span | None) -> Part:
+    """The method's own passes (a gradient method's on a generation task: the teacher-forced
+    pass alone), an estimate's exact check and the side tasks' pool columns."""
     config, L = run.config, run.model.cfg.n_layers
     n_sel = max(1, len(run.select))
     method = get_method(config.method)
-    main = method.cost(ScreenCostInputs(n_heads, _n_metrics(run), first))
-    part = _part(main, _main_share(run, single_share(L) if method.restarts
-                                   else plain_share(L)))
+    count = method.cost(ScreenCostInputs(n_heads, _n_metrics(run), first))
+    own = (teacher_forced_share(run) if method.gradients else None) or main
+    part = _part(count, own or (single_share(L) if method.restarts else plain_share(L)))
     if not method.exact and config.check_attribution:  # every head on every example
-        part += _part((n_heads, n_heads), _main_share(run, single_share(L)))
+        part += _part((n_heads, n_heads), main or single_share(L))
     if config.side_screening and run.others:  # the pool's heads only: none at the least
         side = sum(n_heads * (first_slice(len(t.examples)) if config.adaptive
                               else len(t.examples)) / n_sel for t in run.others.values())
@@ -211,7 +142,7 @@ def _n_metrics(run) -> int:
     return 4 if wrong is not None and wrong.shape[-1] > 0 else 2
 
 
-def _search(run, n_heads: int, first: float, knockout: float) -> Part | None:
+def _search(run, n_heads: int, first: float, knockout: float, main: Span | None) -> Part:
     """Each strategy's fixed passes (knockouts, training: from the first layer) and raced
     sets (layers unknown: nothing at the low end; counted only where the record is
     `certain`, and then once: the strategies share one cache)."""
@@ -222,14 +153,14 @@ def _search(run, n_heads: int, first: float, knockout: float) -> Part | None:
         strategy = get_strategy(name)
         fixed, raced = strategy.cost(inputs, strategy.resolve(
             config.strategy_settings.get(name, {})))
-        part += (_part((fixed, fixed), _main_share(run, plain_share(L)))
-                 + _part((0.0, raced), (0.0, _main_share(run, (0.0, 1.0))[1])))
+        part += (_part((fixed, fixed), main or plain_share(L))
+                 + _part((0.0, raced), (0.0, (main or (0.0, 1.0))[1])))
         if strategy.certain:
             certain = max(certain, raced * first)
     return part + Part((certain, 0.0), (0.0, 0.0))
 
 
-def _confirm(run, n_heads: int) -> Part:
+def _confirm(run, n_heads: int, main: Span | None) -> Part:
     """The clean passes, the best sets, both random baselines (capped at all sets of a
     size, drawn in looks, raced from `baseline_examples`) and the trade-off table."""
     config, cfg = run.config, run.model.cfg
@@ -237,9 +168,9 @@ def _confirm(run, n_heads: int) -> Part:
     n_sel, n_held = max(1, len(run.select)), max(1, len(run.heldout))
     side = [len(task.examples) for task in run.others.values()]
     held, others = n_held / n_sel, sum(side) / n_sel
-    main_plain = _main_share(run, plain_share(L))
+    main_plain = main or plain_share(L)
     part = _part((held, held), main_plain) + _part((others, others), plain_share(L))  # clean
-    best = _main_share(run, (0.0, 1.0))[1]  # the best sets: layers unknown
+    best = (main or (0.0, 1.0))[1]  # the best sets: layers unknown
     part += Part((config.max_size * (held + others),) * 2,
                  (0.0, config.max_size * (held * best + others)))
     first_held = (first_slice(n_held, config.baseline_examples) / n_held if config.adaptive
@@ -253,15 +184,15 @@ def _confirm(run, n_heads: int) -> Part:
             continue
         exhaustive = n_k == math.comb(n_heads, min(k, n_heads))
         looked = set_looks(n_k, config.adaptive and config.random_looks and not exhaustive)[0]
-        low, _ = _main_share(run, random_share(L, H, k, looked))
-        _, high = _main_share(run, random_share(L, H, k, n_k))
+        low, _ = main or random_share(L, H, k, looked)
+        _, high = main or random_share(L, H, k, n_k)
         # all heads: the first look on its first slice; the pool's: none more at the least
         part += Part((looked * first_held * held, 2 * n_k * held),
                      (looked * first_held * held * low, 2 * n_k * held * high))
         if n_trade:  # the found set (layers unknown) and each baseline's sample
             sample = min(n_trade, n_k)
             low, _ = random_share(L, H, k, sample)
-            low_main, _ = _main_share(run, (low, 1.0))
+            low_main, _ = main or (low, 1.0)
             sampled = held_sampled + side_sampled
             part += Part(((1 + sample) * sampled, (1 + 2 * sample) * sampled),
                          (sample * (held_sampled * low_main + side_sampled * low),
@@ -269,27 +200,27 @@ def _confirm(run, n_heads: int) -> Part:
     return part
 
 
-def _stages(run) -> dict[str, Part | None]:
-    """Each stage's `Part`: forward-equivalents and their cost in plain forwards."""
+def _stages(run, main: Span | None = None) -> dict[str, Part | None]:
+    """Each stage's `Part`: forward-equivalents and their cost in plain forwards. `main`: what
+    every masked pass on the main task costs (`main_share(run)` unless given: a measured
+    decode), None where a pass restarts at its layer (so `main or share`)."""
     config, cfg = run.config, run.model.cfg
     n_heads = cfg.n_layers * cfg.n_heads
     n_sel = max(1, len(run.select))
     first = first_slice(n_sel) / n_sel if config.adaptive else 1.0
     knockout = (first_slice(n_sel, config.knockout_examples) / n_sel if config.adaptive
                 else 1.0)
-    return {"screen": _screen(run, n_heads, first),
-            "search": _search(run, n_heads, first, knockout),
-            "confirm": _confirm(run, n_heads)}
+    main = main_share(run) if main is None else main
+    return {"screen": _screen(run, n_heads, first, main),
+            "search": _search(run, n_heads, first, knockout, main),
+            "confirm": _confirm(run, n_heads, main)}
 
 
 def stage_forwards(run) -> dict[str, Span | None]:
     """Each stage's forward-equivalents for a prepared run (`workbench.pipeline.CELRun`), as
-    `(low, high)`: the least the run can count (every raced candidate stopped on its first
-    slice, every count that depends on screening's outcome at its least), and every
-    candidate on every example (without racing the two agree where nothing depends on
-    screening); None for a stage without a rule. Counted as the results folder counts them
-    (`summary["forward_eq"]`): a mask on `r` examples is `r / N` of a pass, whatever layer it
-    restarts at."""
+    `(low, high)`: the least the run can count and every candidate on every example; None
+    for a stage without a rule. Counted as the results folder counts them
+    (`summary["forward_eq"]`): a mask on `r` examples is `r / N` of a pass."""
     return {stage: (None if p is None else p.count) for stage, p in _stages(run).items()}
 
 
@@ -352,6 +283,8 @@ class RunEstimate:
     seconds_per_forward: float
     n_select: int
     choice_share: float | None = None  # a multiple-choice main task's (`choice_share`)
+    decode: DecodeCost | None = None  # a generation main task's clean scoring, timed
+    typical: dict[str, Span | None] | None = None  # the costs with every pass at `decode`
 
     @property
     def seconds(self) -> Span:
@@ -362,20 +295,22 @@ class RunEstimate:
 
     @property
     def likely(self) -> dict[str, float] | None:
-        """Each stage's likely seconds: its low end times `LIKELY` (at most its high end);
-        None where a forward is too short for passes to be what a run spends its time on
+        """Each stage's likely seconds: its low end (a generation task's with every pass at
+        the clean decode's cost, `typical`) times `LIKELY`, at most its high end; None where a
+        forward is too short for passes to be what a run spends its time on
         (`LIKELY_MIN_FORWARD_S`) or a stage has no rule."""
+        costs = {k: c if self.typical is None or c is None else (self.typical[k][0], c[1])
+                 for k, c in self.costs.items()}
         if self.seconds_per_forward < LIKELY_MIN_FORWARD_S or any(
                 c is None for c in self.costs.values()):
             return None
         return {stage: c * self.seconds_per_forward
-                for stage, c in likely_costs(self.costs).items()}
+                for stage, c in likely_costs(costs).items()}
 
     def stage_seconds(self, stage: str) -> Span | None:
         """A stage's `(low, high)` in seconds (None without a rule)."""
-        cost = self.costs.get(stage)
-        return None if cost is None else (cost[0] * self.seconds_per_forward,
-                                          cost[1] * self.seconds_per_forward)
+        cost, s = self.costs.get(stage), self.seconds_per_forward
+        return None if cost is None else (cost[0] * s, cost[1] * s)
 
     def line(self) -> str:
         """One line: each stage's forward-equivalents and time, and what one costs."""
@@ -395,14 +330,25 @@ class RunEstimate:
             lo, hi = LIKELY_SPREAD
             parts[0] = (f"likely {about(sum(likely.values()))} ({stages}; default runs "
                         f"on real models took {lo:g}-{hi:g}x their likely time); {parts[0]}")
-        how = ("a masked pass restarts at its layer" if self.choice_share is None else
-               "a masked pass runs every block" + (
-                   f", and its choice pass {self.choice_share:.0%} of its tokens more"
-                   if self.choice_share else ": one-token choices"))
         return (f"estimate: {', '.join(parts)} forward-equivalents, from the least the run "
                 f"can cost (a bound at this load) to none stopped; a forward over the "
                 f"{self.n_select} selection examples measured {self.seconds_per_forward:.2g} s "
-                f"now ({how})")
+                f"now ({self._how()})")
+
+    def _how(self) -> str:
+        """What a masked pass on the main task costs, in words."""
+        d = self.decode
+        if d is not None:
+            return (f"a masked pass decodes, every block, and scores its target teacher-"
+                    f"forced: {d.span[0]:.1f}-{d.span[1]:.0f} forwards' time, from every row "
+                    f"ending at once to every row writing {d.max_new_tokens} tokens; the clean "
+                    f"model's took {d.share:.1f} on {d.rows} examples ({d.forwards} forwards, "
+                    f"{d.new_tokens:.1f} new tokens each), the pass the likely time prices")
+        if self.choice_share is None:
+            return "a masked pass restarts at its layer"
+        return "a masked pass runs every block" + (
+            f", and its choice pass {self.choice_share:.0%} of its tokens more"
+            if self.choice_share else ": one-token choices")
 
 
 def _span(low: float, high: float, fmt: str | None) -> str:
@@ -434,13 +380,20 @@ def searched_share(run, seconds: float) -> float:
 
 def estimate_run(run, done: tuple[str, ...] = ()) -> RunEstimate:
     """The estimate of a prepared run's stages not in `done` (stages a results folder
-    already holds), from one measured forward (and one on the searcher when screening or the
-    search runs at a lower precision: `searched_share`)."""
+    already holds), from one measured forward (one more on the searcher when screening or the
+    search runs at a lower precision, `searched_share`; a generation task's clean decode,
+    `measure_decode`)."""
     stages = {k: v for k, v in _stages(run).items() if k not in done}
     seconds = measure_forward(run)
     share = searched_share(run, seconds) if any(k in stages for k in SEARCHED) else 1.0
-    costs = {k: None if v is None else
-             (v.cost if k not in SEARCHED else (v.cost[0] * share, v.cost[1] * share))
-             for k, v in stages.items()}
+
+    def costs(parts: dict) -> dict[str, Span | None]:
+        return {k: None if v is None else (v.cost if k not in SEARCHED else
+                                           (v.cost[0] * share, v.cost[1] * share))
+                for k, v in parts.items() if k not in done}
+
+    decode = measure_decode(run, seconds)
+    typical = None if decode is None else costs(_stages(run, (decode.share,) * 2))
     return RunEstimate({k: None if v is None else v.count for k, v in stages.items()},
-                       costs, seconds, len(run.select), choice_share(run))
+                       costs(stages), seconds, len(run.select), choice_share(run), decode,
+                       typical)

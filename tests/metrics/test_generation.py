@@ -88,3 +88,30 @@ def test_task_metric_picks_generation_and_evaluate_has_its_columns(attn_model, t
     assert table["exact_match"].tolist() == want["exact_match"].int().tolist()
     assert evaluate_generation(attn_model, batch)["generation"].map(
         lambda t: "w7" not in t).all()
+
+
+def test_attribution_ranks_by_logprob_without_decoding(attn_model, monkeypatch):
+    """Attribution on a generation task differentiates the target's log-prob and decodes
+    nothing (its exact-match estimate is NaN whatever the generations are): its `logprob`
+    estimates equal those through a metric that also decodes (`naive_generation_metric`, one
+    row at a time), exactly per example up to float error, and no decoder runs."""
+    import workbench.generation.decode as decode
+    from workbench.screening.attribution import attribution_effects
+
+    batch = encode_task(attn_model, gen_task(attn_model), "select")
+    clean_ref, est_ref = attribution_effects(attn_model, batch, metric=naive_generation_metric)
+    calls = []
+    for name in ("greedy_generate", "naive_generate"):
+        real = getattr(decode, name)
+        monkeypatch.setattr(decode, name, lambda *a, _r=real, **k: calls.append(1) or _r(*a, **k))
+    import workbench.metrics.generation as generation
+
+    monkeypatch.setattr(generation, "greedy_generate", decode.greedy_generate)
+    monkeypatch.setattr(generation, "naive_generate", decode.naive_generate)
+    clean, est = attribution_effects(attn_model, batch, metric=generation_metric)
+    assert calls == []
+    assert est["exact_match"].isnan().all() and clean["exact_match"].isnan().all()
+    assert est_ref["exact_match"].isnan().all() and not clean_ref["exact_match"].isnan().any()
+    torch.testing.assert_close(est["logprob"], est_ref["logprob"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(clean["logprob"], clean_ref["logprob"], rtol=0, atol=1e-5)
+    assert est["logprob"].abs().max() > 1e-2  # the heads move the log-prob

@@ -1,5 +1,6 @@
 """Generation: greedy decoding with a key-value cache under the caller's hooks
-(`decode`: `greedy_generate`, its reference `naive_generate`, the `Generation` record).
+(`decode`: `greedy_generate`, its reference `naive_generate`, the `Generation` record,
+`decode_forwards`: the forwards a decode runs).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         ROWS_PER_PASS,
         Generation,
         can_cache,
+        decode_forwards,
         greedy_generate,
         naive_generate,
     )

@@ -106,13 +106,10 @@ def greedy_generate(
     if not can_cache(model):
         return naive_generate(model, rows, max_new_tokens, until)
     stop = _Stop(model, max_new_tokens, until)
-    per_pass = int(rows_per_pass or ROWS_PER_PASS)
-    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))  # similar lengths together
     tokens: list[list[int]] = [[] for _ in rows]
     n_forwards = 0
     with torch.no_grad():
-        for start in range(0, len(order), per_pass):
-            group = order[start : start + per_pass]
+        for group in _groups([len(r) for r in rows], rows_per_pass):
             out, n = _cached_group(model, [rows[i] for i in group], stop)
             n_forwards += n
             for i, ids in zip(group, out, strict=True):
@@ -146,6 +143,27 @@ def naive_generate(
                     break
             tokens.append(new)
     return Generation(tokens, [stop.text(t) for t in tokens], n_forwards)
+
+
+def decode_forwards(
+    lengths: Sequence[int], new_tokens: Sequence[int], rows_per_pass: int | None = None,
+    cached: bool = True,
+) -> int:
+    """The forwards `greedy_generate` runs for prompts of `lengths` tokens that generate
+    `new_tokens` tokens each (through the token that ended the row): per group of rows, as
+    many as its longest generation (the prompt pass writes each row's first token, each cached
+    step one more); `cached=False` (a model `can_cache` refuses): one per generated token."""
+    if not cached:
+        return int(sum(new_tokens))
+    return sum(max(new_tokens[i] for i in group) for group in _groups(lengths, rows_per_pass))
+
+
+def _groups(lengths: Sequence[int], rows_per_pass: int | None) -> list[list[int]]:
+    """The rows decoded together: sorted by length, longest first (similar lengths share a
+    group's padding), cut into groups of `rows_per_pass` (default `ROWS_PER_PASS`)."""
+    per_pass = int(rows_per_pass or ROWS_PER_PASS)
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start : start + per_pass] for start in range(0, len(order), per_pass)]
 
 
 class _Stop:

@@ -1,5 +1,6 @@
 """Re-scoring a head set with lm-eval: the model with and without the heads, judged by
-lm-eval's own `simple_evaluate` on an lm-eval task.
+lm-eval's own `simple_evaluate` on an lm-eval task (multiple choice, or `generate_until`:
+`HookedLM.generate_until` decodes under the heads' hooks).
 
 A CEL run on an lm-eval task finds its heads with the workbench's scorer; this asks lm-eval
 itself, through `HookedLM`, what removing them does, with the task's own prompts, few-shot
@@ -39,7 +40,8 @@ def rescore(
 
     Returns:
         `{"clean": {metric: value}, "ablated": {metric: value}}`, lm-eval's aggregated
-        metrics (`acc`, `acc_norm`, and their standard errors `acc_stderr`, ...).
+        metrics (`acc`, `acc_norm`, `exact_match`, and their standard errors `acc_stderr`,
+        ...; `exact_match,strict-match` where the task has several filter pipelines).
     """
     require_lm_eval()
     import lm_eval
@@ -57,10 +59,16 @@ def rescore(
             model=lm, tasks=[built], task_manager=task_manager(False), num_fewshot=num_fewshot,
             limit=limit, fewshot_random_seed=FEWSHOT_SEED,
         )
-        scores = result["results"][built.task_name]
-        out[label] = {k.split(",")[0]: float(v) for k, v in scores.items()
-                      if isinstance(v, (int, float)) and "," in k}
+        out[label] = _metrics(result["results"][built.task_name])
     return out
+
+
+def _metrics(scores: dict) -> dict[str, float]:
+    """lm-eval's `metric,filter` results as `{metric: value}`; with several filter pipelines
+    (gsm8k's `strict-match` and `flexible-extract`) each keeps its `,filter`."""
+    keys = [k for k, v in scores.items() if isinstance(v, (int, float)) and "," in k]
+    several = len({k.split(",", 1)[1] for k in keys}) > 1
+    return {k if several else k.split(",")[0]: float(scores[k]) for k in keys}
 
 
 def _task_means(model, built, limit: int | None):

@@ -13,8 +13,9 @@ companion is `logprob`: the teacher-forced log-probability of `target_delimiter 
 after the prompt, summed over its tokens, as a multi-token answer's or a gold choice's (it is
 computed as a one-choice multiple-choice log-likelihood, `choice_logliks`, so each prompt
 runs once, on a key-value cache where the model allows). It is one pass and differentiable:
-attribution screening estimates it and ranks the heads by it (its `exact_match` column stays
-NaN: `workbench.search.candidates.estimated_metric`), while the search and the confirmation
+attribution screening estimates it and ranks the heads by it, differentiating
+`generation_logprob_metric` (no decode: its `exact_match` column stays NaN,
+`workbench.search.candidates.estimated_metric`), while the search and the confirmation
 score real generations. A set can raise the target's log-prob and still change what the
 model writes; the confirmation's `exact_match` is the number that counts.
 
@@ -46,13 +47,18 @@ def _check(batch: TaskBatch) -> None:
                              "have no 'target')")
 
 
+def target_batch(batch: TaskBatch) -> TaskBatch:
+    """The batch as a one-choice multiple-choice batch whose choice is each example's
+    `target_delimiter + target`: what `target_logprob` scores."""
+    _check(batch)
+    return replace(batch, choice_seqs=[[seqs[0]] for seqs in batch.answer_seqs])
+
+
 def target_logprob(model, batch: TaskBatch, shared: bool | None = None) -> Float[Tensor, " batch"]:
     """Each example's teacher-forced log-probability of `target_delimiter + target` after its
     prompt (nats), differentiable; `shared` as in `choice_logliks` (None: on a cache where the
     model allows)."""
-    _check(batch)
-    one_choice = replace(batch, choice_seqs=[[seqs[0]] for seqs in batch.answer_seqs])
-    return choice_logliks(model, one_choice, shared)[:, 0]
+    return choice_logliks(model, target_batch(batch), shared)[:, 0]
 
 
 def generations(model, batch: TaskBatch, naive: bool = False) -> list[str]:
@@ -76,6 +82,17 @@ def generation_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batc
     example's scores depend on its own row only, so a scorer may score a slice of rows."""
     return {"exact_match": _exact_match(batch, generations(model, batch)),
             "logprob": target_logprob(model, batch)}
+
+
+def generation_logprob_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+    """`generation_metric` as attribution differentiates it (its `attribution_metric`): the
+    target's `logprob`, and `exact_match` NaN without decoding (it has no gradient, so its
+    estimate is NaN whatever the generations are)."""
+    logp = target_logprob(model, batch)
+    return {"exact_match": torch.full_like(logp.detach(), float("nan")), "logprob": logp}
+
+
+generation_metric.attribution_metric = generation_logprob_metric
 
 
 def naive_generation_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:

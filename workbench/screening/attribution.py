@@ -122,6 +122,8 @@ def attribution_effects(
         `layer * n_heads + head`).
     """
     kind = AblationKind.parse(kind)
+    # a metric may name what attribution differentiates instead (a generation task's: no decode)
+    metric = getattr(metric, "attribution_metric", metric)
     if kind is AblationKind.RESAMPLE:
         raise WorkbenchError(
             "attribution screening supports zero and mean ablation; use method 'exact' for "
