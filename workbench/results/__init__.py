@@ -3,7 +3,8 @@
 `result` (`CELResult`), `store` (the results folder: lock, atomic writes, file records),
 `fingerprint` (model and task hashes), `tradeoff` (every metric of the main task, the `gamed`
 guard, side effects, the trade-off table's columns), `report` (`report.md`), `plots`, `export`
-(`tidy`, `single_heads`), `view` (`view.html`, one page that opens offline).
+(`tidy`, `single_heads`), `view` (`view.html`, one page that opens offline) and `page`
+(its sortable tables).
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         results_line,
     )
     from workbench.results.interactive import (
+        CSP,
         attention_rows_html,
         heatmap_figure,
         interactive_available,
         offline,
     )
+    from workbench.results.page import fmt_cell, interval_columns
     from workbench.results.plots import (
         PLOT_FUNCTIONS,
         drawn_plots,
@@ -116,12 +119,9 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         side_table,
     )
     from workbench.results.view import (
-        CSP,
         FIGURES,
         MAX_COMBOS,
         VIEW_FILE,
-        fmt_cell,
-        interval_columns,
         render_view,
         write_view,
     )
