@@ -434,7 +434,7 @@ def run_sweep_command(args) -> int:
         check_options(args, {**options, "kind": kind})
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise WorkbenchError(f"--out {args.out!r} is a file; expected a sweep folder")
-    from workbench.results.store import check_writable
+    from workbench.results.lock import check_writable
 
     check_writable(Path(args.out))
     n_tasks = f"{len(tasks)} tasks" if tasks is not None else "their own tasks"

@@ -1,10 +1,10 @@
 """Results: what a CEL run leaves behind, and how it is read.
 
-`result` (`CELResult`), `store` (the results folder: lock, atomic writes, file records),
-`fingerprint` (model and task hashes), `tradeoff` (every metric of the main task, the `gamed`
-guard, side effects, the trade-off table's columns), `report` (`report.md`), `plots`, `export`
-(`tidy`, `single_heads`), `view` (`view.html`, one page that opens offline) and `page`
-(its sortable tables).
+`result` (`CELResult`), `store` (the results folder: atomic writes, file records), `lock`
+(one run per folder), `fingerprint` (model and task hashes), `tradeoff` (every metric of the
+main task, the `gamed` guard, side effects, the trade-off table's columns), `report`
+(`report.md`), `plots`, `export` (`tidy`, `single_heads`), `view` (`view.html`, one page that
+opens offline) and `page` (its sortable tables).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         interactive_available,
         offline,
     )
+    from workbench.results.lock import LOCK_FILE, check_unlocked
     from workbench.results.page import fmt_cell, interval_columns
     from workbench.results.plots import (
         PLOT_FUNCTIONS,
@@ -86,12 +87,10 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     )
     from workbench.results.store import (
         CONFIG_FILE,
-        LOCK_FILE,
         RENAMED,
         TABLES,
         UPSTREAM,
         ResultStore,
-        check_unlocked,
         read_folder,
         read_run_file,
         read_table,
