@@ -44,10 +44,13 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     from workbench.results.headline import (
         COLLAPSE_SHARE,
         best_line,
+        clean_lines,
         collapsed,
+        console_lines,
         explained_line,
         result_lines,
         results_line,
+        split_order,
     )
     from workbench.results.interactive import (
         CSP,
@@ -71,10 +74,7 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     )
     from workbench.results.report import (
         REPORT_FILE,
-        clean_lines,
-        console_lines,
         render_report,
-        split_order,
         tradeoff_summary,
         write_report,
     )
