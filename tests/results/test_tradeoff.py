@@ -29,9 +29,9 @@ from workbench.confirmation.confirm import (
 )
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
-from workbench.results.headline import best_line
+from workbench.results.headline import best_line, clean_lines, console_lines
 from workbench.results.plots import tradeoff_plot
-from workbench.results.report import clean_lines, console_lines, render_report
+from workbench.results.report import render_report
 from workbench.results.result import CELResult, best_reasons, mark_best
 from workbench.results.tradeoff import SIDE_COLUMNS, gaming_note, side_summary, side_table
 from workbench.scoring.scorer import MaskScorer

@@ -26,13 +26,8 @@ import pytest
 from tests.browser import SKIP_REASON, chromium, headless, offline_loads
 from workbench import cli
 from workbench.errors import WorkbenchError
-from workbench.results.view import (
-    VIEW_FILE,
-    fmt_cell,
-    interval_columns,
-    render_view,
-    write_view,
-)
+from workbench.results.page import fmt_cell, interval_columns
+from workbench.results.view import VIEW_FILE, render_view, write_view
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "embedded_main_job"
 TABLES = ("heads", "confirmation", "side_effects", "combos")

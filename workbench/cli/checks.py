@@ -70,7 +70,8 @@ def check_out(out: Path, overwrite: bool, config: CELConfig | None = None,
     if out.exists() and not out.is_dir():
         raise WorkbenchError(f"--out {str(out)!r} is a file; expected a folder (new or a CEL "
                              "results folder)")
-    from workbench.results.store import CONFIG_FILE, check_unlocked, check_writable
+    from workbench.results.lock import check_unlocked, check_writable
+    from workbench.results.store import CONFIG_FILE
 
     if out.is_dir():
         check_unlocked(out)

@@ -1,11 +1,12 @@
 """The bodies of the `workbench` subcommands: check the inputs, load the model, run, print.
 
-`run_cel_command`, `run_sweep_command`, `explain_command`, `view_command` and `notebooks_command`
-each take the parsed arguments of `workbench.cli.parser`'s parser and return the exit status
-(`compare`'s body is in `workbench.cli.compare`); `run_options` collects a run's settings from
-them. Names and paths are checked before torch is imported (`workbench.loading.sources`), so a
-typo answers in about a second; the heavy modules are imported inside the functions, once the
-inputs are known to be good.
+`run_cel_command`, `run_sweep_command`, `view_command` and `notebooks_command` each take the
+parsed arguments of `workbench.cli.parser`'s parser and return the exit status (`compare`'s
+body is in `workbench.cli.compare`, `explain`'s in `workbench.cli.explain`); `run_options`
+collects a run's settings from them. Names and paths are checked before torch is imported
+(`workbench.loading.sources`), so a typo answers in about a second; the heavy modules are
+imported inside the functions, once the inputs are known to be good (this module imports at
+its top only what `workbench --help` loads anyway).
 
 `workbench cel` without `--model` runs on the embedded default model (`workbench.zoo`), its
 default task and side tasks; so does `--model embedded_llama` or another name of
@@ -30,6 +31,7 @@ import time
 import warnings
 from pathlib import Path
 
+from workbench import zoo
 from workbench.cli.checks import (
     bars_off,
     check_options,
@@ -39,8 +41,11 @@ from workbench.cli.checks import (
     use_threads,
 )
 from workbench.config import CELConfig
+from workbench.environment import environment, environment_line, thread_choice
 from workbench.errors import FewExamplesWarning, TaskWarning, WorkbenchError
+from workbench.guards import MAIN, check_guards, parse_guards, task_metrics
 from workbench.options import Racing
+from workbench.tasks.names import check_task_name
 
 DEFAULT_OUT = "cel_results"
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -85,18 +90,16 @@ def run_options(args) -> dict:
 def embedded_defaults() -> tuple[str, list[str]] | None:
     """`(default task, side tasks)` when the embedded checkpoint is on disk, else None."""
     from workbench.loading.sources import is_checkpoint_folder
-    from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH, SIDE_TASKS
 
-    if not is_checkpoint_folder(EMBEDDED_PATH):
+    if not is_checkpoint_folder(zoo.EMBEDDED_PATH):
         return None
-    return DEFAULT_TASK, list(SIDE_TASKS)
+    return zoo.DEFAULT_TASK, list(zoo.SIDE_TASKS)
 
 
 def resolve_inputs(args) -> tuple[str, str, list[str], str | None]:
     """`(model, task, others, note)`: check the names (an unknown model first, then the
     tasks), fill the defaults; `note` says when the demo is used. Imports no torch."""
     from workbench.loading.sources import check_model_name
-    from workbench.tasks.names import check_task_name
 
     model, task, others = _resolve_names(args)
     if model != "demo":
@@ -118,7 +121,6 @@ def resolve_inputs(args) -> tuple[str, str, list[str], str | None]:
 def _resolve_names(args) -> tuple[str, str | None, list[str]]:
     """`(model, task, others)` with the defaults filled in; model `"demo"` for the demo."""
     from workbench.loading.sources import check_model_name
-    from workbench.zoo import DEFAULT_TASK, EMBEDDED_FAMILY, SIDE_TASKS
 
     others = args.others
     if args.model is None or args.model == "embedded":
@@ -134,9 +136,9 @@ def _resolve_names(args) -> tuple[str, str | None, list[str]]:
         if args.task is not None:
             raise WorkbenchError("--task needs --model (the embedded model is not on disk)")
         return "demo", None, others or []
-    if args.model in EMBEDDED_FAMILY:  # the family members share the embedded tasks
-        task = args.task or DEFAULT_TASK
-        return args.model, task, list(SIDE_TASKS) if others is None else others
+    if args.model in zoo.EMBEDDED_FAMILY:  # the family members share the embedded tasks
+        task = args.task or zoo.DEFAULT_TASK
+        return args.model, task, list(zoo.SIDE_TASKS) if others is None else others
     check_model_name(args.model)  # a typo is the first thing to report
     if args.task is None:
         raise WorkbenchError(f"--task is required with --model {args.model!r}")
@@ -169,7 +171,6 @@ def run_cel_command(args) -> int:
 
     from workbench import distributed, progress
     from workbench.cli.auto import decide_racing, resolves_search_dtype
-    from workbench.environment import environment, environment_line, thread_choice
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
     from workbench.metrics.run_checks import check_choice_ablation
@@ -275,8 +276,6 @@ def _one_line(message, category, filename, lineno, file=None, line=None) -> None
 def _check_guards(config, task, others) -> None:
     """`--guard` specs checked against the tasks before the model loads: a known task (main
     or a side task) and a metric that task can compute (`workbench.guards`)."""
-    from workbench.guards import MAIN, check_guards, parse_guards, task_metrics
-
     guards = parse_guards(config.guards)
     if guards:
         check_guards(guards, {MAIN: task_metrics(task),
@@ -294,102 +293,6 @@ def check_hub_models(models) -> None:
             check_hub(repo)
 
 
-def explain_command(args) -> int:
-    """Run `workbench explain`; returns the exit status."""
-    from workbench.loading.sources import check_model_name
-    from workbench.tasks.names import check_task_name
-
-    out = explain_folder_arg(args)
-    if not (out / "config.json").is_file():  # the common mistake, answered before imports
-        raise WorkbenchError(f"{str(out)!r} is not a CEL results folder (no config.json)")
-    from workbench.results.store import read_run_file
-
-    run_file = read_run_file(out)
-    cfg = run_file["config"]
-    model_name = args.model or cfg["model"]
-    task_name = args.task or recorded_task(out, run_file, demo=model_name == "demo")
-    demo_folder = None
-    if model_name == "demo" and args.model is None:  # the demo's files are rebuilt
-        from workbench.cli.demo import write_demo
-
-        demo_folder = Path(tempfile.mkdtemp(prefix="workbench-demo-"))
-        model_dir, main, _ = write_demo(demo_folder)
-        model_name = str(model_dir)
-        task_name = args.task or str(main)
-    try:
-        check_model_name(model_name)
-        check_hub_models([model_name])
-        try:
-            check_task_name(task_name)
-        except WorkbenchError:
-            if args.task is not None:
-                raise
-            raise WorkbenchError(
-                f"{str(out)!r} records task {task_name!r}, which is not a task in tasks/; pass "
-                "--task with the task file that run was made from"
-            ) from None
-        from workbench.explain.report import explain_folder
-        from workbench.loading.model import load_model
-        from workbench.results.fingerprint import model_fingerprint, task_fingerprint
-        from workbench.results.result import CELResult
-        from workbench.tasks.task import load_task
-
-        result = CELResult.load(out)
-        if result.confirmation.empty:
-            raise WorkbenchError(f"{str(out)!r} has no confirmation yet; finish the run first "
-                                 "(rerun the same `workbench cel` command)")
-        cfg = result.config  # a run on a sample (`--max-examples`) recorded the sample's print
-        task = load_task(task_name).sample_per_split(cfg.max_examples, cfg.seed)
-        if task_fingerprint(task) != result.config.task_fingerprint:
-            raise WorkbenchError(
-                f"task {task_name!r} is not the task {str(out)!r} was made from (its fingerprint "
-                "differs); pass --task with the task file of that run"
-            )
-        use_threads(args.threads)
-        model = load_model(model_name, device=args.device, dtype=args.dtype)
-        if model_fingerprint(model) != result.config.model_fingerprint:
-            raise WorkbenchError(
-                f"model {model_name!r} is not the model {str(out)!r} was made from (its "
-                "fingerprint differs); pass --model with that model (and the same --dtype)"
-            )
-        ex = explain_folder(out, model, task, result, split=args.split)
-    finally:
-        if demo_folder is not None:
-            shutil.rmtree(demo_folder, ignore_errors=True)
-    if ex is None:
-        print(f"{out}: no head set to explain")
-        return 0
-    print(f"explained {ex.heads} on the {args.split} split of {task.name} "
-          f"({ex.config['n_examples']} examples)")
-    if not ex.config.get("significant", True):
-        print(f"note: {ex.config['note']}")
-    print(f"written: {out}/report.md, {out}/explanation.png, {out}/explanation/")
-    return 0
-
-
-def explain_folder_arg(args) -> Path:
-    """The results folder of `workbench explain`: `DIR` or `--out DIR` (the same if both)."""
-    folder, out = getattr(args, "folder", None), getattr(args, "out", None)
-    if folder and out and Path(folder) != Path(out):
-        raise WorkbenchError(f"give the results folder once: {folder!r} and --out {out!r} differ")
-    if not (folder or out):
-        raise WorkbenchError("workbench explain needs a results folder: workbench explain DIR")
-    return Path(folder or out)
-
-
-def recorded_task(out: Path, run_file: dict, demo: bool = False) -> str:
-    """The task a results folder was made from: the task file its `config.json` records
-    (`summary.task_file`), else (older folders, tasks built in memory, the demo) the task
-    name. A recorded file that is gone is one clear error."""
-    path = run_file.get("summary", {}).get("task_file")
-    if not path or demo:
-        return run_file["config"]["task"]
-    if not Path(path).is_file():
-        raise WorkbenchError(f"{str(out)!r} was made from task file {path!r}, which is gone; "
-                             "restore it or pass --task with a copy of it")
-    return path
-
-
 def view_command(args) -> int:
     """Run `workbench view`; returns the exit status."""
     from workbench.results.view import write_view
@@ -404,7 +307,6 @@ def view_command(args) -> int:
 def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
     """`(models, tasks, others)`; without --models the embedded family on its default task."""
     from workbench.loading.sources import check_model_name
-    from workbench.tasks.names import check_task_name
 
     if args.models:
         for m in args.models:
@@ -414,8 +316,6 @@ def sweep_inputs(args) -> tuple[list[str], list[str], list[str] | None]:
         check_hub_models(args.models)
         # without --tasks, each model runs its own tasks (workbench.tasks.names.own_tasks)
         return list(args.models), list(args.tasks) if args.tasks else None, args.others
-    import workbench.zoo as zoo
-
     family = list(getattr(zoo, "EMBEDDED_FAMILY", ("embedded",)))
     if embedded_defaults() is None:
         raise WorkbenchError(
@@ -434,7 +334,7 @@ def run_sweep_command(args) -> int:
         check_options(args, {**options, "kind": kind})
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise WorkbenchError(f"--out {args.out!r} is a file; expected a sweep folder")
-    from workbench.results.store import check_writable
+    from workbench.results.lock import check_writable
 
     check_writable(Path(args.out))
     n_tasks = f"{len(tasks)} tasks" if tasks is not None else "their own tasks"
@@ -446,7 +346,6 @@ def run_sweep_command(args) -> int:
     use_threads(args.threads)
     import pandas as pd
 
-    from workbench.environment import environment, environment_line, thread_choice
     from workbench.sweep import TABLE_FILE, run_sweep, shown_table
 
     # each cell's config.json records its own, with its device and dtype

@@ -14,8 +14,9 @@
     workbench notebooks
 
 This module builds the parser; the body of each subcommand is in `workbench.cli.commands`
-(`theory`'s in `workbench.theory.cli`). The options of a run are `CELConfig`'s fields: each
-flag's default is the field's default and its choices are the values of its option type
+(`compare`'s, `explain`'s and `theory`'s in `workbench.cli.compare`, `workbench.cli.explain`
+and `workbench.theory.cli`). The options of a run are `CELConfig`'s fields: each flag's
+default is the field's default and its choices are the values of its option type
 (`workbench.options`), so neither is written here.
 
 Under torchrun (`WORLD_SIZE > 1`) every command joins the process group first
@@ -25,7 +26,7 @@ already saved; Ctrl-C prints one line saying so and exits with status 130, and S
 released and every file written so far is complete. Input errors, the parser's included,
 print one line (`workbench: error: ...`) to stderr and exit with status 2; so does a write
 that fails for lack of space, on a read-only file system or for lack of permission, each
-with its own advice (`write_error_line`).
+with its own advice (`workbench.cli.exits`).
 
 Start-up is kept short: building the parser and checking names and paths import neither torch
 nor TransformerLens (`workbench.config`, `workbench.options`, `workbench.loading.names` and
@@ -36,22 +37,27 @@ the heavy modules are imported only once the inputs are known to be good.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
+import workbench  # its version (the public names load on first use)
 from workbench.cli.commands import (
     DEFAULT_OUT,
-    explain_command,
     notebooks_command,
     run_cel_command,
     run_sweep_command,
     view_command,
 )
 from workbench.cli.compare import DEFAULT_COMPARE_OUT, compare_command
+from workbench.cli.exits import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    WRITE_ERRORS,
+    Terminated,
+    sigterm_interrupts,
+    write_error_line,
+)
+from workbench.cli.explain import explain_command
 from workbench.cli.options import add_load_options, add_run_options
 from workbench.config import QUICK
 from workbench.errors import WorkbenchError
@@ -59,47 +65,12 @@ from workbench.loading.shipped import REAL_MODELS
 from workbench.options import SweepSplit
 from workbench.zoo import EMBEDDED_FAMILY
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
-EXIT_TERMINATED = 143  # 128 + SIGTERM, what `timeout` and SLURM send
-# a write that failed for lack of space, on a read-only file system or for lack of
-# permission: one line with the advice that fits, not a traceback
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-READ_ONLY = (errno.EROFS,)
-NO_PERMISSION = (errno.EACCES, errno.EPERM)
-WRITE_ERRORS = (*NO_SPACE, *READ_ONLY, *NO_PERMISSION)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so that it unwinds as Ctrl-C does: every `with`
-    releases what it holds (the results folder's lock) and no file is left half written."""
-
 
 class _Parser(argparse.ArgumentParser):
     """An `ArgumentParser` whose errors are one line, like every other input error."""
 
     def error(self, message: str):
         self.exit(2, f"workbench: error: {message} (`{self.prog} --help` lists the options)\n")
-
-
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises `Terminated` while inside (in the main thread only, where Python
-    delivers signals); a second SIGTERM while the first unwinds ends the process at once."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated()
-
-    before = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def _add_cel_parser(subparsers) -> argparse.ArgumentParser:
@@ -305,8 +276,6 @@ def build_parser(command: str | None = None, quick: bool = False) -> argparse.Ar
         description="Capability Enhancement Localization on TransformerLens models. "
         "With no subcommand, runs `workbench cel` with its defaults.",
     )
-    import workbench  # its version, a light import (the public names load on first use)
-
     parser.add_argument("--version", action="version",
                         version=f"workbench {workbench.__version__}")
     subparsers = parser.add_subparsers(
@@ -373,25 +342,6 @@ def _run(args) -> int:
         status = int(args.func(args) or 0)
     distributed.shutdown()
     return status
-
-
-def write_error_line(error: OSError, out: str | None) -> str:
-    """The one line for a write that failed (`WRITE_ERRORS`), with the advice that fits the
-    fault: free space, a writable place for a read-only file system, the permissions. Every
-    file is written to a temporary name and renamed (`workbench.results.store`), and
-    `config.json` records a table only once it is complete, so what was saved before is
-    intact and a rerun resumes from it."""
-    where = f" writing {error.filename}" if error.filename else ""
-    code = errno.errorcode.get(error.errno, error.errno)
-    what = f"{error.strerror or 'cannot write'}{where} ({code}); the files saved before are intact"
-    elsewhere = "copy the folder to a writable place" + (", or give another --out" if out
-                                                         else "")
-    if error.errno in READ_ONLY:
-        return f"{what}: the file system is read-only; {elsewhere}"
-    if error.errno in NO_PERMISSION:
-        return f"{what}: permission denied; make the folder writable for this user, or {elsewhere}"
-    resume = f"; rerun the same command to resume from {out}" if out else ""
-    return f"{what}: free space{resume}"
 
 
 def _launched_by_torchrun() -> bool:

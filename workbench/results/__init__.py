@@ -1,9 +1,10 @@
 """Results: what a CEL run leaves behind, and how it is read.
 
-`result` (`CELResult`), `store` (the results folder: lock, atomic writes, file records),
-`fingerprint` (model and task hashes), `tradeoff` (every metric of the main task, the `gamed`
-guard, side effects, the trade-off table's columns), `report` (`report.md`), `plots`, `export`
-(`tidy`, `single_heads`), `view` (`view.html`, one page that opens offline).
+`result` (`CELResult`), `store` (the results folder: atomic writes, file records), `lock`
+(one run per folder), `fingerprint` (model and task hashes), `tradeoff` (every metric of the
+main task, the `gamed` guard, side effects, the trade-off table's columns), `report`
+(`report.md`), `plots`, `export` (`tidy`, `single_heads`), `view` (`view.html`, one page that
+opens offline) and `page` (its sortable tables).
 """
 
 from __future__ import annotations
@@ -43,17 +44,23 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     from workbench.results.headline import (
         COLLAPSE_SHARE,
         best_line,
+        clean_lines,
         collapsed,
+        console_lines,
         explained_line,
         result_lines,
         results_line,
+        split_order,
     )
     from workbench.results.interactive import (
+        CSP,
         attention_rows_html,
         heatmap_figure,
         interactive_available,
         offline,
     )
+    from workbench.results.lock import LOCK_FILE, check_unlocked
+    from workbench.results.page import fmt_cell, interval_columns
     from workbench.results.plots import (
         PLOT_FUNCTIONS,
         drawn_plots,
@@ -67,10 +74,7 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     )
     from workbench.results.report import (
         REPORT_FILE,
-        clean_lines,
-        console_lines,
         render_report,
-        split_order,
         tradeoff_summary,
         write_report,
     )
@@ -83,12 +87,10 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     )
     from workbench.results.store import (
         CONFIG_FILE,
-        LOCK_FILE,
         RENAMED,
         TABLES,
         UPSTREAM,
         ResultStore,
-        check_unlocked,
         read_folder,
         read_run_file,
         read_table,
@@ -116,12 +118,9 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
         side_table,
     )
     from workbench.results.view import (
-        CSP,
         FIGURES,
         MAX_COMBOS,
         VIEW_FILE,
-        fmt_cell,
-        interval_columns,
         render_view,
         write_view,
     )

@@ -7,14 +7,23 @@ and names any side task whose accuracy it collapses (a significant fall to below
 clean accuracy), so a set that raises a difference metric by breaking the model cannot hide
 behind its gain. When no set passes, it names the closest candidate, the guards it failed,
 and what might find an enhancement instead.
+
+`result_lines` is all that `workbench cel` prints when a run ends, that line last: the clean
+scores (`clean_lines`), the confirmation table, the significant sizes, the guards' verdict and
+`console_lines` (gamed sets, the main task's other metrics, the side effects of the set it
+reports). `report.md` (`workbench.results.report`) tells the same at length and takes
+`gaming_lines` and `split_order` from here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+
+from workbench.results.tradeoff import gaming_note, main_metrics_table, side_table
 
 # a side task's accuracy "collapses" when it falls significantly to below this share of clean
 COLLAPSE_SHARE = 0.5
@@ -107,8 +116,6 @@ def result_lines(result) -> list[str]:
     the confirmation table, the significant sizes, the guards' verdict, gamed sets, the other
     metrics, side effects and the best set. The README's example output is these lines of the
     embedded main job's golden folder (`tests/test_readme.py`)."""
-    from workbench.results.report import clean_lines, console_lines
-
     lines = ["", *clean_lines(result.summary, result.config.objective, result.config.others)]
     with pd.option_context(
         "display.width", 140, "display.max_columns", 20, "display.float_format", "{:.3f}".format
@@ -146,3 +153,62 @@ def explained_line(heads: str, out: Path) -> str:
 def results_line(out: Path) -> str:
     """The last line of `workbench cel`: where the results are."""
     return f"results: {out}/ (report.md, view.html, config.json, CSV tables, plots)"
+
+
+def console_lines(result) -> list[str]:
+    """What the command line prints after the confirmation table: the sets that game the
+    objective, every other metric of the main task, and the side effects of the set it
+    reports (the best, else the top candidate) in each side task's own metrics."""
+    obj, c = result.config.objective, result.confirmation
+    lines = gaming_lines(result, "gamed:")
+    others = main_metrics_table(c, obj)
+    if len(others.columns) > 2:
+        lines += ["", "the main task's other metrics, held out (interval; p_holm: two-sided, "
+                  "Holm across sizes):", others.to_string(index=False,
+                                                          float_format="{:.3g}".format)]
+    heads = ",".join(result.best or result.top_candidate)
+    side = side_table(result.side_effects) if not result.side_effects.empty else None
+    if side is not None and heads:
+        mine = side[side["heads"] == heads]
+        lines += ["", f"side effects of {heads} (p_holm: two-sided, Holm across all side rows "
+                  "per metric):"]
+        for task, g in mine.groupby("task", sort=False):
+            lines.append(f"  {task}: " + ", ".join(
+                f"{r.metric} {r.d:+.3g} [{r.d_lo:+.3g}, {r.d_hi:+.3g}] p_holm {r.p_holm:.2g}"
+                for r in g.itertuples()))
+    return lines
+
+
+def clean_lines(summary: dict, objective: str, others: Sequence[str] = ()) -> list[str]:
+    """The command line's clean scores: the objective on every split and task it applies
+    to, then each task it does not apply to (no wrong answer) in its own metrics; the side
+    tasks in the order `others` gives (else as recorded)."""
+    clean = summary.get("clean", {})
+    order = split_order(clean, others)
+    has = [k for k in order if _finite(clean[k].get(objective))]
+    lines = [f"clean {objective}: " + ", ".join(f"{k} {clean[k][objective]:.3f}" for k in has)]
+    for k in order:
+        if k not in has:
+            own = ", ".join(f"{m} {v:.3f}" for m, v in clean[k].items() if _finite(v))
+            lines.append(f"clean {k} (no {objective}): {own}")
+    return lines
+
+
+def _finite(v) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def split_order(clean: dict, others: Sequence[str] = ()) -> list[str]:
+    """The keys of a run's clean scores in report order: `select`, then `heldout`, then the
+    side tasks in the order `others` gives, then any other in their recorded order (a run
+    records them in its config's order; a JSON copy with sorted keys does not)."""
+    first = [k for k in ("select", "heldout", *others) if k in clean]
+    return first + [k for k in clean if k not in first]
+
+
+def gaming_lines(result, lead: str) -> list[str]:
+    """One line per confirmed set that games the objective (`workbench.results.tradeoff`)."""
+    c, obj = result.confirmation, result.config.objective
+    alpha = result.summary.get("alpha", 1 - result.config.ci)
+    return [f"{lead} size {int(r['size'])} ({r['heads']}) {gaming_note(r, obj, alpha)}; it is "
+            "not called best." for _, r in c.iterrows() if gaming_note(r, obj, alpha)]

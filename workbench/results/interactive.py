@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.results.result import CELResult
+from workbench.screening.registry import methods
 
 EXTRA = "interactive"
 INSTALL = 'pip install "cel-workbench[interactive]"'
@@ -179,8 +181,6 @@ def _is_estimate(method: str | None) -> bool:
     """Whether the screening method's effects are estimates (attribution), from its record."""
     if method is None:
         return False
-    from workbench.screening.registry import methods
-
     record = methods().get(str(method))
     return record is not None and not record.exact
 
@@ -286,8 +286,6 @@ def heads_heatmap(source):
     """
     require("plotly", "the interactive heatmap")
     if isinstance(source, (str, Path)):
-        from workbench.results.result import CELResult
-
         source = CELResult.load(source)
     best, label = source.best, "best set"
     if not best and source.top_candidate:

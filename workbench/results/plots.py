@@ -31,6 +31,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from workbench.heads import parse_head
 from workbench.results.tradeoff import GUARD_METRICS
 from workbench.screening.registry import screening_estimate
 from workbench.search.registry import searched_heads
@@ -372,8 +373,6 @@ def _mark_best(ax, result) -> tuple | None:
         result.top_candidate, "top candidate (not significant)", "X")
     if not heads:
         return None
-    from workbench.heads import parse_head
-
     layers_heads = [parse_head(h) for h in heads]
     points = ax.scatter([h for _, h in layers_heads], [l for l, _ in layers_heads],
                         marker=marker, s=140, c="gold", edgecolors="black", linewidths=0.8,

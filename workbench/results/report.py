@@ -17,8 +17,6 @@ Markdown with floats to 4 significant digits. `CELResult.report`, `.write_report
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -30,11 +28,11 @@ from workbench.results.explanation import (
 )
 from workbench.results.export import TIDY_FILE, single_heads, tidy_table
 from workbench.results.frontier import FRONTIER_FILE, frontier_table, guard_lines
+from workbench.results.headline import gaming_lines, split_order
 from workbench.results.store import write_text
 from workbench.results.tradeoff import (
     GUARD_METRICS,
     format_interval,
-    gaming_note,
     main_metrics_table,
     side_table,
 )
@@ -61,7 +59,7 @@ def write_report(result, folder: str | Path, plots: bool = True) -> None:
     frontier = frontier_table(result.combos, result.config.objective, result.config.guards)
     if not frontier.empty:
         save_table(frontier, folder / FRONTIER_FILE)
-    if plots:
+    if plots:  # matplotlib is imported only where plots are drawn
         from workbench.results.plots import save_plots
 
         save_plots(result, folder)
@@ -123,7 +121,7 @@ def render_report(result, plots: bool = True, explanation: list[str] | None = No
                 f"**Headline:** no held-out enhancement is significant (`p_holm` >= "
                 f"{alpha:.2g} at every size)."
             )
-        lines += [*_gaming_lines(result, "**Gamed objective:**"), _best_sentence(result),
+        lines += [*gaming_lines(result, "**Gamed objective:**"), _best_sentence(result),
                   *rescore_lines(result), ""]
         clustered = s.get("clustered", {}).get("heldout")
         unit = "groups (the task's `group` labels)" if clustered else "examples"
@@ -276,57 +274,6 @@ def tradeoff_summary(tradeoff: pd.DataFrame, metrics=GUARD_METRICS) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def console_lines(result) -> list[str]:
-    """What the command line prints after the confirmation table: the sets that game the
-    objective, every other metric of the main task, and the side effects of the set it
-    reports (the best, else the top candidate) in each side task's own metrics."""
-    obj, c = result.config.objective, result.confirmation
-    lines = _gaming_lines(result, "gamed:")
-    others = main_metrics_table(c, obj)
-    if len(others.columns) > 2:
-        lines += ["", "the main task's other metrics, held out (interval; p_holm: two-sided, "
-                  "Holm across sizes):", others.to_string(index=False,
-                                                          float_format="{:.3g}".format)]
-    heads = ",".join(result.best or result.top_candidate)
-    side = side_table(result.side_effects) if not result.side_effects.empty else None
-    if side is not None and heads:
-        mine = side[side["heads"] == heads]
-        lines += ["", f"side effects of {heads} (p_holm: two-sided, Holm across all side rows "
-                  "per metric):"]
-        for task, g in mine.groupby("task", sort=False):
-            lines.append(f"  {task}: " + ", ".join(
-                f"{r.metric} {r.d:+.3g} [{r.d_lo:+.3g}, {r.d_hi:+.3g}] p_holm {r.p_holm:.2g}"
-                for r in g.itertuples()))
-    return lines
-
-
-def clean_lines(summary: dict, objective: str, others: Sequence[str] = ()) -> list[str]:
-    """The command line's clean scores: the objective on every split and task it applies
-    to, then each task it does not apply to (no wrong answer) in its own metrics; the side
-    tasks in the order `others` gives (else as recorded)."""
-    clean = summary.get("clean", {})
-    order = split_order(clean, others)
-    has = [k for k in order if _finite(clean[k].get(objective))]
-    lines = [f"clean {objective}: " + ", ".join(f"{k} {clean[k][objective]:.3f}" for k in has)]
-    for k in order:
-        if k not in has:
-            own = ", ".join(f"{m} {v:.3f}" for m, v in clean[k].items() if _finite(v))
-            lines.append(f"clean {k} (no {objective}): {own}")
-    return lines
-
-
-def _finite(v) -> bool:
-    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def split_order(clean: dict, others: Sequence[str] = ()) -> list[str]:
-    """The keys of a run's clean scores in report order: `select`, then `heldout`, then the
-    side tasks in the order `others` gives, then any other in their recorded order (a run
-    records them in its config's order; a JSON copy with sorted keys does not)."""
-    first = [k for k in ("select", "heldout", *others) if k in clean]
-    return first + [k for k in clean if k not in first]
-
-
 def _model_title(result) -> str:
     name = result.config.model
     if name in ("", "custom", "model") and not result.heads.empty:
@@ -346,14 +293,6 @@ def _how_many(result) -> str:
     return (f"up to {n} (drawn in looks, 50, 100, ..., until the share of them at least as "
             "good as the found set is decided against 1 - ci: `n_random` and "
             "`random_pct_hi` in `confirmation.csv`)")
-
-
-def _gaming_lines(result, lead: str) -> list[str]:
-    """One line per confirmed set that games the objective (`workbench.results.tradeoff`)."""
-    c, obj = result.confirmation, result.config.objective
-    alpha = result.summary.get("alpha", 1 - result.config.ci)
-    return [f"{lead} size {int(r['size'])} ({r['heads']}) {gaming_note(r, obj, alpha)}; it is "
-            "not called best." for _, r in c.iterrows() if gaming_note(r, obj, alpha)]
 
 
 def _gamed_heads(result, significant_only: bool = False) -> list[str]:

@@ -20,10 +20,10 @@ are saved, so a finished folder holds none.
 
 `ResultStore` opens a folder for a run: it refuses a path that is a file or not writable, a
 folder holding CEL tables without a `config.json`, and any recorded file that is missing or
-changed, all before anything is written; and it holds an exclusive lock on the folder for
-the whole run, so two runs cannot write into one folder at once. With `overwrite=True` it
-empties an earlier CEL results folder only once it holds that lock, so `--overwrite` never
-deletes the files of a run that is still writing them.
+changed, all before anything is written; and it holds the folder's lock for the whole run
+(`workbench.results.lock`), so two runs cannot write into one folder at once. With
+`overwrite=True` it empties an earlier CEL results folder only once it holds that lock, so
+`--overwrite` never deletes the files of a run that is still writing them.
 
 Folders written by older versions stay readable and resumable: their files keep the bytes
 (and hashes) they were written with, and `upgrade_table` renames an old column to its
@@ -35,7 +35,6 @@ current name and scale when a table is read (`RENAMED`: `random_share_ge` and
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -43,10 +42,10 @@ import pandas as pd
 
 from workbench.errors import WorkbenchError
 from workbench.results.fingerprint import digest, file_digest
+from workbench.results.lock import LOCK_FILE, acquire_lock, check_writable, release_lock
 from workbench.tables import load_table, save_table
 
 CONFIG_FILE = "config.json"
-LOCK_FILE = ".cel.lock"
 PARTIAL_SUFFIX = ".partial.json"  # a stage's checkpoint: `confirm.partial.json`
 PARTIAL_MARK = ".partial."  # in every checkpoint's name (the search's: `search.partial.pt`)
 TABLES = ("heads", "combos", "confirmation", "side_effects", "tradeoff")
@@ -60,12 +59,6 @@ RENAMED = {
                      ("pool_share_ge", "pool_pct_ge", 100.0)),
     "combos": (("score", "ablated_{objective}", 1.0),),
 }
-
-try:  # POSIX advisory locks; released by the OS when the process dies
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
-
 
 def write_text(path: Path, text: str | bytes) -> Path:
     """Write text (or bytes) atomically (temporary file, then rename)."""
@@ -251,7 +244,7 @@ class ResultStore:
             raise WorkbenchError(f"cannot create results folder {str(folder)!r}: {e.strerror}") \
                 from None
         check_writable(folder)
-        self._acquire()
+        self._lock = acquire_lock(folder)
         try:
             if self.overwrite:
                 self._empty()
@@ -263,6 +256,11 @@ class ResultStore:
 
     def __exit__(self, *exc) -> None:
         self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            release_lock(self.folder, lock)
 
     def _empty(self) -> None:
         """Delete everything in an earlier CEL results folder but the lock (held by us)."""
@@ -312,55 +310,6 @@ class ResultStore:
         for path in folder.glob(f"*{PARTIAL_MARK}*"):
             if path.name not in kept and path.is_file():
                 path.unlink()
-
-    def _acquire(self) -> None:
-        path = self.folder / LOCK_FILE
-        if fcntl is None:  # pragma: no cover - Windows: exclusive creation only
-            try:
-                self._lock = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                raise WorkbenchError(self._busy(path)) from None
-            return
-        while True:
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-            except OSError as e:
-                raise WorkbenchError(f"cannot write to results folder {str(self.folder)!r}: "
-                                     f"{e.strerror}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise WorkbenchError(self._busy(path)) from None
-            # another run may have unlinked the file between our open and our lock
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                os.ftruncate(fd, 0)
-                os.write(fd, str(os.getpid()).encode())
-                self._lock = fd
-                return
-            os.close(fd)
-
-    def _busy(self, path: Path) -> str:
-        try:
-            pid = path.read_text().strip()
-        except OSError:
-            pid = "?"
-        return (f"results folder {str(self.folder)!r} is in use by another run (process {pid}); "
-                "wait for it to finish or use another --out")
-
-    def _release(self) -> None:
-        if self._lock is None:
-            return
-        path = self.folder / LOCK_FILE
-        try:
-            path.unlink(missing_ok=True)
-        finally:
-            os.close(self._lock)  # closing releases the flock
-            self._lock = None
 
     def load(self, name: str, config: dict) -> pd.DataFrame | None:
         """The stage table `name` if an earlier run with `config` wrote it, else None."""
@@ -435,44 +384,6 @@ class ResultStore:
         for name in self.files:
             (self.folder / f"{name}.csv").unlink(missing_ok=True)
         self.files = {}
-
-
-def check_writable(folder: str | Path) -> None:
-    """Raise `WorkbenchError` when a run could not write into `folder` (or, where it does not
-    exist yet, create it): one line that says whether its file system is read-only or this
-    user lacks the permission."""
-    folder = Path(folder)
-    target = folder
-    while not target.exists() and target != target.parent:
-        target = target.parent
-    if os.access(target, os.W_OK | os.X_OK):
-        return
-    where = (f"results folder {str(folder)!r}" if target == folder else
-             f"results folder {str(folder)!r} cannot be created: {str(target)!r}")
-    read_only = hasattr(os, "statvfs") and bool(os.statvfs(target).f_flag & os.ST_RDONLY)
-    if read_only:
-        raise WorkbenchError(f"{where} is on a read-only file system; give another --out (a "
-                             "finished folder's report.md and view.html can be read where it is)")
-    raise WorkbenchError(f"{where} is not writable by this user (permission denied); make it "
-                         "writable or give another --out")
-
-
-def check_unlocked(folder: str | Path) -> None:
-    """Raise `WorkbenchError` when another run holds `folder`'s lock (a quick check before a
-    run loads its model; `ResultStore` checks again when it takes the lock)."""
-    path = Path(folder) / LOCK_FILE
-    if fcntl is None or not path.exists():
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        raise WorkbenchError(ResultStore(folder)._busy(path)) from None
-    finally:
-        os.close(fd)  # releases the probe's lock
 
 
 def stage_inputs(name: str, config: dict, files: dict[str, dict]) -> str:

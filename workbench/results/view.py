@@ -9,11 +9,10 @@ results folder without the model (`workbench view DIR`); `run_cel`'s report stag
 at the end of every run (`workbench.results.stage`), after the explanation, and
 `explain_folder` again when `workbench explain` explains a finished folder.
 
-The page is one self-contained file: the tables are plain HTML, the plots are embedded as
-base64 `data:` URIs, and a small inline script sorts (click a column's header) and filters
-(the box above each table; `view.html#filter=L1H` opens every table filtered) the rows. It
-references no URL, and its Content-Security-Policy forbids every network load, so it shows the
-same on an air-gapped machine. Without JavaScript the tables still show, in the CSV's order.
+The page is one self-contained file: the tables are plain HTML that sort and filter
+(`workbench.results.page`: `view.html#filter=L1H` opens every table filtered), the plots
+are embedded as base64 `data:` URIs, and nothing is loaded from the network, so it shows
+the same on an air-gapped machine.
 
 With the optional extra `interactive` (plotly) installed, the per-head table is followed by
 the interactive heatmap of `workbench.results.interactive` (hover a head for its effect,
@@ -23,23 +22,17 @@ leaves it out; without the extra the heatmap is the PNG among the plots. The exp
 section shows the removed and comparison heads' attention on its single examples token by
 token (`attention_rows_html`, plain HTML, no extra needed).
 
-A cell shows its number to 4 significant digits (integers in full); the CSV's exact text is in
-the cell's `data-value` (what sorting compares) and its tooltip. An effect with an interval
-(`d_accuracy` with `d_accuracy_lo`, `d_accuracy_hi`) shows as `value [lo, hi]`, beside the
-number of examples it rests on (`d_<objective>_n`); the confirmation says why each size's set
-is or is not called best (`why`: not significant, gamed, failing a guard, or not the set
-chosen; `workbench.results.result.best_reasons`) next to `gamed`. Columns the page hides at
-first (standard errors, other metrics' counts, side tasks' other metrics) appear with the
-"all columns" box. The text is written as ASCII, other characters as HTML character
+A cell shows its number to 4 significant digits and an effect its interval (`page`); the
+confirmation says why each size's set is or is not called best (`why`: not significant,
+gamed, failing a guard, or not the set chosen; `workbench.results.result.best_reasons`)
+next to `gamed`. The text is written as ASCII, other characters as HTML character
 references, so the file reads the same whatever the locale's encoding.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -59,6 +52,7 @@ from workbench.results.interactive import (
     offline,
     require,
 )
+from workbench.results.page import esc, html_page, html_table, interval_columns
 from workbench.results.result import GUARD_COLUMN, best_reasons
 from workbench.results.store import read_folder, write_text
 from workbench.screening.registry import screening_estimate
@@ -69,8 +63,6 @@ VIEW_FILE = "view.html"
 FIGURES = ("heads_heatmap.png", "gain_vs_size.png", "side_effects.png", "tradeoff.png",
            EXPLANATION_FIGURE, ATTENTION_EXAMPLES_FIGURE)
 MAX_COMBOS = 1000  # evaluated sets shown (the best by score); combos.csv holds them all
-CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-       "script-src 'unsafe-inline'")
 
 
 def write_view(results_dir: str | Path, interactive: bool | None = None) -> Path:
@@ -106,7 +98,7 @@ def render_view(folder: Path, run: dict, interactive: bool = False) -> str:
     objective = cfg.get("objective", "accuracy")
     tables = {n: _read_csv(folder / f"{n}.csv")
               for n in ("heads", "confirmation", "side_effects", "combos")}
-    body = [f"<h1>CEL: {_esc(cfg.get('task'))} on {_esc(cfg.get('model'))}</h1>",
+    body = [f"<h1>CEL: {esc(cfg.get('task'))} on {esc(cfg.get('model'))}</h1>",
             _settings(cfg, run.get("summary", {}), tables["confirmation"])]
     conf = tables["confirmation"]
     metrics = _metrics(conf if conf is not None else tables["heads"], objective)
@@ -163,9 +155,9 @@ def render_view(folder: Path, run: dict, interactive: bool = False) -> str:
     body += _section("Evaluated sets", "combos", combos, None,
                      (score, True) if score is not None else None, note)
     body += _figures(folder)
-    body.append(f"<footer>Built from {_esc(folder.name)}/ by <code>workbench view</code>: numbers "
+    body.append(f"<footer>Built from {esc(folder.name)}/ by <code>workbench view</code>: numbers "
                 "to 4 significant digits, the CSV's exact value in each cell's tooltip.</footer>")
-    return _page(f"CEL: {cfg.get('task')} on {cfg.get('model')}", "\n".join(body))
+    return html_page(f"CEL: {cfg.get('task')} on {cfg.get('model')}", "\n".join(body))
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:
@@ -176,44 +168,6 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
         return pd.read_csv(path, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
-
-
-def _esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def fmt_cell(text: str) -> str:
-    """A CSV cell as the page shows it: numbers to 4 significant digits, integers in full,
-    anything else unchanged."""
-    try:
-        v = float(text)
-    except ValueError:
-        return text
-    if not math.isfinite(v):
-        return text
-    if v.is_integer() and abs(v) < 1e15:
-        return str(int(v))
-    return f"{v:.4g}"
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def interval_columns(col: str, columns) -> tuple[str, str] | None:
-    """The `(lo, hi)` columns of an effect column, or None: `d_x` -> `d_x_lo`, `d_x_hi`; a
-    side task's `d_x_task` -> `d_x_lo_task`, `d_x_hi_task` (the per-head table's names)."""
-    cols = set(columns)
-    cuts = [i for i, ch in enumerate(col) if ch == "_"] + [len(col)]
-    for k in sorted(cuts, reverse=True):
-        lo, hi = f"{col[:k]}_lo{col[k:]}", f"{col[:k]}_hi{col[k:]}"
-        if lo in cols and hi in cols:
-            return lo, hi
-    return None
 
 
 def _metrics(df: pd.DataFrame | None, objective: str) -> list[str]:
@@ -271,8 +225,8 @@ def _settings(cfg: dict, summary: dict, conf: pd.DataFrame | None) -> str:
         best = ", ".join(conf.loc[conf["best"] == "True", "heads"])
         top = ", ".join(conf.loc[conf["top_candidate"] == "True", "heads"])
     sizes = summary.get("significant_sizes", [])
-    found = (f"<b>{_esc(best)}</b>" if best else
-             f"none significant{'; top candidate ' + _esc(top) if top else ''}")
+    found = (f"<b>{esc(best)}</b>" if best else
+             f"none significant{'; top candidate ' + esc(top) if top else ''}")
     rows = [("objective", f"{cfg.get('objective')} (secondary {cfg.get('secondary')})"),
             ("ablation", f"{cfg.get('kind')}, {cfg.get('method')} screening"),
             ("search", f"{', '.join(cfg.get('strategies', []))}, sets up to size "
@@ -281,61 +235,20 @@ def _settings(cfg: dict, summary: dict, conf: pd.DataFrame | None) -> str:
             ("significant sizes", ", ".join(map(str, sizes)) or "none")]
     if summary.get("few_examples"):
         rows.append(("few examples", small_splits_note(summary["few_examples"])))
-    items = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows)
     return f"<dl>{items}<dt>best set</dt><dd>{found}</dd></dl>"
 
 
 def _section(title: str, table_id: str, df: pd.DataFrame | None, shown: list[str] | None,
              sort: tuple[str, bool] | None, note: str) -> list[str]:
-    out = [f"<h2>{_esc(title)}</h2>", f"<p>{_esc(note)}</p>"]
+    out = [f"<h2>{esc(title)}</h2>", f"<p>{esc(note)}</p>"]
     if df is None or df.empty:
         out.append(f"<p class='missing'>{table_id}.csv: not in this folder (not computed yet, "
                    "or nothing to show).</p>")
         return out
     out.append(f"<p class='source'>from {table_id}.csv</p>")
-    out.append(_table(df, table_id, shown, sort))
+    out.append(html_table(df, table_id, shown, sort))
     return out
-
-
-def _table(df: pd.DataFrame, table_id: str, shown: list[str] | None,
-           sort: tuple[str, bool] | None) -> str:
-    """An HTML table holding every cell of `df`; columns outside `shown` are hidden at first."""
-    cols = list(df.columns)
-    main = set(cols if shown is None else [c for c in shown if c in cols])
-    intervals = {c: interval_columns(c, cols) for c in main}
-    head = []
-    for c in cols:
-        label = f"{c} [lo, hi]" if intervals.get(c) else c
-        extra = "" if c in main else " class='extra'"
-        head.append(f"<th data-col='{_esc(c)}'{extra}>{_esc(label)}</th>")
-    rows = []
-    for i, rec in zip(df.index, df.to_dict("records"), strict=True):
-        cells = []
-        for c in cols:
-            v = rec[c]
-            text = fmt_cell(v)
-            if intervals.get(c) and v != "":
-                lo, hi = intervals[c]
-                text = f"{text} [{fmt_cell(rec[lo])}, {fmt_cell(rec[hi])}]"
-            classes = ("" if c in main else "extra ") + ("" if text != v or v == "" or
-                                                          _is_number(v) else "txt")
-            extra = f" class='{classes.strip()}'" if classes.strip() else ""
-            tip = f" title='{_esc(v)}'" if c in main else ""  # hidden cells: no tooltip
-            cells.append(f"<td data-col='{_esc(c)}' data-value='{_esc(v)}'{tip}{extra}>"
-                         f"{_esc(text)}</td>")
-        best = " class='best'" if rec.get("best") == "True" else ""
-        rows.append(f"<tr data-row='{i}'{best}>{''.join(cells)}</tr>")
-    sort_attr = (f" data-sort='{_esc(sort[0])}' data-desc='{int(sort[1])}'"
-                 if sort and sort[0] in cols else "")
-    n = len(df)
-    controls = (f"<div class='controls'><input type='search' class='filter' "
-                f"data-table='{table_id}' placeholder='filter rows, e.g. L1H'>"
-                f"<label><input type='checkbox' class='all-cols' data-table='{table_id}'> "
-                f"all columns</label> <span class='count' id='{table_id}-count'>{n} rows "
-                "(sorting and filtering need JavaScript)</span></div>")
-    return (f"{controls}<div class='scroll'><table id='{table_id}' class='view'{sort_attr}>"
-            f"<thead><tr>{''.join(head)}</tr></thead><tbody>\n" + "\n".join(rows)
-            + "\n</tbody></table></div>")
 
 
 def _explanation(target: Path) -> list[str]:
@@ -350,7 +263,7 @@ def _explanation(target: Path) -> list[str]:
         config = {}
     banner = not_significant_banner(config)
     if banner:
-        text = _esc(banner.removeprefix("**Not significant.**").strip())
+        text = esc(banner.removeprefix("**Not significant.**").strip())
         out.append(f"<p class='banner'><b>Not significant.</b> {text}</p>")
     out.append("<p>From explanation/ (see report.md): attention by token role of the removed "
                "and the comparison heads, their direct logit attribution onto "
@@ -360,7 +273,7 @@ def _explanation(target: Path) -> list[str]:
     for name in ("set_effect", "roles", "comparison_roles", "dla_summary"):
         df = _read_csv(target / f"{name}.csv")
         if df is not None and not df.empty:
-            out += [f"<h3>{name}</h3>", _table(df, f"explanation-{name}", None, None)]
+            out += [f"<h3>{name}</h3>", html_table(df, f"explanation-{name}", None, None)]
     examples = _read_csv(target / "attention_examples.csv")
     if examples is not None and not examples.empty:
         examples["attention"] = pd.to_numeric(examples["attention"], errors="coerce")
@@ -391,7 +304,7 @@ def _heatmap(folder: Path, run: dict, conf: pd.DataFrame | None) -> list[str]:
     return ["<h2>Per-head heatmap (interactive)</h2>",
             "<p>The per-head table as a heatmap: hover a head for its effect, interval and the "
             "examples it rests on; the menu switches metric and task; the star marks the "
-            f"{_esc(label)}. Drawn by plotly, whose script is part of this file.</p>",
+            f"{esc(label)}. Drawn by plotly, whose script is part of this file.</p>",
             f"<div class='interactive'>{offline(fig).html}</div>"]
 
 
@@ -403,104 +316,6 @@ def _figures(folder: Path) -> list[str]:
     out = ["<h2>Plots</h2>"]
     for name in names:
         data = base64.b64encode((folder / name).read_bytes()).decode("ascii")
-        out.append(f"<figure><img alt='{_esc(name)}' src='data:image/png;base64,{data}'>"
-                   f"<figcaption>{_esc(name)}</figcaption></figure>")
+        out.append(f"<figure><img alt='{esc(name)}' src='data:image/png;base64,{data}'>"
+                   f"<figcaption>{esc(name)}</figcaption></figure>")
     return out
-
-
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-dl { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
-dt { font-weight: 600; } dd { margin: 0; }
-.scroll { overflow-x: auto; max-height: 32em; overflow-y: auto; border: 1px solid #ddd; }
-table.view { border-collapse: collapse; font-size: 0.8em; }
-table.view th, table.view td { padding: 0.15em 0.5em; border-bottom: 1px solid #eee;
-  text-align: right; white-space: nowrap; }
-table.view td.txt { text-align: left; }
-table.view th { position: sticky; top: 0; background: #f4f4f4; cursor: pointer; }
-table.view th.asc::after { content: " \\25B2"; } table.view th.desc::after { content: " \\25BC"; }
-table.view .extra { display: none; } table.view.all .extra { display: table-cell; }
-tr.best { background: #fff3c4; font-weight: 600; }
-.controls { margin: 0.4em 0; font-size: 0.85em; } .controls input[type=search] { width: 16em; }
-.count { color: #555; margin-left: 1em; } .source, .missing { color: #777; font-size: 0.8em; }
-figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
-footer { margin-top: 2em; color: #777; font-size: 0.8em; }
-.banner { background: #fdecea; border-left: 4px solid #c0392b; padding: 0.4em 0.8em; }
-"""
-
-# Sorting compares `data-value` (numbers as numbers, empty cells last); filtering keeps the
-# rows whose text holds the box's text; the count says how many rows show.
-_SCRIPT = """
-(function () {
-  function cellKey(row, col) {
-    var td = row.querySelector("td[data-col='" + col + "']");
-    var v = td ? td.getAttribute("data-value") : "";
-    var x = Number(v);
-    return v === "" ? null : (isNaN(x) ? v : x);
-  }
-  function compare(a, b) {
-    if (a === null || b === null) { return a === b ? 0 : (a === null ? 1 : -1); }
-    if (typeof a !== typeof b) { return typeof a === "number" ? -1 : 1; }
-    return a < b ? -1 : (a > b ? 1 : 0);
-  }
-  function sortTable(table, col, desc) {
-    var body = table.tBodies[0];
-    var rows = Array.prototype.slice.call(body.rows);
-    rows.sort(function (r, s) {
-      var a = cellKey(r, col), b = cellKey(s, col);
-      if (a === null || b === null) { return compare(a, b); }
-      return desc ? compare(b, a) : compare(a, b);
-    });
-    rows.forEach(function (r) { body.appendChild(r); });
-    table.querySelectorAll("th").forEach(function (th) {
-      th.classList.remove("asc", "desc");
-      if (th.getAttribute("data-col") === col) { th.classList.add(desc ? "desc" : "asc"); }
-    });
-    table.setAttribute("data-sorted", col + (desc ? " desc" : " asc"));
-  }
-  function count(table) {
-    var rows = table.tBodies[0].rows, shown = 0;
-    for (var i = 0; i < rows.length; i++) { if (!rows[i].hidden) { shown++; } }
-    var el = document.getElementById(table.id + "-count");
-    if (el) { el.textContent = shown + " of " + rows.length + " rows"; }
-  }
-  function filter(table, text) {
-    var q = text.toLowerCase();
-    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
-      r.hidden = q !== "" && r.textContent.toLowerCase().indexOf(q) < 0;
-    });
-    count(table);
-  }
-  var hash = new URLSearchParams(location.hash.replace(/^#/, ""));
-  document.querySelectorAll("table.view").forEach(function (table) {
-    if (table.hasAttribute("data-sort")) {
-      sortTable(table, table.getAttribute("data-sort"), table.getAttribute("data-desc") === "1");
-    }
-    table.querySelectorAll("th").forEach(function (th) {
-      th.addEventListener("click", function () {
-        var col = th.getAttribute("data-col");
-        sortTable(table, col, th.classList.contains("asc"));
-      });
-    });
-    count(table);
-  });
-  document.querySelectorAll("input.filter").forEach(function (box) {
-    var table = document.getElementById(box.getAttribute("data-table"));
-    box.addEventListener("input", function () { filter(table, box.value); });
-    if (hash.get("filter")) { box.value = hash.get("filter"); filter(table, box.value); }
-  });
-  document.querySelectorAll("input.all-cols").forEach(function (box) {
-    var table = document.getElementById(box.getAttribute("data-table"));
-    box.addEventListener("change", function () { table.classList.toggle("all", box.checked); });
-  });
-})();
-"""
-
-
-def _page(title: str, body: str) -> str:
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
-            f"<title>{_esc(title)}</title><style>{_STYLE}</style></head>\n<body>\n{body}\n"
-            f"<script>{_SCRIPT}</script>\n</body></html>\n")
-

@@ -16,7 +16,13 @@ from __future__ import annotations
 import argparse
 import time
 
+import pandas as pd
+import torch
+
 from workbench.errors import WorkbenchError
+from workbench.loading.model import resolve_device
+from workbench.theory.config import TheoryConfig
+from workbench.theory.sweep import DEFAULT_TOL, SWEEPS, quick_config, run_sweep
 
 PRINT_COLUMNS = ("condition", "n_seeds", "gap", "conflict_top2", "frac_tradeoff_A",
                  "frac_tradeoff_B", "frac_tradeoff", "ablate_A_d_loss_A", "ablate_A_d_loss_B",
@@ -25,8 +31,6 @@ PRINT_COLUMNS = ("condition", "n_seeds", "gap", "conflict_top2", "frac_tradeoff_
 
 def add_parser(subparsers) -> None:
     """Register the `theory` subcommand on an argparse subparsers object."""
-    from workbench.theory.sweep import SWEEPS
-
     p = subparsers.add_parser(
         "theory", help="train the multi-head attention theory model and measure head trade-offs",
         description="Train the simplified multi-head attention model on two tasks with a "
@@ -57,12 +61,6 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep named by `args`; returns the exit status."""
-    import pandas as pd
-
-    from workbench.loading.model import resolve_device
-    from workbench.theory.config import TheoryConfig
-    from workbench.theory.sweep import DEFAULT_TOL, SWEEPS, quick_config, run_sweep
-
     changes = {}
     if args.seeds is not None:
         if args.seeds < 1:
@@ -75,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise WorkbenchError(f"--threads must be >= 1; got {args.threads}")
     if device.type == "cpu":
-        import torch
-
         torch.set_num_threads(args.threads)
     conditions = SWEEPS[args.sweep](base)
     print(f"theory sweep {args.sweep!r}: {len(conditions)} conditions x {base.n_seeds} seeds, "

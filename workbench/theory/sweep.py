@@ -140,7 +140,7 @@ class SweepResult:
                 save_table(getattr(self, name), tmp / f"{name}.csv")
             with open(tmp / "configs.json", "w") as fh:
                 json.dump({k: c.to_dict() for k, c in self.configs.items()}, fh, indent=2)
-            if figures:
+            if figures:  # matplotlib is imported only when figures are drawn
                 from workbench.theory.plots import save_sweep_figures
 
                 save_sweep_figures(self, tmp)

@@ -6,8 +6,9 @@ batch) with the loss on the answer position only, and writes a workbench checkpo
 safetensors weights, vocabulary) to `workbench/zoo/embedded/`. It then reloads the written
 file, evaluates every task on the held-out split of its task file (`meta["heldout"]`), runs
 CEL on the default task with the package's own `run_cel` (`meta["cel"]`: the best set of each
-size, its held-out gain, bootstrap interval, random-set percentiles and side effects) and
-stores both in the checkpoint's meta, with the seed, command and training config.
+size, its held-out gain, bootstrap interval, random-set percentiles and side effects;
+`workbench.zoo.measure` measures both) and stores both in the checkpoint's meta, with the
+seed, command and training config.
 
 Training has two stages that differ only in how the conflicting pair is mixed (`PRETRAIN`,
 `FINETUNE`): steps 0-2499 pre-train with the marker on half of either task's prompts and copy
@@ -68,9 +69,11 @@ import torch.nn.functional as F
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench.errors import WorkbenchError
-from workbench.loading.checkpoint import save_checkpoint
+from workbench.loading.checkpoint import load_checkpoint, save_checkpoint
 from workbench.options import choose
+from workbench.zoo import DEFAULT_TASK, SIDE_TASKS, embedded_path
 from workbench.zoo import language as lang
+from workbench.zoo.measure import confirm_cel, heldout_baselines
 
 PAIR_SHARE = 0.65  # share of copy/map prompts in every training batch
 OTHER_MIX: dict[str, float] = {"embedded_add": 0.2, "embedded_sort": 0.15}
@@ -283,84 +286,10 @@ def train(
     return model
 
 
-def _heldout_baselines(model: HookedTransformer, tasks: list[str]) -> dict[str, dict]:
-    """Per-task held-out accuracy (and correct count) and mean log-prob, overall and per group."""
-    from workbench.metrics.scores import evaluate, summarize
-    from workbench.tasks.task import load_task
-
-    out = {}
-    for name in tasks:
-        scores = evaluate(model, load_task(name), split="heldout")
-        row = {"n": len(scores), "correct": int(scores["correct"].sum()),
-               "accuracy": float(scores["correct"].mean()),
-               "logprob": float(scores["logprob"].mean())}
-        if scores["group"].nunique() > 1:
-            for _, g in summarize(scores).iterrows():
-                if g["subset"] != "all":
-                    row[f"accuracy_{g['subset']}"] = float(g["accuracy"])
-        out[name] = row
-    return out
-
-
-def confirm_cel(model: HookedTransformer, seed: int = 0) -> dict:
-    """Run CEL on the default task (exhaustive, up to 3 heads, zero ablation) and summarise.
-
-    Returns the best set, its held-out gain with the bootstrap interval and random-set
-    percentiles, the per-task held-out numbers with that set removed, and the side effects.
-    """
-    from workbench.pipeline import run_cel
-    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
-
-    result = run_cel(model, DEFAULT_TASK, others=SIDE_TASKS, max_size=3, seed=seed,
-                     progress=False, plots=False)
-    conf = result.confirmation
-    # the set the search ranks first (significant or not; its p-value is recorded with it)
-    best = conf[conf["top_candidate"].astype(bool)].iloc[0]
-    sets = []
-    for _, row in conf.iterrows():
-        side = result.side_effects[result.side_effects["size"] == row["size"]]
-        sets.append({
-            "heads": str(row["heads"]).split(","),
-            "select_gain": float(row["select_d_accuracy"]),
-            "heldout_gain": float(row["d_accuracy"]),
-            "heldout_gain_ci95": [float(row["d_accuracy_lo"]), float(row["d_accuracy_hi"])],
-            "random_mean": float(row["random_mean"]),
-            "random_q95": float(row["random_q95"]),
-            "percentile": float(row["percentile"]),
-            "percentile_logprob": float(row["percentile_logprob"]),
-            # the shipped checkpoints record it as a share in [0, 1]
-            "random_share_ge": float(row["random_pct_ge"]) / 100,
-            "n_random": int(row["n_random"]),
-            "side_effects": {
-                str(r["task"]): {"d_accuracy": float(r["d_accuracy"]),
-                                 "ci95": [float(r["d_accuracy_lo"]), float(r["d_accuracy_hi"])]}
-                for _, r in side.iterrows()
-            },
-        })
-    return {
-        "command": f"run_cel(model, {DEFAULT_TASK!r}, others={SIDE_TASKS}, max_size=3, "
-                   f"seed={seed})",
-        "best": str(best["heads"]).split(","),
-        "sets": sets,
-        "heldout_ablated": _ablated_baselines(model, str(best["heads"]).split(",")),
-    }
-
-
-def _ablated_baselines(model: HookedTransformer, heads: list[str]) -> dict[str, dict]:
-    from workbench.ablation import ablated
-    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS
-
-    with ablated(model, heads):
-        return _heldout_baselines(model, [DEFAULT_TASK, *SIDE_TASKS])
-
-
 FIRST_LOSSES = 10  # steps whose losses go into the meta, to check a rerun against
 
 
 def main(argv: list[str] | None = None) -> None:
-    from workbench.loading.checkpoint import load_checkpoint
-    from workbench.zoo import DEFAULT_TASK, SIDE_TASKS, embedded_path
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", choices=list(ARCHITECTURES), default=TrainConfig.arch,
                         help="the family member to train (default: the shipped embedded model)")
@@ -412,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     save_checkpoint(model, tokenizer, out, meta)
     # Every number in the meta is measured on the model as loaded from the written file.
     model = load_checkpoint(out)
-    meta["heldout"] = _heldout_baselines(model, [DEFAULT_TASK, *SIDE_TASKS])
+    meta["heldout"] = heldout_baselines(model, [DEFAULT_TASK, *SIDE_TASKS])
     for name, row in meta["heldout"].items():
         print(name, {k: round(v, 4) for k, v in row.items()})
     if not args.no_cel:
