@@ -176,8 +176,31 @@ def explain_heads(
         raise WorkbenchError("explain_heads needs at least one head")
     comp = resolve_comparison(model, head_set, comparison, seed)
     means = default_means(model, task, kind, means)
-    role_lists = roles_for(batch, roles)
     groups = cluster_labels(batch, cluster)  # as the confirmation resamples this split
+    config = {
+        "model": getattr(model.cfg, "model_name", None),
+        "task": batch.task.name,
+        "split": split,
+        "heads": str(head_set),
+        "comparison": str(comp),
+        "kind": kind.value,
+        "per_position": per_position,
+        "roles": roles,
+        "seed": seed,
+        "n_examples": len(batch),
+        # the intervals' settings (`set_effect`, `dla_summary`)
+        "n_boot": stats.n_boot,
+        "ci": stats.ci,
+        "stats_seed": stats.seed,
+        "clustered": groups is not None,
+        **({} if significant is None else {"significant": significant, "note": note}),
+    }
+    if batch.task.is_generation:  # read at the generated tokens that decide the answer
+        from workbench.explain.generated import explain_generation  # it builds on this module
+
+        return explain_generation(model, batch, head_set, comp, kind, means, groups, config,
+                                  batch_size=batch_size)
+    role_lists = roles_for(batch, roles)
     outcomes = ablation_outcomes(model, batch, head_set, None, kind, means)
     cap = capture(model, batch, batch_size)
     att = attribute(model, cap)
@@ -205,24 +228,7 @@ def explain_heads(
             cap, head_set, comp, outcomes, pick_examples(batch.task.ids, outcomes, N_EXAMPLES)
         ),
         set_effect=set_effect(outcomes, head_set, kind, stats, groups),
-        config={
-            "model": getattr(model.cfg, "model_name", None),
-            "task": batch.task.name,
-            "split": split,
-            "heads": str(head_set),
-            "comparison": str(comp),
-            "kind": kind.value,
-            "per_position": per_position,
-            "roles": roles,
-            "seed": seed,
-            "n_examples": len(batch),
-            # the intervals' settings (`set_effect`, `dla_summary`)
-            "n_boot": stats.n_boot,
-            "ci": stats.ci,
-            "stats_seed": stats.seed,
-            "clustered": groups is not None,
-            **({} if significant is None else {"significant": significant, "note": note}),
-        },
+        config=config,
     )
 
 
