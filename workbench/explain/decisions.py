@@ -164,8 +164,8 @@ def decision_batch(model, batch: TaskBatch, tokens: list[list[int]], texts: list
         rows += [(i, k, found) for k in steps]
     seqs = [prompts[i].tolist() + tokens[i][:k] for i, k, _ in rows]
     width = max(len(s) for s in seqs)
-    pad = int(batch.tokens[0, -1]) if batch.tokens.shape[1] else 0
-    x = torch.full((len(seqs), width), pad, dtype=torch.long)
+    x = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)  # right-padded, as
+    # `encode_task` pads: causal attention keeps the pads from every position read
     for r, s in enumerate(seqs):
         x[r, : len(s)] = torch.tensor(s, dtype=torch.long)
     examples = batch.task.examples
