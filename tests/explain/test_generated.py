@@ -26,7 +26,7 @@ from workbench.explain.decisions import (
     decision_roles,
     token_offsets,
 )
-from workbench.explain.generated import GeneratedExplanation
+from workbench.explain.explanation import GeneratedExplanation
 from workbench.generation.decode import text_decoder
 from workbench.generation.extract import get_extractor
 from workbench.metrics.generation import evaluate_generation

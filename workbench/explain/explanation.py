@@ -8,7 +8,9 @@ token by token, `examples`), what they write to the logits (`attribution`), what
 whole set's effect on every metric as the confirmation measures it (`set_effect`). Only the
 outcomes need an extra ablated pass, and the removal table one pass per head. The
 `HeadExplanation` it returns holds every table and the arguments that made them, and saves
-them as CSV files plus a `config.json`.
+them as CSV files plus a `config.json`. On a generation task every angle is read at the
+generated tokens that decide the extracted answer (`workbench.explain.generated`), and the
+result is a `GeneratedExplanation`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from workbench.explain.dla import (
     summarize_dla,
 )
 from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
+from workbench.explain.generated import generation_tables
 from workbench.explain.removal import (
     ablation_outcomes,
     default_means,
@@ -122,6 +125,26 @@ class HeadExplanation:
         return folder
 
 
+@dataclass
+class GeneratedExplanation(HeadExplanation):
+    """A `HeadExplanation` of a generation task, read at its decisions (the generated tokens
+    that write the extracted answer: `workbench.explain.generated`). Every per-example table
+    has one row per decision, keyed `EXAMPLE_INDEX` + `DECISION_INDEX` (`id` is the
+    example's); `outcomes` compares the clean and the ablated generations
+    (`generation_outcomes`), `set_effect` has `d_exact_match` and `d_logprob`.
+
+    Attributes:
+        decisions: one row per decision: `id, step, query_pos, decided, decided_id,
+            comparison, comparison_id, comparison_source` (`ablated` / `runner_up`),
+            `in_answer`, `logit_decided, logit_comparison, logit_diff` (the clean logits at
+            `query_pos`, nats: `logit_diff` is what the row's `dla_diff` sum to).
+    """
+
+    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    TABLES = (*HeadExplanation.TABLES, "decisions")
+
+
 def explain_heads(
     model,
     task: Task | TaskBatch | str,
@@ -196,10 +219,8 @@ def explain_heads(
         **({} if significant is None else {"significant": significant, "note": note}),
     }
     if batch.task.is_generation:  # read at the generated tokens that decide the answer
-        from workbench.explain.generated import explain_generation  # it builds on this module
-
-        return explain_generation(model, batch, head_set, comp, kind, means, groups, config,
-                                  batch_size=batch_size)
+        return GeneratedExplanation(heads=head_set, comparison=comp, **generation_tables(
+            model, batch, head_set, comp, kind, means, groups, config, batch_size=batch_size))
     role_lists = roles_for(batch, roles)
     outcomes = ablation_outcomes(model, batch, head_set, None, kind, means)
     cap = capture(model, batch, batch_size)

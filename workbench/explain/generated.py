@@ -24,7 +24,7 @@ decisions of one example apart (`n` counts decisions).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,6 @@ from workbench.explain.circuits import ov_table, qk_table
 from workbench.explain.decisions import Decisions, Positions, decision_batch
 from workbench.explain.dla import attribute, dla_table, summarize_dla
 from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
-from workbench.explain.explanation import HeadExplanation
 from workbench.explain.removal import removal_table
 from workbench.generation.decode import greedy_generate
 from workbench.heads import HeadSet
@@ -116,25 +115,6 @@ def generation_set_effect(outcomes: pd.DataFrame, heads: HeadSet, kind: Ablation
     return pd.DataFrame([row])
 
 
-@dataclass
-class GeneratedExplanation(HeadExplanation):
-    """A `HeadExplanation` of a generation task, read at the decisions (module docstring):
-    every per-example table has one row per decision, keyed `EXAMPLE_INDEX` + `DECISION_INDEX`
-    (`id` is the example's); `outcomes` compares the clean and the ablated generations
-    (`generation_outcomes`), `set_effect` has `d_exact_match` and `d_logprob`.
-
-    Attributes:
-        decisions: one row per decision: `id, step, query_pos, decided, decided_id,
-            comparison, comparison_id, comparison_source` (`ablated` / `runner_up`),
-            `in_answer`, `logit_decided, logit_comparison, logit_diff` (the clean logits at
-            `query_pos`, nats: `logit_diff` is what the row's `dla_diff` sum to).
-    """
-
-    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-    TABLES = (*HeadExplanation.TABLES, "decisions")
-
-
 def _keyed(df: pd.DataFrame, dec: Decisions, outcomes: pd.DataFrame | None) -> pd.DataFrame:
     """A decision-row table keyed as the module docstring says: the example's `id`, then
     `DECISION_INDEX` after `EXAMPLE_INDEX`, then `outcome`."""
@@ -156,11 +136,12 @@ def _keyed(df: pd.DataFrame, dec: Decisions, outcomes: pd.DataFrame | None) -> p
     return df
 
 
-def explain_generation(model, batch: TaskBatch, heads: HeadSet, comparison: HeadSet,
-                       kind: AblationKind, means: HeadMeans | None, groups: list | None,
-                       config: dict, positions: Positions = "answer",
-                       batch_size: int = 32) -> GeneratedExplanation:
-    """`explain_heads` on a generation task: every angle at the decisions (module docstring).
+def generation_tables(model, batch: TaskBatch, heads: HeadSet, comparison: HeadSet,
+                      kind: AblationKind, means: HeadMeans | None, groups: list | None,
+                      config: dict, positions: Positions = "answer",
+                      batch_size: int = 32) -> dict:
+    """`explain_heads` on a generation task: every angle at the decisions (module docstring),
+    as the fields of a `GeneratedExplanation` (`workbench.explain.explanation`).
 
     Args:
         batch: the generation task's examples of the explained split.
@@ -173,7 +154,7 @@ def explain_generation(model, batch: TaskBatch, heads: HeadSet, comparison: Head
         positions: `"answer"` (every token of the extracted answer) or `"first"` (its first).
 
     Returns:
-        A `GeneratedExplanation`.
+        `{field: value}` of a `GeneratedExplanation` but `heads` and `comparison`.
     """
     stats = Stats(config["n_boot"], config["ci"], config["stats_seed"])
     settings = batch.task.generation
@@ -200,9 +181,7 @@ def explain_generation(model, batch: TaskBatch, heads: HeadSet, comparison: Head
     by_id = dict(zip(batch.task.ids, labels, strict=True))
     picked = pick_examples(batch.task.ids, outcomes, N_EXAMPLES)
     first_rows = [dec.example.index(i) for i in picked]
-    return GeneratedExplanation(
-        heads=heads,
-        comparison=comparison,
+    return dict(
         outcomes=outcomes,
         attention=attention,
         roles=summarize_attention(attention),
