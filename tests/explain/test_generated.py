@@ -27,6 +27,7 @@ from workbench.explain.decisions import (
     token_offsets,
 )
 from workbench.explain.explanation import GeneratedExplanation
+from workbench.explain.report import explain_folder
 from workbench.generation.decode import text_decoder
 from workbench.generation.extract import get_extractor
 from workbench.metrics.generation import evaluate_generation
@@ -258,7 +259,8 @@ def test_a_cel_run_on_a_generation_task_writes_the_explanation(attn_model, tiny_
     out = tmp_path / "run"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TaskWarning)
-        result = run_cel(attn_model, gen_task(attn_model, 40), others=[tiny_task], out_dir=out,
+        task = gen_task(attn_model, 40)
+        result = run_cel(attn_model, task, others=[tiny_task], out_dir=out,
                          method="attribution", n_random=20, n_boot=100, progress=False,
                          max_size=2)
     assert result.top_candidate
@@ -277,3 +279,7 @@ def test_a_cel_run_on_a_generation_task_writes_the_explanation(attn_model, tiny_
     for m in ("exact_match", "logprob"):  # the confirmation's number, on the same examples
         assert_close(effect[f"d_{m}"], row[f"d_{m}"], atol=1e-6)
         assert int(effect[f"d_{m}_n"]) == int(row[f"d_{m}_n"])
+    (folder / "decisions.csv").unlink()  # `workbench explain DIR` writes it again
+    again = explain_folder(out, attn_model, task, result)
+    assert isinstance(again, GeneratedExplanation) and (folder / "decisions.csv").is_file()
+    assert "decisions.csv" in (out / "report.md").read_text()

@@ -178,7 +178,9 @@ def explain_heads(
         kind: the ablation kind of the outcomes and the removal table (default zero).
 
     Returns:
-        A `HeadExplanation`.
+        A `HeadExplanation`; on a generation task a `GeneratedExplanation`, read at the
+        generated tokens that decide the extracted answer (`workbench.explain.generated`,
+        whose key roles replace `roles`).
 
     Example:
         >>> ex = explain_heads(model, "embedded_map", result, split="heldout")
