@@ -8,7 +8,9 @@ token by token, `examples`), what they write to the logits (`attribution`), what
 whole set's effect on every metric as the confirmation measures it (`set_effect`). Only the
 outcomes need an extra ablated pass, and the removal table one pass per head. The
 `HeadExplanation` it returns holds every table and the arguments that made them, and saves
-them as CSV files plus a `config.json`.
+them as CSV files plus a `config.json`. On a generation task every angle is read at the
+generated tokens that decide the extracted answer (`workbench.explain.generated`), and the
+result is a `GeneratedExplanation`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from workbench.explain.dla import (
     summarize_dla,
 )
 from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
+from workbench.explain.generated import generation_tables
 from workbench.explain.removal import (
     ablation_outcomes,
     default_means,
@@ -122,6 +125,26 @@ class HeadExplanation:
         return folder
 
 
+@dataclass
+class GeneratedExplanation(HeadExplanation):
+    """A `HeadExplanation` of a generation task, read at its decisions (the generated tokens
+    that write the extracted answer: `workbench.explain.generated`). Every per-example table
+    has one row per decision, keyed `EXAMPLE_INDEX` + `DECISION_INDEX` (`id` is the
+    example's); `outcomes` compares the clean and the ablated generations
+    (`generation_outcomes`), `set_effect` has `d_exact_match` and `d_logprob`.
+
+    Attributes:
+        decisions: one row per decision: `id, step, query_pos, decided, decided_id,
+            comparison, comparison_id, comparison_source` (`ablated` / `runner_up`),
+            `in_answer`, `logit_decided, logit_comparison, logit_diff` (the clean logits at
+            `query_pos`, nats: `logit_diff` is what the row's `dla_diff` sum to).
+    """
+
+    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    TABLES = (*HeadExplanation.TABLES, "decisions")
+
+
 def explain_heads(
     model,
     task: Task | TaskBatch | str,
@@ -155,7 +178,9 @@ def explain_heads(
         kind: the ablation kind of the outcomes and the removal table (default zero).
 
     Returns:
-        A `HeadExplanation`.
+        A `HeadExplanation`; on a generation task a `GeneratedExplanation`, read at the
+        generated tokens that decide the extracted answer (`workbench.explain.generated`,
+        whose key roles replace `roles`).
 
     Example:
         >>> ex = explain_heads(model, "embedded_map", result, split="heldout")
@@ -176,8 +201,29 @@ def explain_heads(
         raise WorkbenchError("explain_heads needs at least one head")
     comp = resolve_comparison(model, head_set, comparison, seed)
     means = default_means(model, task, kind, means)
-    role_lists = roles_for(batch, roles)
     groups = cluster_labels(batch, cluster)  # as the confirmation resamples this split
+    config = {
+        "model": getattr(model.cfg, "model_name", None),
+        "task": batch.task.name,
+        "split": split,
+        "heads": str(head_set),
+        "comparison": str(comp),
+        "kind": kind.value,
+        "per_position": per_position,
+        "roles": roles,
+        "seed": seed,
+        "n_examples": len(batch),
+        # the intervals' settings (`set_effect`, `dla_summary`)
+        "n_boot": stats.n_boot,
+        "ci": stats.ci,
+        "stats_seed": stats.seed,
+        "clustered": groups is not None,
+        **({} if significant is None else {"significant": significant, "note": note}),
+    }
+    if batch.task.is_generation:  # read at the generated tokens that decide the answer
+        return GeneratedExplanation(heads=head_set, comparison=comp, **generation_tables(
+            model, batch, head_set, comp, kind, means, groups, config, batch_size=batch_size))
+    role_lists = roles_for(batch, roles)
     outcomes = ablation_outcomes(model, batch, head_set, None, kind, means)
     cap = capture(model, batch, batch_size)
     att = attribute(model, cap)
@@ -205,24 +251,7 @@ def explain_heads(
             cap, head_set, comp, outcomes, pick_examples(batch.task.ids, outcomes, N_EXAMPLES)
         ),
         set_effect=set_effect(outcomes, head_set, kind, stats, groups),
-        config={
-            "model": getattr(model.cfg, "model_name", None),
-            "task": batch.task.name,
-            "split": split,
-            "heads": str(head_set),
-            "comparison": str(comp),
-            "kind": kind.value,
-            "per_position": per_position,
-            "roles": roles,
-            "seed": seed,
-            "n_examples": len(batch),
-            # the intervals' settings (`set_effect`, `dla_summary`)
-            "n_boot": stats.n_boot,
-            "ci": stats.ci,
-            "stats_seed": stats.seed,
-            "clustered": groups is not None,
-            **({} if significant is None else {"significant": significant, "note": note}),
-        },
+        config=config,
     )
 
 

@@ -7,11 +7,11 @@ the examples the run used (`workbench.explain.report.explanation_of`) and writes
 the explanation's section into `report.md` from those files. It is the same explanation
 `workbench explain DIR` writes into a finished folder. It runs again on every run (a
 resumed run whose stages all load explains again), and is turned off by `run_cel(...,
-explain=False)` (the command line's `--no-explain`), and does not run on a multiple-choice
-or generation task, whose answer is not one next token for attention and logit attribution
-to read. Under
-torchrun only rank 0 explains: the other ranks' folders are private copies that are thrown
-away.
+explain=False)` (the command line's `--no-explain`). On a generation task it reads the
+generated tokens that decide the extracted answer (`workbench.explain.generated`); it does not
+run on a multiple-choice task, whose answer is not one token for attention and logit
+attribution to read. Under torchrun only rank 0 explains: the other ranks' folders are private
+copies that are thrown away.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def explain_stage(run, result, store) -> dict:
     run.explanation = None
     folder = store.folder
     if (not run.explain or folder is None or not distributed.is_main()
-            or not result.complete or not result.top_candidate or run.main.is_multiple_choice
-            or run.main.is_generation):
+            or not result.complete or not result.top_candidate
+            or run.main.is_multiple_choice):
         return {}
     # on the examples the run used (`max_examples` samples them)
     run.explanation = explanation_of(run.model, run.main, result)

@@ -191,6 +191,14 @@ class _Stop:
         return text
 
 
+def text_decoder(model) -> Callable[[list[int]], str]:
+    """How `Generation.texts` decodes a row's ids (special tokens skipped), before the cut at
+    a stop sequence: a character of a row's text is at the same offset in this decoding, so
+    an answer's characters can be traced to the tokens that wrote them
+    (`workbench.explain.generated`)."""
+    return _decoder(model)[0]
+
+
 def _decoder(model) -> tuple[Callable[[list[int]], str], int | None]:
     """`(decode, eos_id)`: the model's Hugging Face tokenizer decoding with special tokens
     skipped (as lm-eval's HFLM), and its EOS; a bare word tokenizer has no EOS."""

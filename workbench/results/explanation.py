@@ -31,7 +31,7 @@ ATTENTION_EXAMPLES_FIGURE = "attention_examples.png"
 _SECTION_TABLES = ("roles", "comparison_roles", "dla_summary", "outcomes", "removal")
 _OPTIONAL_TABLES = ("set_effect",)
 # the metrics of the set's effect, in the order the section names them
-_SET_METRICS = ("accuracy", "logprob", "logit_diff", "prob_diff")
+_SET_METRICS = ("exact_match", "accuracy", "logprob", "logit_diff", "prob_diff")
 
 
 def load_explanation(folder: str | Path) -> tuple[dict, dict[str, pd.DataFrame]] | None:
@@ -97,6 +97,8 @@ def explanation_section(folder: str | Path, result) -> list[str] | None:
         f"examples and its {ci} interval (`dla_diff_lo`, `dla_diff_hi`). "
         "`docs/explain.md` (*Names*) defines every name of this section."
     )
+    if config.get("generation"):
+        lines += ["", GENERATION_NOTE.format(n=config.get("n_decisions"))]
     lines += ["", *_head_table(t)]
     lines += ["", *_removal_lines(t, config, result)]
     lines += ["", *head_readings(t), "", f"![explanation]({EXPLANATION_FIGURE})"]
@@ -107,6 +109,16 @@ def explanation_section(folder: str | Path, result) -> list[str] | None:
                   "tokens; the numbers are in `explanation/attention_examples.csv`.", "",
                   f"![attention on single examples]({ATTENTION_EXAMPLES_FIGURE})"]
     return lines
+
+
+GENERATION_NOTE = (
+    "On this generation task the answer position is each of the {n} *decisions*: the position "
+    "before a generated token that writes the extracted answer, read on the prompt plus the "
+    "text generated so far (`explanation/decisions.csv`). There the answer is the token the "
+    "clean model generates and the wrong answer the token the model without the heads writes "
+    "instead (else the clean runner-up); roles `few-shot`, `question` and `generated` say "
+    "where in that text a head looks; examples are fixed or broken by `exact_match` of the "
+    "clean and the ablated generations (`explanation/outcomes.csv`).")
 
 
 def _percent(config: dict) -> str:
