@@ -31,7 +31,7 @@ except WorkbenchError as _refused:
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:  # the public API; each name imported on first use (workbench.lazy)
-    from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
+    from workbench.ablation import Ablation, AblationKind, HeadMeans, ablated, compute_head_means
     from workbench.explain import HeadExplanation, explain_heads
     from workbench.heads import HeadSet
     from workbench.loading.model import load_model

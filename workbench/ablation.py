@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -40,6 +40,7 @@ from torch import Tensor
 
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.options import AblationKind
 
 
@@ -59,12 +60,67 @@ class HeadMeans:
     n_prompts: int
 
 
+@dataclass(frozen=True)
+class Ablation:
+    """How removed heads are replaced: what travels with every scoring call of a run.
+
+    Attributes:
+        kind: zero, mean or resample ablation (`AblationKind`; a string is parsed).
+        means: the mean `z` of every head for mean ablation (`compute_head_means`); None where
+            the caller takes the means over the task's own prompts (`screen_heads`, `run_cel`).
+        per_position: mean ablation with the mean at each position (`HeadMeans.per_position`,
+            equal-length prompts) instead of the mean over all positions.
+        resample: the counterfactual `z` of the rows scored (`compute_resample_z`), `[batch,
+            pos, layer, head_index, d_head]`, for resample ablation; None where the scorer
+            runs the counterfactual prompts itself.
+
+    Example:
+        >>> Ablation("mean", compute_head_means(model, task), per_position=True)
+    """
+
+    kind: AblationKind = AblationKind.ZERO
+    means: HeadMeans | None = None
+    per_position: bool = False
+    resample: Float[Tensor, "batch pos layer head_index d_head"] | None = field(
+        default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", AblationKind.parse(self.kind))
+        if self.means is not None and not isinstance(self.means, HeadMeans):
+            raise WorkbenchError(f"Ablation means must be HeadMeans (compute_head_means) or "
+                                 f"None; got {type(self.means).__name__}")
+        if not isinstance(self.per_position, bool):
+            raise WorkbenchError(f"Ablation per_position must be True or False; got "
+                                 f"{self.per_position!r}")
+
+    @classmethod
+    def of(cls, value: Ablation | AblationKind | str | None) -> Ablation:
+        """`value` as an `Ablation`: a kind (`"mean"`) stands for that kind with no means;
+        None for zero ablation."""
+        return value if isinstance(value, Ablation) else cls(value or AblationKind.ZERO)
+
+    def fill(self, layer: int, heads: list[int]) -> Tensor | None:
+        """What replaces the `z` of `heads` at `layer` (`fill_for`)."""
+        return fill_for(self.kind, self.means, layer, heads, self.per_position, self.resample)
+
+    def hooks(self, model: HookedModel, heads: Iterable[HeadSpec] | HeadSet | None) -> list:
+        """The hooks that ablate `heads` (`ablation_hooks`)."""
+        return ablation_hooks(model, heads, self.kind, self.means, self.per_position,
+                              self.resample)
+
+    def mask_hooks(self, model: HookedModel, masks: Float[Tensor, "n_masks layer head_index"],
+                   layers: Iterable[int] | None = None) -> list[tuple[str, object]]:
+        """The hooks that ablate one head set per copy of a tiled batch (`mask_hooks`)."""
+        return mask_hooks(model, masks, self.kind, self.means, self.per_position, layers,
+                          self.resample)
+
+
 def _hook_z_name(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_z"
 
 
 def compute_head_means(
-    model,
+    model: HookedModel,
     tokens_or_task,
     lengths: Int[Tensor, " batch"] | None = None,
     batch_size: int = 64,
@@ -137,7 +193,7 @@ def _no_unembed(model) -> dict:
 
 
 def compute_resample_z(
-    model, tokens_or_batch, batch_size: int = 64
+    model: HookedModel, tokens_or_batch, batch_size: int = 64
 ) -> Float[Tensor, "batch pos layer head_index d_head"]:
     """Every head's `hook_z` on the counterfactual prompts, for resample ablation.
 
@@ -259,7 +315,7 @@ def replacement_z(
 
 
 def ablation_hooks(
-    model,
+    model: HookedModel,
     heads: Iterable[HeadSpec] | HeadSet | None,
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
@@ -282,7 +338,7 @@ def ablation_hooks(
 
 @contextmanager
 def ablated(
-    model,
+    model: HookedModel,
     heads: Iterable[HeadSpec] | HeadSet | None,
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
@@ -320,7 +376,7 @@ def _mask_hook(
 
 
 def mask_hooks(
-    model,
+    model: HookedModel,
     masks: Float[Tensor, "n_masks layer head_index"],
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,

@@ -138,26 +138,38 @@ def cluster_labels(data, mode: ClusterMode | str) -> list | None:
 def confirm_sets(
     heldout: Scorer,
     sets: Mapping[int, HeadSet],
-    objective: str,
-    secondary: str | None = None,
+    plan: ConfirmPlan,
     others: Mapping[str, Scorer] | None = None,
-    best_size: int | None = None,
-    select_gains: Mapping[int, float] | None = None,
-    n_random: int = 200,
-    stats: Stats | None = None,
-    *,
-    pool=None,
-    groups=None,
-    other_groups: Mapping[str, list] | None = None,
-    adaptive: bool | BaselineRace = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
 
     Args:
         heldout: a scorer of the held-out split.
         sets: size -> the best head set of that size (found on the selection split).
-        objective, secondary: the metric names used for the percentiles.
+        plan: what each size is confirmed with (`ConfirmPlan`).
         others: task name -> a scorer of that task, for side effects.
+
+    Returns:
+        `(confirmation, side_effects)`: one row per size; one row per size and other task.
+
+    Example:
+        >>> conf, side = confirm_sets(heldout, sets, ConfirmPlan("logit_diff", n_random=100))
+    """
+    check_groups(plan)
+    rows, side_rows = [], []
+    for size, head_set in sorted(sets.items()):
+        row, sides = confirm_size(heldout, size, head_set, others or {}, plan)
+        rows.append(row)
+        side_rows += sides
+    return finish_confirmation(rows, side_rows)
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    """What `confirm_sets` confirms each size with, besides the scorers and the sets.
+
+    Attributes:
+        objective, secondary: the metric names used for the percentiles.
         best_size: the size of the overall best set (flagged `best`).
         select_gains: size -> the set's objective gain on the selection split (reported
             next to the held-out gain).
@@ -177,25 +189,13 @@ def confirm_sets(
             at 50, 100, ... of the `n_random` sets once the share of sets at least as good as the
             found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count the sets
             scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
-    Returns:
-        `(confirmation, side_effects)`: one row per size; one row per size and other task.
+        guards: the run's guards (`workbench.guards`), the safety test: each gets a one-sided
+            sign-flip p-value of "the change is above -tolerance" (`guard_p_<task>_<metric>`;
+            a side task's on its held-out examples), `guarded_p` is the largest of those and
+            the objective's `p_value` (an intersection-union test), Holm across sizes in
+            `guarded_p_holm`; the table then also counts the held-out examples each set turns
+            right and wrong.
     """
-    plan = ConfirmPlan(objective, secondary, best_size, dict(select_gains or {}), n_random,
-                       stats or Stats(), pool, groups, dict(other_groups or {}), adaptive)
-    check_groups(plan)
-    rows, side_rows = [], []
-    for size, head_set in sorted(sets.items()):
-        row, sides = confirm_size(heldout, size, head_set, others or {}, plan)
-        rows.append(row)
-        side_rows += sides
-    return finish_confirmation(rows, side_rows)
-
-
-@dataclass(frozen=True)
-class ConfirmPlan:
-    """What `confirm_sets` confirms each size with, besides the scorers and the sets (the
-    arguments of `confirm_sets` of the same names; `select_gains` and `other_groups` as
-    dicts)."""
 
     objective: str
     secondary: str | None = None
@@ -207,12 +207,12 @@ class ConfirmPlan:
     groups: object = None
     other_groups: Mapping[str, list] = field(default_factory=dict)
     adaptive: bool | BaselineRace = False
-    # the run's guards (`workbench.guards`), the safety test: each gets a one-sided sign-flip
-    # p-value of "the change is above -tolerance" (`guard_p_<task>_<metric>`; a side task's on
-    # its held-out examples), `guarded_p` is the largest of those and the objective's
-    # `p_value` (an intersection-union test), Holm across sizes in `guarded_p_holm`; the
-    # table then also counts the held-out examples each set turns right and wrong
     guards: tuple[Guard, ...] = ()
+
+    def __post_init__(self) -> None:  # None for the defaults, as the keywords took them
+        object.__setattr__(self, "stats", self.stats or Stats())
+        object.__setattr__(self, "select_gains", dict(self.select_gains or {}))
+        object.__setattr__(self, "other_groups", dict(self.other_groups or {}))
 
 
 def guard_pvalue(changes: torch.Tensor, tolerance: float, groups, n_flips: int, seed: int) -> float:
@@ -404,13 +404,8 @@ def tradeoff_table(
     heldout: Scorer,
     others: Mapping[str, Scorer],
     sets: Mapping[int, HeadSet],
-    objective: str,
-    stats: Stats | None = None,
+    plan: ConfirmPlan,
     *,
-    n_random: int = 200,
-    pool=None,
-    groups=None,
-    other_groups: Mapping[str, list] | None = None,
     n_sets: int = TRADEOFF_SETS,
     max_examples: int | None = TRADEOFF_EXAMPLES,
 ) -> pd.DataFrame:
@@ -426,8 +421,9 @@ def tradeoff_table(
     those examples' paired means and intervals (`gain_n`, `side_n` count them).
 
     Args:
-        heldout, others, sets, objective, stats, n_random, pool, groups, other_groups: as
-            for `confirm_sets` (the same scorers give the same numbers).
+        heldout, others, sets, plan: as for `confirm_sets` (the same scorers and plan give the
+            same numbers; the plan's `objective`, `stats`, `n_random`, `pool`, `groups` and
+            `other_groups` apply).
         n_sets: random sets per size and baseline (0: the confirmed sets only).
         max_examples: examples per split for the random sets (None: every example).
 
@@ -439,9 +435,7 @@ def tradeoff_table(
     """
     rows = []
     for size, head_set in sorted(sets.items()):
-        rows += tradeoff_rows(heldout, others, size, head_set, objective, stats,
-                              n_random=n_random, pool=pool, groups=groups,
-                              other_groups=other_groups, n_sets=n_sets,
+        rows += tradeoff_rows(heldout, others, size, head_set, plan, n_sets=n_sets,
                               max_examples=max_examples)
     return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))
 
@@ -451,20 +445,16 @@ def tradeoff_rows(
     others: Mapping[str, Scorer],
     size: int,
     head_set: HeadSet,
-    objective: str,
-    stats: Stats | None = None,
+    plan: ConfirmPlan,
     *,
-    n_random: int = 200,
-    pool=None,
-    groups=None,
-    other_groups: Mapping[str, list] | None = None,
     n_sets: int = TRADEOFF_SETS,
     max_examples: int | None = TRADEOFF_EXAMPLES,
 ) -> list[dict]:
     """One size of `tradeoff_table` (the same arguments, `size` and its confirmed
     `head_set` for `sets`): its rows, as dicts. The random sets are drawn per size and
     seed, so a size's rows do not depend on the others."""
-    stats = stats or Stats()
+    objective, stats, n_random, pool = plan.objective, plan.stats, plan.n_random, plan.pool
+    groups, other_groups = plan.groups, plan.other_groups
     model = heldout.model
     L, H = model.cfg.n_layers, model.cfg.n_heads
     rows: list[dict] = []

@@ -148,9 +148,7 @@ def confirm_stage(run, result, store=None) -> dict[str, pd.DataFrame]:
     for size, head_set in sorted(head_sets.items()):
         if size not in saved.tradeoff:
             saved.tradeoff[size] = json_values(tradeoff_rows(
-                heldout, others, size, head_set, config.objective, run.stats,
-                n_random=config.n_random, pool=pool, groups=groups["heldout"],
-                other_groups=other_groups,
+                heldout, others, size, head_set, plan,
                 n_sets=min(config.tradeoff_sets, config.n_random // 4)))
             if others:  # without side tasks there is no trade-off to save
                 saved.save()

@@ -37,16 +37,12 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench import distributed
-from workbench.ablation import (
-    AblationKind,
-    HeadMeans,
-    ablation_hooks,
-    compute_resample_z,
-    mask_hooks,
-)
+from workbench.ablation import Ablation, AblationKind, compute_resample_z
 from workbench.compute import QUIET, Compute, default_masks_per_pass
+from workbench.deprecation import renamed_keywords
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet
+from workbench.hooked import HookedModel
 from workbench.metrics.scores import (
     forward_kwargs,
     is_bridge,
@@ -84,7 +80,7 @@ class Scorer(Protocol):
         ...
 
 
-def masks_of(model, head_sets: Iterable) -> Float[Tensor, "n_sets layer head_index"]:
+def masks_of(model: HookedModel, head_sets: Iterable) -> Float[Tensor, "n_sets layer head_index"]:
     """0/1 masks (1 = ablated) of head sets given as `HeadSet`s or head specs."""
     sets = [HeadSet.of(model, s) for s in head_sets]
     cfg = model.cfg
@@ -122,7 +118,7 @@ def _save_hook(x: Tensor, hook, store: dict) -> None:
     store[hook.name] = x
 
 
-def clean_resid_pre(model, tokens: Tensor, layers: list[int]) -> dict[int, Tensor]:
+def clean_resid_pre(model: HookedModel, tokens: Tensor, layers: list[int]) -> dict[int, Tensor]:
     """`{l: blocks.{l}.hook_resid_pre}` of the clean run over right-padded `tokens` for each
     of `layers`, from one forward that stops at the highest (a masked pass restarts there)."""
     top = max(layers)
@@ -149,14 +145,13 @@ class MaskScorer:
     Args:
         model: a hooked model with `blocks.{l}.attn.hook_z`.
         data: a `TaskBatch`, or anything `metric` accepts.
-        kind: how a removed head's `z` is replaced (`AblationKind`).
-        means: the head means, for mean ablation.
+        ablation: how a removed head's `z` is replaced (`Ablation`, or its kind alone); mean
+            ablation needs its `means`.
         metric: a custom `metric(model, data)`; None scores every metric in `METRICS` from
             the answer-position logits.
         reuse_prefix: restart each masked run at its first ablated layer (default; never on a
             TransformerBridge, which cannot restart at a layer); False runs the whole model
             with full logits per mask (the naive reference).
-        per_position: mean ablation with the means at each position (`HeadMeans.per_position`).
         compute: the budgets (`workbench.compute.Compute`: `token_budget`, `max_rows`,
             `masks_per_pass`, `cache_bytes`, `offload`); None: the device's defaults.
 
@@ -167,22 +162,24 @@ class MaskScorer:
         >>> scorer.release()  # the stage is over: free the cached residuals
     """
 
+    @renamed_keywords(holders={"ablation": Ablation.of}, kind="ablation.kind",
+                      means="ablation.means", per_position="ablation.per_position")
     def __init__(
         self,
-        model,
+        model: HookedModel,
         data,
-        kind: AblationKind | str = AblationKind.ZERO,
-        means: HeadMeans | None = None,
+        ablation: Ablation | AblationKind | str = AblationKind.ZERO,
         metric: CustomMetric | None = None,
+        *,
         reuse_prefix: bool = True,
-        per_position: bool = False,
         compute: Compute | None = None,
     ) -> None:
         if isinstance(data, torch.Tensor):  # raw tokens for a custom metric: the model's device
             data = data.to(model.cfg.device)
         self.model, self.data, self.metric = model, data, metric
-        self.kind = AblationKind.parse(kind)
-        if self.kind is AblationKind.MEAN and means is None:
+        self.ablation = Ablation.of(ablation)
+        self.kind = self.ablation.kind
+        if self.kind is AblationKind.MEAN and self.ablation.means is None:
             raise WorkbenchError("mean ablation needs means: pass means=compute_head_means(...)")
         if metric is None and not isinstance(data, TaskBatch):
             raise WorkbenchError(
@@ -196,7 +193,6 @@ class MaskScorer:
         # A TransformerBridge cannot restart a forward at a layer (Hugging Face's forward runs
         # the layers): every mask is then one full run, the naive path.
         self.reuse_prefix = reuse_prefix and not is_bridge(model)
-        self.means, self.per_position = means, per_position
         self._masks_per_pass = compute.masks_per_pass
         self._clean: dict[str, Tensor] | None = None
         self._memo: dict[bytes, dict[str, Tensor]] = {}  # `MEMO_MASKS`: a few masks' scores
@@ -210,12 +206,13 @@ class MaskScorer:
                                      "counterfactual prompts")
             self._resample_z = compute_resample_z(model, data)
 
-    def _resample(self, chunk: "Chunk | None" = None) -> Tensor | None:
-        """The counterfactual `z` of `chunk`'s rows, trimmed to its width (None unless
-        resample ablation)."""
-        if self._resample_z is None or chunk is None:
-            return self._resample_z
-        return self._resample_z[chunk.rows.to(self._resample_z.device), : chunk.width]
+    def _ablation(self, chunk: "Chunk | None" = None) -> Ablation:
+        """The ablation with the counterfactual `z` of `chunk`'s rows, trimmed to its width
+        (of every row without a chunk; none unless resample ablation)."""
+        z = self._resample_z
+        if z is not None and chunk is not None:
+            z = z[chunk.rows.to(z.device), : chunk.width]
+        return Ablation(self.kind, self.ablation.means, self.ablation.per_position, z)
 
     @property
     def n_layers(self) -> int:
@@ -432,10 +429,7 @@ class MaskScorer:
     def _score_metric(self, masks, out, bar, data) -> None:
         with torch.no_grad():
             for i in range(masks.shape[0]):
-                hooks = mask_hooks(
-                    self.model, masks[i : i + 1], self.kind, self.means, self.per_position,
-                    resample=self._resample(),
-                )
+                hooks = self._ablation().mask_hooks(self.model, masks[i : i + 1])
                 with self.model.hooks(fwd_hooks=hooks):
                     scores = as_score_dict(self.metric(self.model, data), "ablated run")
                 for name, v in scores.items():
@@ -449,8 +443,7 @@ class MaskScorer:
         with torch.no_grad():
             for i, head_list in enumerate(heads):
                 for _, chunk, _, cols in self._selected(column):
-                    hooks = ablation_hooks(model, head_list, self.kind, self.means,
-                                           self.per_position, resample=self._resample(chunk))
+                    hooks = self._ablation(chunk).hooks(model, head_list)
                     logits = model.run_with_hooks(
                         chunk.tokens(batch), fwd_hooks=hooks, **forward_kwargs(model)
                     )
@@ -499,8 +492,8 @@ class MaskScorer:
             else:  # not cached: the clean prefix of the scored rows only
                 prefix = self._compute_prefix(chunk, layers)
             run = ChunkRun(self.model, self.data, masks, chunk, cols, out,
-                           self.masks_per_pass(chunk), self.kind, self.means, self.per_position,
-                           self._resample(chunk), bar if j == len(chunks) - 1 else None)
+                           self.masks_per_pass(chunk), self._ablation(chunk),
+                           bar if j == len(chunks) - 1 else None)
             tail = run.defer if auto else run.tail
             for layer in layers:
                 if share[layer]:
