@@ -20,14 +20,13 @@ from tests.helpers import assert_close, micro_cel
 from workbench import compute_head_means, evaluate
 from workbench.config import CELConfig
 from workbench.confirmation.confirm import (
-    TRADEOFF_COLUMNS,
     TRADEOFF_SETS,
     ConfirmPlan,
     confirm_sets,
     pool_random_head_sets,
     random_head_sets,
-    tradeoff_table,
 )
+from workbench.confirmation.tradeoff import TRADEOFF_COLUMNS, tradeoff_table
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
 from workbench.results.headline import best_line

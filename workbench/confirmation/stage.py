@@ -24,14 +24,13 @@ import torch
 
 from workbench.confirmation.baseline import BaselineRace
 from workbench.confirmation.confirm import (
-    TRADEOFF_COLUMNS,
     ConfirmPlan,
     check_groups,
     cluster_labels,
     confirm_size,
     finish_confirmation,
-    tradeoff_rows,
 )
+from workbench.confirmation.tradeoff import TRADEOFF_COLUMNS, tradeoff_rows
 from workbench.guards import labels
 from workbench.heads import HeadSet
 from workbench.precision import lowers
@@ -91,7 +90,7 @@ class _Checkpoint:
 def confirm_stage(run, result, store=None) -> dict[str, pd.DataFrame]:
     """The confirm stage of a prepared run (`workbench.pipeline.CELRun`) whose `result` holds the
     search's table: held-out confirmation of the best set of each size, side effects, and the
-    trade-off table (`workbench.confirmation.confirm.tradeoff_table`). With `store` (an open
+    trade-off table (`workbench.confirmation.tradeoff.tradeoff_table`). With `store` (an open
     `workbench.results.store.ResultStore`), each finished size is saved as it goes and the
     sizes saved by an interrupted run are taken up (module docstring).
 

@@ -51,14 +51,7 @@ from workbench.heads import HeadSet, HeadSpec, all_heads
 from workbench.hooked import HookedModel
 from workbench.metrics.scores import task_metric
 from workbench.options import RaceRule
-from workbench.racing import (
-    ATOL,
-    SCREEN_RULES,
-    OpenFn,
-    RacePlan,
-    first_slice,
-    race,
-)
+from workbench.racing import ATOL, SCREEN_RULES, OpenFn, RacePlan, first_slice, race
 from workbench.scoring.scorer import CustomMetric, MaskScorer, Scorer, masks_of
 from workbench.screening.registry import get_method
 from workbench.stats import Stats, effect_summary
