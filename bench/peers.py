@@ -83,7 +83,7 @@ from peer_methods import (  # noqa: E402
 )
 from real import Meter, metered  # noqa: E402
 
-from workbench.confirmation.confirm import cluster_labels, confirm_sets  # noqa: E402
+from workbench.confirmation.confirm import ConfirmPlan, cluster_labels, confirm_sets  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.scoring.scorer import MaskScorer, masks_of  # noqa: E402
@@ -191,8 +191,9 @@ def confirm_methods(heldout: SharedScorer, methods: list[MethodResult], objectiv
         if not m.sets:  # a Lasso that selected no head has nothing to confirm
             continue
         sets = {k: HeadSet.of(heldout.model, s) for k, s in m.sets.items()}
-        table, _ = confirm_sets(heldout, sets, objective, secondary, n_random=n_random,
-                                stats=stats, pool=pool, groups=groups, adaptive=False)
+        table, _ = confirm_sets(heldout, sets, ConfirmPlan(
+            objective, secondary, n_random=n_random, stats=stats, pool=pool, groups=groups,
+            adaptive=False))
         tables.append(table.assign(method=m.name))
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workbench.ablation import AblationKind, compute_head_means  # noqa: E402
+from workbench.ablation import Ablation, AblationKind, compute_head_means  # noqa: E402
 from workbench.compute import Compute  # noqa: E402
 from workbench.confirmation.confirm import (  # noqa: E402
     ConfirmPlan,
@@ -97,7 +97,7 @@ def replicate(folder: Path, model, task, n_random: int | None = None) -> pd.Data
     if kind is AblationKind.MEAN:
         select = encode_task(model, sampled, "select")  # the cell's selection split
         means = compute_head_means(model, select.tokens, select.lengths)
-    scorer = MaskScorer(model, fresh, kind=kind, means=means, metric=task_metric(None, fresh),
+    scorer = MaskScorer(model, fresh, Ablation(kind, means), task_metric(None, fresh),
                         compute=Compute())  # progress bars
     objective, secondary = cfg["objective"], cfg["secondary"]
     sets = {int(r.size): HeadSet.of(model, r.heads) for r in conf.itertuples()}

@@ -277,3 +277,44 @@ def test_resample_errors_are_clear(gpt2_like_model, tiny_task, cf_task):
     bad = replace(cf_task.examples[0], counterfactual="w1 w2 w3 w4 w5 w6 w7 w8")
     with pytest.raises(WorkbenchError, match="example 'r0': the counterfactual prompt is 9"):
         encode_task(gpt2_like_model, replace(cf_task, examples=[bad]))
+
+
+def test_an_ablation_value_hooks_as_the_keywords_do(gpt2_like_model, tiny_task):
+    """`Ablation(kind, means, per_position).hooks(...)` is `ablated(model, heads, kind, means,
+    per_position)`; one mask of `Ablation.mask_hooks` is the same removal."""
+    from workbench import Ablation
+
+    model = gpt2_like_model
+    batch = encode_task(model, tiny_task, "select")
+    means = compute_head_means(model, batch.tokens, batch.lengths)
+    heads = ["L0H1", "L1H3"]
+    for ablation in (Ablation(), Ablation("mean", means)):
+        with ablated(model, heads, ablation.kind, ablation.means), torch.no_grad():
+            want = answer_logits(model, batch, [])
+        with model.hooks(fwd_hooks=ablation.hooks(model, heads)), torch.no_grad():
+            got = answer_logits(model, batch, [])
+        assert_close(got, want)
+        masks = HeadSet.of(model, heads).mask()[None]
+        with torch.no_grad():
+            tiled = answer_logits(model, batch, ablation.mask_hooks(model, masks))
+        assert_close(tiled, want)
+    with torch.no_grad():
+        clean = answer_logits(model, batch, [])
+    assert (clean - want).abs().max() > 1e-3  # the heads' removal changes the logits
+
+
+def test_an_ablation_value_validates_and_parses():
+    from workbench import Ablation, AblationKind
+
+    assert Ablation("mean").kind is AblationKind.MEAN
+    assert Ablation.of(None) == Ablation() and Ablation.of("resample").kind == "resample"
+    ab = Ablation("zero")
+    assert Ablation.of(ab) is ab
+    with pytest.raises(WorkbenchError, match="ablation kind 'median'"):
+        Ablation("median")
+    with pytest.raises(WorkbenchError, match="HeadMeans"):
+        Ablation("mean", means=torch.zeros(2, 4, 8))
+    with pytest.raises(WorkbenchError, match="per_position"):
+        Ablation("mean", per_position="yes")
+    with pytest.raises(WorkbenchError, match="needs means"):
+        Ablation("mean").fill(0, [1])

@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 
 from tests.helpers import randomize_biases, tiny_model, write_task
 from workbench import distributed
+from workbench.ablation import Ablation
 from workbench.compute import Compute
 from workbench.distributed import balanced_bounds, shard_plan
 from workbench.scoring.scorer import MaskScorer, masks_of
@@ -88,7 +89,7 @@ def _scorer_worker(rank: int, store: str, folder: str) -> None:
         "prefix": MaskScorer(model, batch),
         "prefix, 7 rows per forward": MaskScorer(model, batch, compute=Compute(max_rows=7)),
         "prefix, 3 masks per pass, mean": MaskScorer(
-            model, batch, "mean", means, compute=Compute(masks_per_pass=3)
+            model, batch, Ablation("mean", means), compute=Compute(masks_per_pass=3)
         ),
         "naive": MaskScorer(model, batch, reuse_prefix=False),
         "custom metric": MaskScorer(model, batch, metric=_logprob_metric),

@@ -15,7 +15,7 @@ import torch
 
 from tests.helpers import assert_close, loop_head_effects, randomize_biases, tiny_model, write_task
 from workbench import WorkbenchError, compute_head_means
-from workbench.ablation import _mask_hook, _replace_heads_hook, mask_hooks
+from workbench.ablation import Ablation, _mask_hook, _replace_heads_hook, mask_hooks
 from workbench.compute import Compute
 from workbench.metrics.scores import unembed_at
 from workbench.results.fingerprint import model_fingerprint
@@ -184,8 +184,8 @@ def test_per_position_means_reach_screen_heads(gpt2_like_model, tmp_path):
     # attribution with per-position means: exact for a metric linear in z is covered in
     # tests/screening/test_attribution.py; here it must at least take the per-position fill
     # (differs from averaged)
-    _, per_pos = attribution_effects(model, batch, "mean", means, per_position=True)
-    _, avg = attribution_effects(model, batch, "mean", means)
+    _, per_pos = attribution_effects(model, batch, Ablation("mean", means, per_position=True))
+    _, avg = attribution_effects(model, batch, Ablation("mean", means))
     assert (per_pos["logprob"] - avg["logprob"]).abs().max() > 1e-4
 
 
@@ -227,9 +227,9 @@ def test_chunking_and_caching_variants_equal_one_big_chunk(gpt2_like_model, task
     means = compute_head_means(model, batch.tokens, batch.lengths)
     masks = masks_of(model, SETS)
     one = Compute(token_budget=10**6, masks_per_pass=1)
-    big = MaskScorer(model, batch, "mean", means, compute=one)
+    big = MaskScorer(model, batch, Ablation("mean", means), compute=one)
     ref = big.score(masks)
-    scorer = MaskScorer(model, batch, "mean", means, compute=Compute(**options))
+    scorer = MaskScorer(model, batch, Ablation("mean", means), compute=Compute(**options))
     got = scorer.score(masks)
     # Same ops on differently shaped batches: measured max difference 9.5e-7 nats (fp32).
     for m in METRICS:

@@ -78,9 +78,12 @@ def test_typing_imports_reads_relative_and_aliased_imports(tmp_path):
 
 SNAPSHOT = Path(__file__).resolve().parent / "api_signatures.txt"
 # settings types the public functions take, not exported themselves: `run_cel(**settings)`
-# takes any `CELConfig` or `Compute` field, `screen_heads` a `Stats`, `Compute`, `ScreenRace`
+# takes any `CELConfig` or `Compute` field and an `Output`, `screen_heads` a `Stats`,
+# `Compute`, `ScreenRace` and `ScreenScope`, `explain_heads` a `TableSizes`
 SETTINGS = {"CELConfig": "workbench.config", "Compute": "workbench.compute",
-            "Stats": "workbench.stats", "ScreenRace": "workbench.screening.screen"}
+            "Stats": "workbench.stats", "ScreenRace": "workbench.screening.screen",
+            "ScreenScope": "workbench.screening.screen", "Output": "workbench.pipeline",
+            "TableSizes": "workbench.explain.explanation"}
 
 
 def api_lines() -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_close
-from workbench.confirmation.confirm import confirm_sets
+from workbench.confirmation.confirm import ConfirmPlan, confirm_sets
 from workbench.heads import HeadSet
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.search.strategies.compressed_sensing import lasso
@@ -72,7 +72,8 @@ def test_every_method_is_confirmed_against_the_same_random_sets_scored_once(tiny
     # and the numbers are those an unshared, unraced confirmation gives
     direct, _ = confirm_sets(MaskScorer(model, heldout),
                              {k: HeadSet.of(model, s) for k, s in b.sets.items()},
-                             "logit_diff", "logprob", n_random=5, stats=Stats(seed=3), pool=pool)
+                             ConfirmPlan("logit_diff", "logprob", n_random=5, stats=Stats(seed=3),
+                                         pool=pool))
     for col in ("d_logit_diff", "random_mean", "percentile", "pool_percentile", "p_holm"):
         assert_close(table_b[col].to_numpy(), direct[col].to_numpy(), atol=1e-6, msg=col)
 

@@ -549,3 +549,25 @@ def test_the_cost_names_the_pipelines_stages():
 
     assert cost.STAGES == ("load", *(s.name for s in STAGES))
     assert estimate.STAGES == tuple(s.name for s in STAGES if s.resumable)
+
+
+def test_run_cels_output_keywords_still_work_with_a_deprecation_warning(monkeypatch, tmp_path):
+    """`overwrite`, `plots` and `explain` moved into `out_dir=Output(...)`: the old keywords
+    reach `run_prepared` as the new spelling does, and each warns, naming the move."""
+    import workbench.pipeline as pipeline
+    from workbench.pipeline import Output
+
+    seen = []
+    monkeypatch.setattr(pipeline, "prepare_run", lambda *a, **k: "run")
+    monkeypatch.setattr(pipeline, "run_prepared", lambda run, **k: seen.append(k))
+    with pytest.warns(DeprecationWarning) as caught:
+        run_cel(None, "task", out_dir=tmp_path, overwrite=True, plots=False, explain=False)
+    run_cel(None, "task", out_dir=Output(tmp_path, overwrite=True, plots=False, explain=False))
+    assert seen[0] == seen[1] == {"out_dir": tmp_path, "plots": False, "overwrite": True,
+                                  "explain": False}
+    messages = [str(w.message) for w in caught]
+    for keyword in ("overwrite", "plots", "explain"):
+        assert any(f"run_cel(..., {keyword}=...)" in m and "Output(" in m
+                   for m in messages), keyword
+    run_cel(None, "task", out_dir=tmp_path)  # a folder alone: Output's defaults
+    assert seen[2] == {"out_dir": tmp_path, "plots": True, "overwrite": False, "explain": True}

@@ -13,7 +13,7 @@ from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close, loop_head_effects
 from workbench import WorkbenchError
 from workbench.compute import Compute
-from workbench.confirmation.confirm import confirm_sets, random_head_sets
+from workbench.confirmation.confirm import ConfirmPlan, confirm_sets, random_head_sets
 from workbench.heads import HeadSet
 from workbench.racing import (
     MIN_SLICE,
@@ -145,7 +145,8 @@ def test_raced_random_baseline_percentile_equals_the_exhaustive_one(micro):
     sets = {s: HeadSet.of(micro.model, micro.best[s]) for s in (1, 2, 3)}
     runs = {
         a: confirm_sets(
-            scorer, sets, FIRST, SECOND, n_random=60, adaptive=a, stats=Stats(n_boot=100)
+            scorer, sets, ConfirmPlan(FIRST, SECOND, n_random=60, adaptive=a,
+                                      stats=Stats(n_boot=100))
         )[0]
         for a in (False, True)
     }
@@ -323,12 +324,8 @@ def test_pool_baseline_reuses_scores_and_equals_scoring_the_pool_sets(micro, ada
     conf, _ = confirm_sets(
         scorer,
         sets,
-        FIRST,
-        SECOND,
-        n_random=60,
-        pool=pool,
-        adaptive=adaptive,
-        stats=Stats(n_boot=100),
+        ConfirmPlan(FIRST, SECOND, n_random=60, pool=pool, adaptive=adaptive,
+                    stats=Stats(n_boot=100)),
     )
     clean = scorer.clean()
     for i, size in enumerate((1, 2, 3)):

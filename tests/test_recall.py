@@ -15,7 +15,7 @@ import torch
 from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close
 from workbench.compute import Compute
-from workbench.confirmation.confirm import confirm_sets, example_groups
+from workbench.confirmation.confirm import ConfirmPlan, confirm_sets, example_groups
 from workbench.heads import HeadSet
 from workbench.scoring.scorer import MaskScorer, masks_of
 from workbench.screening.screen import ScreenRace, screen_heads, screen_scorer
@@ -181,9 +181,7 @@ def _pipeline(pm, n_random=40, alpha=0.05, cluster=True, adaptive=True):
     )
     get_strategy("interaction")(space)
     sets, best = best_sets(pd.DataFrame(space.records), FIRST, SECOND, 3)
-    conf, _ = confirm_sets(
-        heldout,
-        {s: HeadSet.of(model, n) for s, n in sets.items()},
+    conf, _ = confirm_sets(heldout, {s: HeadSet.of(model, n) for s, n in sets.items()}, ConfirmPlan(
         FIRST,
         SECOND,
         best_size=best,
@@ -192,7 +190,7 @@ def _pipeline(pm, n_random=40, alpha=0.05, cluster=True, adaptive=True):
         groups=example_groups(heldout.data) if cluster else None,
         adaptive=adaptive,
         stats=Stats(n_boot=200),
-    )
+    ))
     return conf, bool((conf["p_holm"] < alpha).any())
 
 

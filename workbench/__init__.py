@@ -31,12 +31,13 @@ except WorkbenchError as _refused:
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:  # the public API; each name imported on first use (workbench.lazy)
-    from workbench.ablation import AblationKind, HeadMeans, ablated, compute_head_means
+    from workbench.ablation import Ablation, AblationKind, ablated
     from workbench.explain import HeadExplanation, explain_heads
     from workbench.heads import HeadSet
     from workbench.loading.model import load_model
     from workbench.metrics.scores import evaluate, one_forward, summarize
     from workbench.pipeline import run_cel
+    from workbench.replacements import HeadMeans, compute_head_means
     from workbench.results.compare import compare
     from workbench.results.export import tidy
     from workbench.results.result import CELResult

@@ -11,9 +11,11 @@ Resample ablation replaces `z_h` by the head's `z` on a counterfactual prompt of
 length (e.g. IOI with the names changed, greater-than with the start year at XX01): the head
 then carries the information of another input of the same form rather than none, so the
 measured effect isolates what the head says about this example (Wang et al. 2022; Chan et al.
-2022, causal scrubbing). `compute_resample_z` runs the counterfactual prompts once.
+2022, causal scrubbing). The means and the counterfactual `z` are computed by
+`workbench.replacements` (`compute_head_means`, `compute_resample_z`).
 
-Two ways to ablate:
+An `Ablation` value carries the kind with its means (and whether they are per position)
+through every stage, instead of three loose arguments. Two ways to ablate:
 
 - `ablated(model, heads, kind)`: a context manager for one head set, attached with
   `model.hooks(...)` so the hooks are removed even when the body raises;
@@ -31,141 +33,75 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from workbench.errors import WorkbenchError
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.options import AblationKind
+from workbench.replacements import HeadMeans, hook_z_name
+from workbench.replacements import compute_head_means as compute_head_means
+from workbench.replacements import compute_resample_z as compute_resample_z
 
 
 @dataclass(frozen=True)
-class HeadMeans:
-    """Mean `hook_z` per head over a reference set.
+class Ablation:
+    """How removed heads are replaced: what travels with every scoring call of a run.
 
     Attributes:
-        averaged: the mean over all real token positions, `[layer, head_index, d_head]`.
-        per_position: the mean at each position, `[pos, layer, head_index, d_head]`, or None
-            when the reference prompts differ in length.
-        n_prompts: how many reference prompts the means were taken over.
+        kind: zero, mean or resample ablation (`AblationKind`; a string is parsed).
+        means: the mean `z` of every head for mean ablation (`compute_head_means`); None where
+            the caller takes the means over the task's own prompts (`screen_heads`, `run_cel`).
+        per_position: mean ablation with the mean at each position (`HeadMeans.per_position`,
+            equal-length prompts) instead of the mean over all positions.
+        resample: the counterfactual `z` of the rows scored (`compute_resample_z`), `[batch,
+            pos, layer, head_index, d_head]`, for resample ablation; None where the scorer
+            runs the counterfactual prompts itself.
+
+    Example:
+        >>> Ablation("mean", compute_head_means(model, task), per_position=True)
     """
 
-    averaged: Float[Tensor, "layer head_index d_head"]
-    per_position: Float[Tensor, "pos layer head_index d_head"] | None
-    n_prompts: int
+    kind: AblationKind = AblationKind.ZERO
+    means: HeadMeans | None = None
+    per_position: bool = False
+    resample: Float[Tensor, "batch pos layer head_index d_head"] | None = field(
+        default=None, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", AblationKind.parse(self.kind))
+        if self.means is not None and not isinstance(self.means, HeadMeans):
+            raise WorkbenchError(f"Ablation means must be HeadMeans (compute_head_means) or "
+                                 f"None; got {type(self.means).__name__}")
+        if not isinstance(self.per_position, bool):
+            raise WorkbenchError(f"Ablation per_position must be True or False; got "
+                                 f"{self.per_position!r}")
 
-def _hook_z_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_z"
+    @classmethod
+    def of(cls, value: Ablation | AblationKind | str | None) -> Ablation:
+        """`value` as an `Ablation`: a kind (`"mean"`) stands for that kind with no means;
+        None for zero ablation."""
+        return value if isinstance(value, Ablation) else cls(value or AblationKind.ZERO)
 
+    def fill(self, layer: int, heads: list[int]) -> Tensor | None:
+        """What replaces the `z` of `heads` at `layer` (`fill_for`)."""
+        return fill_for(self.kind, self.means, layer, heads, self.per_position, self.resample)
 
-def compute_head_means(
-    model,
-    tokens_or_task,
-    lengths: Int[Tensor, " batch"] | None = None,
-    batch_size: int = 64,
-    split: str | None = None,
-) -> HeadMeans:
-    """Mean `hook_z` of every head over a reference set.
+    def hooks(self, model: HookedModel, heads: Iterable[HeadSpec] | HeadSet | None) -> list:
+        """The hooks that ablate `heads` (`ablation_hooks`)."""
+        return ablation_hooks(model, heads, self.kind, self.means, self.per_position,
+                              self.resample)
 
-    Args:
-        model: a hooked model.
-        tokens_or_task: a `Task` or an encoded `TaskBatch` (its prompts, optionally one
-            `split`) or a `[batch, pos]` token tensor.
-        lengths: the real length of each row of `tokens` (right padding); all of `pos` if None.
-        batch_size: prompts per forward.
-
-    Returns:
-        `HeadMeans` in float32 whatever the model's dtype (the hooks cast to `z`'s dtype);
-        `per_position` is set only when every prompt has the same length.
-    """
-    from workbench.tasks.encoding import TaskBatch, encode_task
-    from workbench.tasks.task import Task
-
-    if isinstance(tokens_or_task, Task):
-        batch = encode_task(model, tokens_or_task.subset(split) if split else tokens_or_task)
-        tokens, lengths = batch.tokens, batch.lengths
-    elif isinstance(tokens_or_task, TaskBatch):  # an encoded task: its prompts, as encoded
-        batch = tokens_or_task
-        if split:
-            batch = batch.rows([i for i, e in enumerate(batch.task.examples) if e.split == split])
-        tokens, lengths = batch.tokens, batch.lengths
-    else:
-        tokens = tokens_or_task
-        if tokens.ndim != 2:
-            raise WorkbenchError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
-        if lengths is None:
-            lengths = torch.full((tokens.shape[0],), tokens.shape[1], device=tokens.device)
-    if tokens.shape[0] == 0:
-        raise WorkbenchError("compute_head_means needs at least one reference prompt")
-    n_layers = model.cfg.n_layers
-    names = [_hook_z_name(l) for l in range(n_layers)]
-    sums, pos_sums, count = None, None, 0
-    equal = bool((lengths == lengths[0]).all())
-    with torch.no_grad():
-        for start in range(0, tokens.shape[0], batch_size):
-            tok, lens = tokens[start : start + batch_size], lengths[start : start + batch_size]
-            _, cache = model.run_with_cache(
-                tok, names_filter=lambda n: n in names, **_no_unembed(model)
-            )
-            # fp32 sums: fp16 overflows to inf by ~32k tokens and bf16 drifts by ~1 %.
-            z = torch.stack([cache[n].float() for n in names], dim=2)  # (B, T, L, H, D)
-            real = torch.arange(z.shape[1], device=z.device)[None] < lens[:, None].to(z.device)
-            batch_sum = (z * real[:, :, None, None, None].to(z.dtype)).sum(dim=(0, 1))
-            sums = batch_sum if sums is None else sums + batch_sum.to(sums.device)
-            count += int(real.sum().item())
-            if equal:
-                pos_sum = z[:, : int(lengths[0])].sum(0)
-                pos_sums = pos_sum if pos_sums is None else pos_sums + pos_sum.to(pos_sums.device)
-    n = tokens.shape[0]
-    return HeadMeans(
-        averaged=sums / count, per_position=pos_sums / n if equal else None, n_prompts=n
-    )
-
-
-def _no_unembed(model) -> dict:
-    """Stop a HookedTransformer's forward after its last block: the means need only `hook_z`,
-    and the final norm and unembedding would make a `[batch, pos, d_vocab]` tensor (1.3 GB for
-    64 prompts of 20 tokens at Gemma-3's 262k vocabulary). A bridge's forward stops nowhere."""
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return {} if isinstance(model, TransformerBridge) else {"stop_at_layer": model.cfg.n_layers}
-
-
-def compute_resample_z(
-    model, tokens_or_batch, batch_size: int = 64
-) -> Float[Tensor, "batch pos layer head_index d_head"]:
-    """Every head's `hook_z` on the counterfactual prompts, for resample ablation.
-
-    Args:
-        model: a hooked model.
-        tokens_or_batch: a `TaskBatch` with counterfactual prompts (its
-            `counterfactual_tokens` are run) or a `[batch, pos]` token tensor to run as is.
-        batch_size: prompts per forward.
-    """
-    from workbench.tasks.encoding import TaskBatch
-
-    if isinstance(tokens_or_batch, TaskBatch):
-        tokens = tokens_or_batch.counterfactual().tokens
-    else:
-        tokens = tokens_or_batch
-    if tokens.ndim != 2:
-        raise WorkbenchError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
-    names = [_hook_z_name(l) for l in range(model.cfg.n_layers)]
-    parts = []
-    with torch.no_grad():
-        for start in range(0, tokens.shape[0], batch_size):
-            _, cache = model.run_with_cache(
-                tokens[start : start + batch_size],
-                names_filter=lambda n: n in names,
-                **_no_unembed(model),
-            )
-            parts.append(torch.stack([cache[n] for n in names], dim=2))  # (B, T, L, H, D)
-    return torch.cat(parts)
+    def mask_hooks(self, model: HookedModel, masks: Float[Tensor, "n_masks layer head_index"],
+                   layers: Iterable[int] | None = None) -> list[tuple[str, object]]:
+        """The hooks that ablate one head set per copy of a tiled batch (`mask_hooks`)."""
+        return mask_hooks(model, masks, self.kind, self.means, self.per_position, layers,
+                          self.resample)
 
 
 def _resample_fill(z: Tensor, fill: Tensor) -> Tensor:
@@ -259,7 +195,7 @@ def replacement_z(
 
 
 def ablation_hooks(
-    model,
+    model: HookedModel,
     heads: Iterable[HeadSpec] | HeadSet | None,
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
@@ -276,13 +212,13 @@ def ablation_hooks(
     for layer, layer_heads in head_set.by_layer().items():
         fill = fill_for(kind, means, layer, layer_heads, per_position, resample)
         idx = torch.tensor(layer_heads)  # moved to z.device inside the hook
-        hooks.append((_hook_z_name(layer), partial(_replace_heads_hook, heads=idx, fill=fill)))
+        hooks.append((hook_z_name(layer), partial(_replace_heads_hook, heads=idx, fill=fill)))
     return hooks
 
 
 @contextmanager
 def ablated(
-    model,
+    model: HookedModel,
     heads: Iterable[HeadSpec] | HeadSet | None,
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
@@ -320,7 +256,7 @@ def _mask_hook(
 
 
 def mask_hooks(
-    model,
+    model: HookedModel,
     masks: Float[Tensor, "n_masks layer head_index"],
     kind: AblationKind | str = AblationKind.ZERO,
     means: HeadMeans | None = None,
@@ -349,5 +285,5 @@ def mask_hooks(
             continue
         fill = fill_for(kind, means, layer, list(range(n_heads)), per_position, resample)
         keep = 1.0 - masks[:, layer]
-        hooks.append((_hook_z_name(layer), partial(_mask_hook, keep=keep, fill=fill)))
+        hooks.append((hook_z_name(layer), partial(_mask_hook, keep=keep, fill=fill)))
     return hooks

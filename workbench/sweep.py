@@ -3,30 +3,8 @@
 CEL's empirical claim is about many models, not one: removing some heads improves a task in
 models of different families. A sweep runs `run_cel` once per cell of the grid, each cell in
 its own results folder `out/<model>__<task>__<kind>/`, and gathers the best set of every cell
-into one table (`sweep.csv`) and one figure (`sweep.png`):
-
-| column                         | meaning                                                  |
-|--------------------------------|----------------------------------------------------------|
-| `model`, `task`, `kind`        | the cell                                                 |
-| `objective`                    | the metric CEL improved (the task's)                     |
-| `best`, `size`                 | the best head set and its size (`""`, 0 when none); when |
-|                                | no set is significant, the top candidate                 |
-| `significant`                  | whether `best` is significant (`p_holm < 1 - ci`)        |
-| `gamed`                        | objective up, accuracy or log-prob down (`tradeoff.gamed`)|
-| `select_gain`                  | its objective gain on the selection split                |
-| `gain`, `gain_lo`, `gain_hi`   | its held-out gain with the paired bootstrap interval     |
-| `percentile`, `random_pct_ge`  | its rank among random head sets of the same size, and the |
-|                                | percent of them that do at least as well (both 0-100)     |
-| `n_random`                     | how many random sets that is                             |
-| `side_worst`, `side_worst_task`| the most negative objective effect on another task       |
-| `side_mean`                    | the mean objective effect over the other tasks           |
-| `side_worst_<m>`, `_task`,     | the worst accuracy / log-prob change on another task (its|
-| `_p_holm`; `side_harmed`       | own metrics); the tasks hurt significantly in any metric |
-| `folder`                       | the cell's results folder, relative to `out`             |
-| `status`, `note`               | `done`, `skipped` (the task does not fit the model's     |
-|                                | tokenizer: `note` says why), `failed` (`note`: the error)|
-|                                | or `pending`; `note` also names side tasks left out      |
-|                                | because they do not fit                                  |
+into one table (`sweep.csv`) and one figure (`sweep.png`), whose columns
+`workbench.sweep_table` describes.
 
 Tasks are per model when none are named (`workbench.tasks.names.own_tasks`): the embedded
 family runs its own language's default task, every other model the hub tasks, each with the
@@ -48,68 +26,31 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from workbench import distributed
 from workbench.config import DEFAULT_THREADS, CELConfig
 from workbench.errors import WorkbenchError
 from workbench.options import AblationKind, SweepSplit
-from workbench.results.plots import save_figure
-from workbench.results.result import CONFIG_FILE, REPORT_FILE, CELResult, mark_best
-from workbench.results.tradeoff import SIDE_COLUMNS, side_summary
+from workbench.results.result import CELResult
 from workbench.search.registry import strategy_names
-from workbench.tables import save_table
+from workbench.sweep_table import (
+    COLUMNS,
+    PLOT_FILE,
+    SHOWN_COLUMNS,
+    TABLE_FILE,
+    finished_result,
+    save_sweep,
+    shown_table,
+    slug,
+    sweep_plot,
+    sweep_table,
+)
 
-TABLE_FILE = "sweep.csv"
-PLOT_FILE = "sweep.png"
-COLUMNS = (
-    "model",
-    "task",
-    "kind",
-    "objective",
-    "best",
-    "significant",
-    "gamed",
-    "size",
-    "select_gain",
-    "gain",
-    "gain_lo",
-    "gain_hi",
-    "percentile",
-    "random_pct_ge",
-    "n_random",
-    "side_worst",
-    "side_worst_task",
-    "side_mean",
-    *SIDE_COLUMNS,
-    "folder",
-    "status",
-    "note",
-)
-# The columns `workbench sweep` prints (`shown_table`), in the order of `COLUMNS`.
-SHOWN_COLUMNS = (
-    "model",
-    "task",
-    "kind",
-    "objective",
-    "best",
-    "significant",
-    "gamed",
-    "gain",
-    "gain_lo",
-    "gain_hi",
-    "percentile",
-    "side_worst_accuracy",
-    "side_harmed",
-)
 # The CELConfig fields a sweep's options may set (each cell sets its model, task, side tasks
 # and kind); a finished cell's config must match those the sweep gives.
 _CONFIG_OPTIONS = tuple(
@@ -117,13 +58,6 @@ _CONFIG_OPTIONS = tuple(
     for f in dataclasses.fields(CELConfig)
     if f.name not in ("model", "task", "others", "kind") and not f.name.endswith("_fingerprint")
 )
-
-
-def _slug(name: str, drop_suffix: str = "") -> str:
-    base = Path(str(name)).name if ("/" in str(name) or "\\" in str(name)) else str(name)
-    if drop_suffix and base.endswith(drop_suffix):
-        base = base[: -len(drop_suffix)]
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-") or "x"
 
 
 @dataclass(frozen=True)
@@ -139,7 +73,7 @@ class SweepCell:
     @property
     def name(self) -> str:
         """The cell's folder name, `<model>__<task>__<kind>`."""
-        return f"{_slug(self.model)}__{_slug(self.task, '.jsonl')}__{self.kind}"
+        return f"{slug(self.model)}__{slug(self.task, '.jsonl')}__{self.kind}"
 
 
 def sweep_cells(
@@ -175,23 +109,6 @@ def sweep_cells(
     return cells
 
 
-def finished_result(folder: str | Path) -> CELResult | None:
-    """The result in a cell folder when it is complete (every stage and the report), else
-    None."""
-    folder = Path(folder)
-    if not (folder / CONFIG_FILE).is_file() or not (folder / REPORT_FILE).is_file():
-        return None
-    try:
-        result = CELResult.load(folder)
-    except WorkbenchError:
-        return None
-    if result.heads.empty or result.combos.empty or result.confirmation.empty:
-        return None
-    if result.config.others and result.side_effects.empty:
-        return None
-    return result
-
-
 def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
     """The config fields in which a finished cell differs from what the sweep asks of it (None:
     the run's own choice, except the example counts)."""
@@ -209,118 +126,6 @@ def _mismatch(result: CELResult, cell: SweepCell, options: dict) -> list[str]:
     have.update({k: getattr(result.config, k) for k in wanted.keys() - have.keys()})
     have["strategies"] = tuple(have["strategies"])
     return [k for k, v in wanted.items() if have.get(k) != v]
-
-
-def _cell_row(cell: SweepCell, result: CELResult | None, status: str, note: str) -> dict:
-    row: dict = {"model": cell.model, "task": cell.task, "kind": cell.kind, "folder": cell.name,
-                 "status": "done" if result is not None else status, "note": note}
-    if result is None:
-        return row
-    obj = result.config.objective
-    row["objective"] = obj
-    c = mark_best(result.confirmation, obj, result.alpha)
-    significant = bool(c["best"].any()) if "best" in c else False
-    best = c[c["best" if significant else "top_candidate"]] if "best" in c else c.iloc[0:0]
-    if best.empty:
-        row.update(best="", size=0, significant=False)
-        return row
-    b = best.iloc[0]
-    row.update(
-        best=str(b["heads"]),
-        significant=significant,
-        gamed=bool(b.get("gamed", False)),
-        size=int(b["size"]),
-        select_gain=b.get(f"select_d_{obj}", math.nan),
-        gain=b.get(f"d_{obj}", math.nan),
-        gain_lo=b.get(f"d_{obj}_lo", math.nan),
-        gain_hi=b.get(f"d_{obj}_hi", math.nan),
-        percentile=b.get("percentile", math.nan),
-        random_pct_ge=b.get("random_pct_ge", math.nan),
-        n_random=b.get("n_random", math.nan),
-    )
-    row.update(side_summary(result.side_effects, int(b["size"]), obj, result.alpha))
-    return row
-
-
-def sweep_table(
-    out: str | Path,
-    cells: Sequence[SweepCell],
-    skipped: dict[str, str] | None = None,
-    failed: dict[str, str] | None = None,
-    notes: dict[str, str] | None = None,
-) -> pd.DataFrame:
-    """One row per cell from the cell folders under `out` (NaN / empty where a cell is not
-    finished); `skipped` and `failed` map cell names to the reason, `notes` to a remark. See
-    the module docstring for the columns."""
-    out = Path(out)
-    skipped, failed, notes = skipped or {}, failed or {}, notes or {}
-    rows = []
-    for c in cells:
-        status = "skipped" if c.name in skipped else "failed" if c.name in failed else "pending"
-        note = skipped.get(c.name) or failed.get(c.name) or notes.get(c.name, "")
-        rows.append(_cell_row(c, finished_result(out / c.name), status, note))
-    df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
-    df["size"] = df["size"].astype("Int64")
-    return df
-
-
-def shown_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The columns of `table` that `workbench sweep` prints (`SHOWN_COLUMNS`), model and task
-    paths shortened to their last part."""
-    shown = table[list(SHOWN_COLUMNS)].copy()
-    for c in ("model", "task"):
-        shown[c] = [Path(str(v)).name for v in shown[c]]
-    return shown
-
-
-def sweep_plot(table: pd.DataFrame) -> Figure:
-    """Held-out gain of each cell's best set with its interval (percentile vs random sets
-    written beside it), and the worst side effect on another task."""
-    if "status" in table:  # a skipped cell has nothing to draw
-        table = table[table["status"] != "skipped"].reset_index(drop=True)
-    n = len(table)
-    fig = Figure(figsize=(9, max(2.5, 1.0 + 0.38 * n)))
-    ax_gain, ax_side = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
-    y = np.arange(n)[::-1]
-    labels = [
-        f"{_slug(r.model)} / {_slug(r.task, '.jsonl')} / {r.kind}" for r in table.itertuples()
-    ]
-    gain = table["gain"].to_numpy(dtype=float)
-    err = np.vstack(
-        [
-            gain - table["gain_lo"].to_numpy(dtype=float),
-            table["gain_hi"].to_numpy(dtype=float) - gain,
-        ]
-    )
-    ax_gain.errorbar(gain, y, xerr=err, fmt="o", capsize=4)
-    for yi, g, p, best, sig in zip(y, gain, table["percentile"], table["best"],
-                                   table["significant"], strict=True):
-        if np.isfinite(g):
-            pct = f", pct {float(p):.0f}" if pd.notna(p) else ""
-            ns = "" if sig is True or sig == 1 else " (not significant)"
-            ax_gain.annotate(
-                f"{best}{pct}{ns}", (g, yi), xytext=(0, 6), textcoords="offset points", fontsize=7
-            )
-    ax_gain.axvline(0.0, color="grey", lw=0.8)
-    ax_gain.set_yticks(y, labels, fontsize=8)
-    ax_gain.set_xlabel("held-out gain of the best set (objective)")
-    ax_gain.set_title("Removing the best head set", fontsize=9)
-    side = table["side_worst_accuracy"].to_numpy(dtype=float)  # a metric of every task
-    ax_side.barh(y, np.nan_to_num(side), color=["C3" if v < 0 else "C2" for v in side])
-    ax_side.axvline(0.0, color="grey", lw=0.8)
-    ax_side.set_xlabel("worst accuracy change on another task")
-    ax_side.set_title("Side effects", fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def save_sweep(table: pd.DataFrame, out: str | Path, plot: bool = True) -> Path:
-    """Write `sweep.csv` (and `sweep.png`) into `out`, atomically; returns the CSV path."""
-    out = Path(out)
-    path = save_table(table, out / TABLE_FILE)
-    if plot:
-        save_figure(sweep_plot(table), out / PLOT_FILE)
-    return path
 
 
 class _Unfit(WorkbenchError):
@@ -346,7 +151,7 @@ def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, opti
     model), and raises `_Unfit` when the cell's own task does not."""
     from workbench.compute import Compute
     from workbench.loading.model import load_model
-    from workbench.pipeline import run_cel
+    from workbench.pipeline import Output, run_cel
     from workbench.tasks.task import load_task
 
     if cell.model not in models:
@@ -363,14 +168,15 @@ def _run_cell(cell, folder, models, tasks, others, device, dtype, progress, opti
         raise _Unfit(f"task does not fit this model's tokenizer: {why}")
     others = [o for o in others if o != cell.task]
     left_out = [o for o in others if _misfit(model, tasks[o], fits)]
+    plots = options.pop("plots", True)
     run_cel(
         model,
         tasks[cell.task],
         others=[tasks[o] for o in others if o not in left_out],
         kind=cell.kind,
-        out_dir=folder,
+        # a sweep compares cells; `workbench explain CELL` explains one
+        out_dir=Output(folder, plots=plots, explain=False),
         model_name=cell.model, progress=progress,
-        explain=False,  # a sweep compares cells; `workbench explain CELL` explains one
         **options,
     )
     return f"side tasks left out (they do not fit the tokenizer): {', '.join(left_out)}" \
@@ -386,7 +192,6 @@ def run_sweep(
     *,
     device: str = "auto",
     dtype: str | None = None,
-    progress: bool = True,
     plot: bool = True,
     split: SweepSplit | str = SweepSplit.AUTO,
     **cel_options,
@@ -404,14 +209,14 @@ def run_sweep(
             (`tasks` None) or the sweep's other tasks. Those that do not fit a model are left
             out of its cells (`note` names them).
         device, dtype: where and in what precision models are loaded.
-        progress: progress bars (rank 0 only).
         plot: write `sweep.png` and each cell's plots.
         split: a `SweepSplit`; under torch.distributed, `"cells"` deals the cells to the
             ranks, `"masks"` runs each cell on all ranks with its head masks split across
             them, `"auto"` splits cells when there are at least as many unfinished cells as
             ranks, else masks.
-        **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...);
-            `threads` (`workbench.compute.Compute`) also while a model loads.
+        **cel_options: passed to `run_cel` (`max_size`, `strategy`, `n_random`, `seed`, ...),
+            `workbench.compute.Compute` fields among them: `threads` also while a model
+            loads, `progress` (default True) on rank 0 only.
 
     Returns:
         The table of `sweep.csv` (see the module docstring), one row per cell in grid order.
@@ -420,7 +225,8 @@ def run_sweep(
         >>> table = run_sweep(["embedded", "gpt2"], ["embedded_map"], kinds=["zero", "mean"])
         >>> table = run_sweep(["smollm2-135m", "embedded"])  # each model on its own tasks
     """
-    for key in ("kind", "out_dir", "model_name", "others", "progress"):
+    progress = cel_options.pop("progress", True)
+    for key in ("kind", "out_dir", "model_name", "others"):
         if key in cel_options:
             raise WorkbenchError(f"run_sweep sets run_cel's {key!r} itself; got {key}=...")
     split = SweepSplit.parse(split)
@@ -508,6 +314,8 @@ def run_sweep(
 
 __all__ = [
     "COLUMNS",
+    "PLOT_FILE",
+    "TABLE_FILE",
     "SHOWN_COLUMNS",
     "SweepCell",
     "finished_result",

@@ -19,7 +19,12 @@ from workbench.confirmation.baseline import (
     share_decided,
     share_interval,
 )
-from workbench.confirmation.confirm import confirm_sets, pool_random_head_sets, random_head_sets
+from workbench.confirmation.confirm import (
+    ConfirmPlan,
+    confirm_sets,
+    pool_random_head_sets,
+    random_head_sets,
+)
 from workbench.heads import HeadSet
 from workbench.scoring.scorer import masks_of
 from workbench.stats import Stats, percentile_of, share_at_least
@@ -117,8 +122,9 @@ def test_looks_give_the_exact_numbers_of_the_sets_drawn(micro):
     L, H = MICRO.n_layers, MICRO.n_heads
     pool = [(l, h) for l in range(L) for h in range(H)][2:]
     sets = {s: HeadSet.of(micro.model, micro.best[s]) for s in (1, 2, 3)}
-    runs = {looks: confirm_sets(scorer, sets, FIRST, SECOND, n_random=200, pool=pool,
-                                adaptive=BaselineRace(True, looks), stats=Stats(n_boot=100))[0]
+    runs = {looks: confirm_sets(scorer, sets, ConfirmPlan(
+                FIRST, SECOND, n_random=200, pool=pool, adaptive=BaselineRace(True, looks),
+                stats=Stats(n_boot=100)))[0]
             for looks in (False, True)}
     full, drawn = runs[False], runs[True]
     assert drawn["n_random"].tolist() == [24, 100, 200]
@@ -185,8 +191,9 @@ def test_first_look_on_baseline_examples(micro, monkeypatch):
 
     race = baseline.race
     monkeypatch.setattr(baseline, "race", recording)
-    runs = {k: confirm_sets(scorer, sets, FIRST, SECOND, n_random=40, pool=pool,
-                            adaptive=BaselineRace(True, False, k), stats=Stats(n_boot=100))[0]
+    runs = {k: confirm_sets(scorer, sets, ConfirmPlan(
+                FIRST, SECOND, n_random=40, pool=pool, adaptive=BaselineRace(True, False, k),
+                stats=Stats(n_boot=100)))[0]
             for k in (None, first)}
     assert set(seen) == {None, first} and seen.count(first) == seen.count(None) >= 3
     for column in ("percentile", "random_pct_ge", f"percentile_{SECOND}", "n_random",

@@ -11,7 +11,12 @@ import pytest
 
 from bench.planted import PlantSpec, planted_model
 from workbench import WorkbenchError
-from workbench.confirmation.confirm import confirm_sets, pool_random_head_sets, random_head_sets
+from workbench.confirmation.confirm import (
+    ConfirmPlan,
+    confirm_sets,
+    pool_random_head_sets,
+    random_head_sets,
+)
 from workbench.heads import HeadSet
 
 FIRST, SECOND = "logit_diff", "logprob"
@@ -46,7 +51,7 @@ def test_too_few_clusters_is_a_clear_error(micro):
     sets = {1: HeadSet.of(micro.model, micro.best[1])}
     labels = ["a", "b"] * (len(heldout.data) // 2)  # a stratum, not clusters
     with pytest.raises(WorkbenchError, match="at least 8 groups.*got 2"):
-        confirm_sets(heldout, sets, FIRST, n_random=0, groups=labels)
+        confirm_sets(heldout, sets, ConfirmPlan(FIRST, n_random=0, groups=labels))
 
 
 def test_pool_random_sets_come_from_the_pool_only():

@@ -20,13 +20,13 @@ from tests.helpers import assert_close, micro_cel
 from workbench import compute_head_means, evaluate
 from workbench.config import CELConfig
 from workbench.confirmation.confirm import (
-    TRADEOFF_COLUMNS,
     TRADEOFF_SETS,
+    ConfirmPlan,
     confirm_sets,
     pool_random_head_sets,
     random_head_sets,
-    tradeoff_table,
 )
+from workbench.confirmation.tradeoff import TRADEOFF_COLUMNS, tradeoff_table
 from workbench.heads import HeadSet
 from workbench.pipeline import run_cel
 from workbench.results.headline import best_line, clean_lines, console_lines
@@ -90,8 +90,8 @@ def _naive_diffs(model, task, heads, split=None, **ablation) -> dict[str, np.nda
 def _confirm(model, main, *others, n_random=0):
     heldout, scorers = _scorers(model, main, *others)
     sets = {k: HeadSet.of(model, v) for k, v in SETS.items()}
-    return confirm_sets(heldout, sets, "logit_diff", "logprob", scorers, 2, n_random=n_random,
-                        stats=STATS)
+    return confirm_sets(heldout, sets, ConfirmPlan("logit_diff", "logprob", 2, n_random=n_random,
+                                                   stats=STATS), scorers)
 
 
 def test_a_side_task_without_a_wrong_answer_has_only_its_own_metrics(attn_model, tasks):
@@ -276,8 +276,8 @@ def test_the_guard_on_the_embedded_model_flags_a_set_that_lowers_both_answers():
     ablation = dict(kind="mean", means=means)
     heldout = MaskScorer(model, data, **ablation)
     sets = {3: HeadSet.of(model, HONEST_EMBEDDED), 6: HeadSet.of(model, GAMED_EMBEDDED)}
-    conf, _ = confirm_sets(heldout, sets, "logit_diff", "logprob", best_size=6, n_random=0,
-                           stats=STATS)
+    conf, _ = confirm_sets(heldout, sets, ConfirmPlan("logit_diff", "logprob", best_size=6,
+                                                      n_random=0, stats=STATS))
     conf = mark_best(conf, "logit_diff", 0.05)
     d = _naive_diffs(model, task, GAMED_EMBEDDED.split(","), "heldout", **ablation)
     wrong = d["logprob"] - d["logit_diff"]  # the wrong answer's log-prob change
@@ -302,9 +302,10 @@ def test_tradeoff_table_matches_the_confirmation_and_a_plain_forward(attn_model,
     heldout, scorers = _scorers(attn_model, main, recall, contrast)
     sets = {k: HeadSet.of(attn_model, v) for k, v in SETS.items()}
     pool = [(0, 1), (0, 2), (1, 1), (1, 2), (1, 3)]
-    conf, side = confirm_sets(heldout, sets, "logit_diff", "logprob", scorers, 2, n_random=20,
-                              stats=STATS, pool=pool)
-    t = tradeoff_table(heldout, scorers, sets, "logit_diff", STATS, n_random=20, pool=pool)
+    conf, side = confirm_sets(heldout, sets, ConfirmPlan("logit_diff", "logprob", 2, n_random=20,
+                                                         stats=STATS, pool=pool), scorers)
+    t = tradeoff_table(heldout, scorers, sets,
+                       ConfirmPlan("logit_diff", stats=STATS, n_random=20, pool=pool))
     assert list(t.columns) == list(TRADEOFF_COLUMNS)
     for size in SETS:
         baseline = random_head_sets(2, 4, size, 20, STATS.seed)
@@ -346,9 +347,9 @@ def test_random_sets_of_the_tradeoff_rest_on_a_seeded_sample_of_examples(attn_mo
     main, recall, contrast = tasks
     heldout, scorers = _scorers(attn_model, main, recall, contrast)
     sets = {k: HeadSet.of(attn_model, v) for k, v in SETS.items()}
-    full = tradeoff_table(heldout, scorers, sets, "logit_diff", STATS, n_random=20,
-                          max_examples=None)
-    t = tradeoff_table(heldout, scorers, sets, "logit_diff", STATS, n_random=20, max_examples=8)
+    plan = ConfirmPlan("logit_diff", stats=STATS, n_random=20)
+    full = tradeoff_table(heldout, scorers, sets, plan, max_examples=None)
+    t = tradeoff_table(heldout, scorers, sets, plan, max_examples=8)
     found = t["origin"] == "found"
     assert found.any() and (~found).any()
     pd.testing.assert_frame_equal(t[found].reset_index(drop=True),
@@ -405,7 +406,7 @@ def test_the_tradeoff_plot_draws_every_set_with_both_intervals(attn_model, tasks
     main, recall, contrast = tasks
     heldout, scorers = _scorers(attn_model, main, recall, contrast)
     sets = {k: HeadSet.of(attn_model, v) for k, v in SETS.items()}
-    t = tradeoff_table(heldout, scorers, sets, "logit_diff", STATS, n_random=20)
+    t = tradeoff_table(heldout, scorers, sets, ConfirmPlan("logit_diff", stats=STATS, n_random=20))
     result = CELResult(config=CELConfig(model="m", task="main", objective="logit_diff"),
                        tradeoff=t)
     fig = tradeoff_plot(result)

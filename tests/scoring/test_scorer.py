@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_close, micro_cel
-from workbench import ablated, compute_head_means, evaluate
+from workbench import Ablation, ablated, compute_head_means, evaluate
 from workbench.compute import Compute
 from workbench.scoring.scorer import MEMO_MASKS, MaskScorer, masks_of
 from workbench.tasks.encoding import encode_task
@@ -30,12 +30,12 @@ def test_tiled_and_chunked_scoring_equals_one_mask_at_a_time(
     means = _means(model, batch)
     sets = [["L0H1"], ["L1H0", "L1H3"], ["L0H0", "L0H2", "L1H1"], [], ["L1H2"]]
     masks = masks_of(model, sets)
-    ref = MaskScorer(model, batch, "mean", means, compute=Compute(masks_per_pass=1)).score(masks)
+    ref = MaskScorer(model, batch, Ablation("mean", means),
+                     compute=Compute(masks_per_pass=1)).score(masks)
     got = MaskScorer(
         model,
         batch,
-        "mean",
-        means,
+        Ablation("mean", means),
         compute=Compute(masks_per_pass=masks_per_pass, max_rows=max_rows),
     ).score(masks)
     for m in METRICS:

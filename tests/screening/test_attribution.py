@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_close, linear_model
-from workbench import WorkbenchError, compute_head_means
+from workbench import Ablation, WorkbenchError, compute_head_means
 from workbench.screening.attribution import attribution_effects
 from workbench.screening.screen import screen_heads, single_head_diffs
 from workbench.stats import Stats, rank_correlation
@@ -29,8 +29,8 @@ def test_attribution_is_exact_when_the_metric_is_linear_in_z(tiny_task):
     batch = encode_task(model, tiny_task, "select")
     for kind in ("zero", "mean"):
         means = _means(model, batch)
-        _, est = attribution_effects(model, batch, kind, means)
-        _, exact = single_head_diffs(model, batch, "exact", kind, means)
+        _, est = attribution_effects(model, batch, Ablation(kind, means))
+        _, exact = single_head_diffs(model, batch, "exact", Ablation(kind, means))
         assert_close(est["logit_diff"], exact["logit_diff"], atol=1e-4, rtol=1e-4)
         assert exact["logit_diff"].abs().max() > 1e-2
         # log-prob is not linear (softmax) but is estimated to first order

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_close, tiny_encoder
-from workbench import WorkbenchError, ablated, compute_head_means, evaluate, summarize
+from workbench import Ablation, WorkbenchError, ablated, compute_head_means, evaluate, summarize
 from workbench.heads import all_heads
 from workbench.screening.screen import naive_effects, screen_heads
 from workbench.stats import Stats, rank_correlation
@@ -32,7 +32,7 @@ def test_prefix_reuse_equals_naive_loop(request, tiny_task, kind, model_name):
     exact = screen_heads(
         model, batch, kind, "exact", split=None, means=means, stats=Stats(n_boot=50)
     )
-    naive = naive_effects(model, batch, kind, means)
+    naive = naive_effects(model, batch, Ablation(kind, means))
     for m in METRICS:
         assert_close(table_to_matrix(exact, f"d_{m}"), naive[m], msg=m)
     # The check can fail: heads do change the log-prob, by more than the tolerance.
@@ -172,3 +172,38 @@ def test_keywords_of_0_1_still_work_with_a_deprecation_warning(attn_model, tiny_
     with pytest.warns(DeprecationWarning, match="n_boot"):
         narrow = screen_heads(attn_model, tiny_task, n_boot=20)
     assert not narrow["d_logit_diff_lo"].equals(new["d_logit_diff_lo"])
+
+
+def test_the_ablation_and_scope_keywords_still_work_with_a_deprecation_warning(attn_model,
+                                                                               tiny_task):
+    """`kind`, `means` and `per_position` moved into `ablation=Ablation(...)`, `split` and
+    `heads` into `scope=ScreenScope(...)`: the old keywords give the new call's table, and
+    each warns, naming its replacement."""
+    import pandas as pd
+
+    from workbench.screening.screen import ScreenScope
+
+    batch = encode_task(attn_model, tiny_task)
+    means = compute_head_means(attn_model, batch.tokens, batch.lengths)
+    heads = ["L0H1", "L1H2"]
+    with pytest.warns(DeprecationWarning) as caught:
+        old = screen_heads(attn_model, batch, kind="mean", means=means, per_position=False,
+                           split="select", heads=heads, stats=Stats(n_boot=20))
+    new = screen_heads(attn_model, batch, Ablation("mean", means, per_position=False),
+                       scope=ScreenScope("select", heads), stats=Stats(n_boot=20))
+    pd.testing.assert_frame_equal(old, new)
+    messages = [str(w.message) for w in caught]
+    for old_keyword, shown in [("kind", "Ablation(kind='mean')"),
+                               ("means", "Ablation(means="),
+                               ("per_position", "Ablation(per_position=False)"),
+                               ("split", "ScreenScope(split='select')"),
+                               ("heads", "ScreenScope(heads=")]:
+        assert any(f"screen_heads(..., {old_keyword}=...)" in m and shown in m
+                   for m in messages), old_keyword
+    assert {w.filename for w in caught} == {__file__}
+    # the means reach the scores: mean ablation differs from zero ablation
+    zero = screen_heads(attn_model, batch, scope=ScreenScope("select", heads),
+                        stats=Stats(n_boot=20))
+    assert not np.allclose(zero["d_logit_diff"].dropna(), new["d_logit_diff"].dropna())
+    with pytest.raises(WorkbenchError, match="ScreenScope"):
+        screen_heads(attn_model, batch, "zero", "exact", "select")

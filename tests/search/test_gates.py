@@ -10,7 +10,7 @@ import torch
 from bench.planted import PlantSpec, planted_model
 from tests.helpers import assert_close, tiny_model
 from workbench import WorkbenchError
-from workbench.ablation import compute_head_means
+from workbench.ablation import Ablation, compute_head_means
 from workbench.compute import Compute
 from workbench.metrics.scores import METRICS, answer_logits
 from workbench.scoring.scorer import MaskScorer
@@ -60,7 +60,7 @@ def test_gate_gradients_equal_finite_differences(model64, tiny_task, select_batc
     # `score_logits` rounds logits to float32, too coarse for finite differences: the
     # metrics are applied to the float64 logits of the gated forward
     def logits(g):
-        return answer_logits(model64, batch, gate_hooks(model64, g, kind, means))
+        return answer_logits(model64, batch, gate_hooks(model64, g, Ablation(kind, means)))
 
     def mean_logprob(g):
         return METRICS["logprob"](logits(g), batch).mean()
@@ -88,15 +88,15 @@ def test_gates_at_zero_and_one_equal_mask_scorer(attn_model, tiny_task, kind):
     masks = (torch.rand(6, L, H, generator=gen) < 0.4).float()
     masks[0] = 0.0  # the clean run
     masks[1] = 1.0  # every head removed
-    ref = MaskScorer(attn_model, batch, kind, means, reuse_prefix=False).score(masks)
+    ref = MaskScorer(attn_model, batch, Ablation(kind, means), reuse_prefix=False).score(masks)
     with torch.no_grad():
         for i, mask in enumerate(masks):
-            got = gated_scores(attn_model, batch, (1.0 - mask)[None], kind, means)
+            got = gated_scores(attn_model, batch, (1.0 - mask)[None], Ablation(kind, means))
             for metric in ref:
                 assert_close(got[metric], ref[metric][i], msg=f"mask {i}, {metric}")
         # one mask per example: example j gets mask j % 6
         rows = torch.arange(len(batch)) % len(masks)
-        got = gated_scores(attn_model, batch, 1.0 - masks[rows], kind, means)
+        got = gated_scores(attn_model, batch, 1.0 - masks[rows], Ablation(kind, means))
     for metric in ref:
         expected = ref[metric][rows, torch.arange(len(batch))]
         assert_close(got[metric], expected, msg=metric)

@@ -170,6 +170,7 @@ def run_cel_command(args) -> int:
 
 
     from workbench import distributed, progress
+    from workbench.ablation import Ablation
     from workbench.cli.auto import decide_racing, resolves_search_dtype
     from workbench.estimate import LONG_RUN_S, estimate_run
     from workbench.loading.model import load_model
@@ -179,7 +180,7 @@ def run_cel_command(args) -> int:
     from workbench.results.store import CONFIG_FILE
 
     check_counterfactuals(args.kind, [task, *others])  # before the model loads
-    check_choice_ablation(args.kind, args.per_position, [task, *others])
+    check_choice_ablation(Ablation(args.kind, per_position=args.per_position), [task, *others])
     use_threads(args.threads)
     with bars_off(args.quiet):  # also the GGUF conversion's and transformers' bars
         model = load_model(model_name, device=distributed.local_device(args.device),

@@ -1,7 +1,7 @@
 """Stage 3 of CEL: the best sets confirmed on held-out examples, against random baselines.
 
-`confirm` (`confirm_sets`, side effects, the trade-off table), `baseline` (random baseline sets
-drawn in looks and raced).
+`confirm` (`confirm_sets`, side effects), `tradeoff` (the trade-off table), `baseline` (random
+baseline sets drawn in looks and raced).
 """
 
 from __future__ import annotations
@@ -26,11 +26,15 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     )
     from workbench.confirmation.confirm import (
         MIN_CLUSTERS,
-        TRADEOFF_COLUMNS,
-        TRADEOFF_EXAMPLES,
+        ConfirmPlan,
         cluster_labels,
         confirm_sets,
         example_groups,
+    )
+    from workbench.confirmation.tradeoff import (
+        TRADEOFF_COLUMNS,
+        TRADEOFF_EXAMPLES,
+        tradeoff_rows,
         tradeoff_table,
     )
 

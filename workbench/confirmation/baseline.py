@@ -252,7 +252,7 @@ def pool_random_head_sets(
     return out
 
 
-def _key(head_set) -> tuple:
+def set_key(head_set) -> tuple:
     """A head set as a sorted tuple of `(layer, head)`, to compare sets."""
     return tuple(sorted(map(tuple, head_set)))
 
@@ -281,7 +281,7 @@ def random_baselines(heldout: Scorer, size: int, row: dict, objective: str,
         gains = {m: v.cpu().numpy() for m, v in r.means().items() if m in ranked}
         done = r.complete.numpy()
         for i, s in enumerate(random_sets[a:b]):
-            scored[_key(s)] = (float(gains[objective][i]), bool(done[i]))
+            scored[set_key(s)] = (float(gains[objective][i]), bool(done[i]))
         return gains, done, r.forward_eq
 
     alpha = 1.0 - ci
@@ -311,10 +311,10 @@ def random_baselines(heldout: Scorer, size: int, row: dict, objective: str,
         chunk = pool_sets[a:b]
         g = np.empty(len(chunk))
         done = np.empty(len(chunk), dtype=bool)
-        fresh = [j for j, s in enumerate(chunk) if _key(s) not in scored]
+        fresh = [j for j, s in enumerate(chunk) if set_key(s) not in scored]
         for j, s in enumerate(chunk):
-            if _key(s) in scored:
-                g[j], done[j] = scored[_key(s)]
+            if set_key(s) in scored:
+                g[j], done[j] = scored[set_key(s)]
         shared[0] += len(chunk) - len(fresh)
         eq = 0.0
         if fresh:

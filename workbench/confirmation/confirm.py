@@ -45,8 +45,9 @@ The trade-off (`workbench.results.tradeoff`), in added columns only:
   rows, one family per metric (`p_value` / `p_holm` stay: the objective's); a metric that
   rests on no example of any row (`logit_diff` when no side task has a wrong answer) is left
   out, as are `p_value` / `p_holm` when the objective applies to no side task;
-- `tradeoff_table`: the confirmed sets and `TRADEOFF_SETS` sets of each random baseline per
-  size, their held-out gain against their change on every side task, with intervals.
+- the trade-off table (`workbench.confirmation.tradeoff`): the confirmed sets and
+  `TRADEOFF_SETS` sets of each random baseline per size, their held-out gain against their
+  change on every side task, with intervals.
 
 Random sets and found sets are scored through one `MaskScorer`, so many of them share a
 forward pass where that pays.
@@ -57,22 +58,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 import torch
 
-from workbench.config import TRADEOFF_SETS
-from workbench.confirmation.baseline import (
-    BaselineRace,
-    pool_random_head_sets,
-    random_baselines,
-    random_head_sets,
-)
+from workbench.config import TRADEOFF_SETS as TRADEOFF_SETS  # callers import these from here
+from workbench.confirmation.baseline import BaselineRace, random_baselines
+from workbench.confirmation.baseline import pool_random_head_sets as pool_random_head_sets
+from workbench.confirmation.baseline import random_head_sets as random_head_sets
 from workbench.errors import WorkbenchError
 from workbench.guards import SLACK, Guard
 from workbench.heads import HeadSet
 from workbench.options import ClusterMode
-from workbench.racing import example_order
 from workbench.results.tradeoff import drop_inapplicable, metric_names
 from workbench.scoring.scorer import Scorer, masks_of
 from workbench.stats import (
@@ -82,12 +78,6 @@ from workbench.stats import (
     sign_flip_pvalue,
     sign_flip_pvalues,
 )
-
-# examples of the held-out split and of each side task on which `tradeoff_table` scores those
-# random sets (the confirmed sets: every example). On Gemma-3 x ioi with induction beside it,
-# the 58 sets on all 180 held-out and 300 induction examples took 715 s of a 1707 s run
-# (`docs/speed.md`); a cloud point's standard error on 64 examples is its spread / 8.
-TRADEOFF_EXAMPLES = 64
 
 
 def _effect_row(
@@ -100,6 +90,9 @@ def _effect_row(
             row[f"d_{m}{stat}"] = int(v[0]) if stat == "_n" else float(v[0])
     return row
 
+
+# where `workbench.estimate` reads the trade-off's example count
+from workbench.confirmation.tradeoff import TRADEOFF_EXAMPLES as TRADEOFF_EXAMPLES  # noqa: E402
 
 MIN_CLUSTERS = 8  # with G clusters the smallest one-sided sign-flip p is 2^-G: 0.0039 at 8
 
@@ -138,26 +131,38 @@ def cluster_labels(data, mode: ClusterMode | str) -> list | None:
 def confirm_sets(
     heldout: Scorer,
     sets: Mapping[int, HeadSet],
-    objective: str,
-    secondary: str | None = None,
+    plan: ConfirmPlan,
     others: Mapping[str, Scorer] | None = None,
-    best_size: int | None = None,
-    select_gains: Mapping[int, float] | None = None,
-    n_random: int = 200,
-    stats: Stats | None = None,
-    *,
-    pool=None,
-    groups=None,
-    other_groups: Mapping[str, list] | None = None,
-    adaptive: bool | BaselineRace = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Held-out confirmation and side effects of one head set per size.
 
     Args:
         heldout: a scorer of the held-out split.
         sets: size -> the best head set of that size (found on the selection split).
-        objective, secondary: the metric names used for the percentiles.
+        plan: what each size is confirmed with (`ConfirmPlan`).
         others: task name -> a scorer of that task, for side effects.
+
+    Returns:
+        `(confirmation, side_effects)`: one row per size; one row per size and other task.
+
+    Example:
+        >>> conf, side = confirm_sets(heldout, sets, ConfirmPlan("logit_diff", n_random=100))
+    """
+    check_groups(plan)
+    rows, side_rows = [], []
+    for size, head_set in sorted(sets.items()):
+        row, sides = confirm_size(heldout, size, head_set, others or {}, plan)
+        rows.append(row)
+        side_rows += sides
+    return finish_confirmation(rows, side_rows)
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    """What `confirm_sets` confirms each size with, besides the scorers and the sets.
+
+    Attributes:
+        objective, secondary: the metric names used for the percentiles.
         best_size: the size of the overall best set (flagged `best`).
         select_gains: size -> the set's objective gain on the selection split (reported
             next to the held-out gain).
@@ -177,25 +182,13 @@ def confirm_sets(
             at 50, 100, ... of the `n_random` sets once the share of sets at least as good as the
             found set is decided against `1 - ci`; `n_random` / `n_pool_random` then count the sets
             scored, and `random_pct_hi` / `pool_pct_hi` bound the share.
-    Returns:
-        `(confirmation, side_effects)`: one row per size; one row per size and other task.
+        guards: the run's guards (`workbench.guards`), the safety test: each gets a one-sided
+            sign-flip p-value of "the change is above -tolerance" (`guard_p_<task>_<metric>`;
+            a side task's on its held-out examples), `guarded_p` is the largest of those and
+            the objective's `p_value` (an intersection-union test), Holm across sizes in
+            `guarded_p_holm`; the table then also counts the held-out examples each set turns
+            right and wrong.
     """
-    plan = ConfirmPlan(objective, secondary, best_size, dict(select_gains or {}), n_random,
-                       stats or Stats(), pool, groups, dict(other_groups or {}), adaptive)
-    check_groups(plan)
-    rows, side_rows = [], []
-    for size, head_set in sorted(sets.items()):
-        row, sides = confirm_size(heldout, size, head_set, others or {}, plan)
-        rows.append(row)
-        side_rows += sides
-    return finish_confirmation(rows, side_rows)
-
-
-@dataclass(frozen=True)
-class ConfirmPlan:
-    """What `confirm_sets` confirms each size with, besides the scorers and the sets (the
-    arguments of `confirm_sets` of the same names; `select_gains` and `other_groups` as
-    dicts)."""
 
     objective: str
     secondary: str | None = None
@@ -207,12 +200,12 @@ class ConfirmPlan:
     groups: object = None
     other_groups: Mapping[str, list] = field(default_factory=dict)
     adaptive: bool | BaselineRace = False
-    # the run's guards (`workbench.guards`), the safety test: each gets a one-sided sign-flip
-    # p-value of "the change is above -tolerance" (`guard_p_<task>_<metric>`; a side task's on
-    # its held-out examples), `guarded_p` is the largest of those and the objective's
-    # `p_value` (an intersection-union test), Holm across sizes in `guarded_p_holm`; the
-    # table then also counts the held-out examples each set turns right and wrong
     guards: tuple[Guard, ...] = ()
+
+    def __post_init__(self) -> None:  # None for the defaults, as the keywords took them
+        object.__setattr__(self, "stats", self.stats or Stats())
+        object.__setattr__(self, "select_gains", dict(self.select_gains or {}))
+        object.__setattr__(self, "other_groups", dict(self.other_groups or {}))
 
 
 def guard_pvalue(changes: torch.Tensor, tolerance: float, groups, n_flips: int, seed: int) -> float:
@@ -342,165 +335,3 @@ def _add_holm(table: pd.DataFrame) -> None:
     for m in metric_names(table):
         if f"d_{m}_p" in table:
             table[f"d_{m}_p_holm"] = holm(table[f"d_{m}_p"])
-
-
-TRADEOFF_COLUMNS = ("origin", "size", "heads", "task", "metric", "gain", "gain_lo", "gain_hi",
-                    "gain_n", "side_d", "side_d_lo", "side_d_hi", "side_n")
-
-
-def _key(head_set) -> tuple:
-    """A head set as a sorted tuple of `(layer, head)`, to compare sets."""
-    return tuple(sorted(map(tuple, head_set)))
-
-
-def _sample(sets: list, k: int, seed: int, size: int, stream: int, prefer=()) -> list:
-    """`k` of `sets`, uniform without replacement (seeded; all of them when there are at
-    most `k`). The baselines list all sets in lexicographic order where they are exhaustive,
-    so a prefix would not be a uniform sample.
-
-    `prefer`: a uniform sample of a larger family (the all-heads baseline's); those of its
-    sets that are among `sets` come first and seeded draws from the rest top them up, which
-    is still a uniform sample of `sets` (as in `pool_random_head_sets`), and the shared sets
-    are scored once."""
-    members = {_key(s) for s in sets}
-    first = [s for s in prefer if _key(s) in members][:k]
-    taken = {_key(s) for s in first}
-    rest = [s for s in sets if _key(s) not in taken]
-    need = k - len(first)
-    if len(rest) <= need:
-        return first + rest
-    rng = np.random.default_rng([int(seed), int(size), 35, stream])
-    return first + [rest[i] for i in sorted(rng.choice(len(rest), size=need, replace=False))]
-
-
-def _summaries(diffs: torch.Tensor, stats: Stats, groups) -> dict[str, np.ndarray]:
-    """`effect_summary` of every row of `diffs` (clustered when `groups` is given)."""
-    out = effect_summary(diffs, stats.n_boot, stats.seed, stats.ci, groups)
-    return {k: v.cpu().numpy() for k, v in out.items()}
-
-
-def _sampled_scores(scorer: Scorer, masks: torch.Tensor, full: torch.Tensor,
-                    max_examples: int | None, seed: int) -> dict[str, torch.Tensor]:
-    """`{metric: [n_masks, n_examples]}`: the masks where `full` on every example, the others
-    on the first `max_examples` examples of `example_order` (NaN on the rest)."""
-    clean = scorer.clean()
-    n = next(iter(clean.values())).shape[0]
-    if max_examples is None or max_examples >= n or bool(full.all()):
-        return scorer.score(masks)
-    out = {m: torch.full((len(masks), n), float("nan"), dtype=v.dtype, device=v.device)
-           for m, v in clean.items()}
-    rows = example_order(n, seed)[:max_examples].sort().values
-    for which, kw in ((full, {}), (~full, {"rows": rows})):
-        if not bool(which.any()):
-            continue
-        at = which.nonzero().flatten()
-        for m, v in scorer.score(masks[which], **kw).items():
-            cols = rows if kw else torch.arange(n)
-            out[m][at.to(v.device)[:, None], cols.to(v.device)[None]] = v
-    return out
-
-
-def tradeoff_table(
-    heldout: Scorer,
-    others: Mapping[str, Scorer],
-    sets: Mapping[int, HeadSet],
-    objective: str,
-    stats: Stats | None = None,
-    *,
-    n_random: int = 200,
-    pool=None,
-    groups=None,
-    other_groups: Mapping[str, list] | None = None,
-    n_sets: int = TRADEOFF_SETS,
-    max_examples: int | None = TRADEOFF_EXAMPLES,
-) -> pd.DataFrame:
-    """The trade-off of removing heads: the gain on the main task against the change on
-    every side task, for the confirmed sets and for random baseline sets.
-
-    For each size: the confirmed set (`origin` "found"), `n_sets` of the sets the all-heads
-    baseline of `confirm_sets` draws (the same seeded draw of `n_random`; "random") and
-    `n_sets` of the pool baseline's ("pool"), each a uniform sample of its baseline's sets.
-    A confirmed set is scored on the whole held-out split and on every example of every side
-    task (no racing); a random set on the first `max_examples` of each in racing's seeded
-    example order (`workbench.racing.example_order`), a uniform sample, so its numbers are
-    those examples' paired means and intervals (`gain_n`, `side_n` count them).
-
-    Args:
-        heldout, others, sets, objective, stats, n_random, pool, groups, other_groups: as
-            for `confirm_sets` (the same scorers give the same numbers).
-        n_sets: random sets per size and baseline (0: the confirmed sets only).
-        max_examples: examples per split for the random sets (None: every example).
-
-    Returns:
-        One row per set, side task and side metric that applies to the task (`TRADEOFF_COLUMNS`):
-        `gain`, `gain_lo`, `gain_hi`, `gain_n`: the held-out change of the objective;
-        `side_d`, `side_d_lo`, `side_d_hi`, `side_n`: the change of `metric` on `task`.
-        Empty without side tasks.
-    """
-    rows = []
-    for size, head_set in sorted(sets.items()):
-        rows += tradeoff_rows(heldout, others, size, head_set, objective, stats,
-                              n_random=n_random, pool=pool, groups=groups,
-                              other_groups=other_groups, n_sets=n_sets,
-                              max_examples=max_examples)
-    return pd.DataFrame(rows, columns=list(TRADEOFF_COLUMNS))
-
-
-def tradeoff_rows(
-    heldout: Scorer,
-    others: Mapping[str, Scorer],
-    size: int,
-    head_set: HeadSet,
-    objective: str,
-    stats: Stats | None = None,
-    *,
-    n_random: int = 200,
-    pool=None,
-    groups=None,
-    other_groups: Mapping[str, list] | None = None,
-    n_sets: int = TRADEOFF_SETS,
-    max_examples: int | None = TRADEOFF_EXAMPLES,
-) -> list[dict]:
-    """One size of `tradeoff_table` (the same arguments, `size` and its confirmed
-    `head_set` for `sets`): its rows, as dicts. The random sets are drawn per size and
-    seed, so a size's rows do not depend on the others."""
-    stats = stats or Stats()
-    model = heldout.model
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    rows: list[dict] = []
-    if not others:
-        return rows
-    clean = heldout.clean()
-    side_clean = {task: scorer.clean() for task, scorer in others.items()}
-    chosen = [("found", list(HeadSet.of(model, head_set).heads))]
-    if n_random > 0 and n_sets > 0:
-        random_sets = random_head_sets(L, H, size, n_random, stats.seed)
-        sample = _sample(random_sets, n_sets, stats.seed, size, 0)
-        pool_sets = (pool_random_head_sets(pool, size, n_random, stats.seed,
-                                           reuse=random_sets) if pool else [])
-        chosen += [("random", s) for s in sample] + [
-            ("pool", s) for s in _sample(pool_sets, n_sets, stats.seed, size, 1, sample)]
-    unique = list(dict.fromkeys(_key(s) for _, s in chosen))
-    index = {u: i for i, u in enumerate(unique)}
-    masks = masks_of(model, [list(u) for u in unique])
-    found = torch.tensor([u == _key(chosen[0][1]) for u in unique])
-    scores = _sampled_scores(heldout, masks, found, max_examples, stats.seed)
-    gain = _summaries(scores[objective] - clean[objective], stats, groups)
-    names = [str(HeadSet.of(model, list(u))) for u in unique]
-    for task, scorer in others.items():
-        scores = _sampled_scores(scorer, masks, found, max_examples, stats.seed)
-        og = (other_groups or {}).get(task)
-        side = {m: _summaries(v - side_clean[task][m], stats, og) for m, v in scores.items()}
-        for origin, s in chosen:
-            i = index[_key(s)]
-            for m, st in side.items():
-                if st["_n"][i] == 0:  # not defined on this task (no wrong answer)
-                    continue
-                rows.append({
-                    "origin": origin, "size": size, "heads": names[i], "task": task,
-                    "metric": m, "gain": float(gain[""][i]), "gain_lo": float(gain["_lo"][i]),
-                    "gain_hi": float(gain["_hi"][i]), "gain_n": int(gain["_n"][i]),
-                    "side_d": float(st[""][i]), "side_d_lo": float(st["_lo"][i]),
-                    "side_d_hi": float(st["_hi"][i]), "side_n": int(st["_n"][i]),
-                })
-    return rows

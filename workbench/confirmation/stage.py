@@ -24,14 +24,13 @@ import torch
 
 from workbench.confirmation.baseline import BaselineRace
 from workbench.confirmation.confirm import (
-    TRADEOFF_COLUMNS,
     ConfirmPlan,
     check_groups,
     cluster_labels,
     confirm_size,
     finish_confirmation,
-    tradeoff_rows,
 )
+from workbench.confirmation.tradeoff import TRADEOFF_COLUMNS, tradeoff_rows
 from workbench.guards import labels
 from workbench.heads import HeadSet
 from workbench.precision import lowers
@@ -91,7 +90,7 @@ class _Checkpoint:
 def confirm_stage(run, result, store=None) -> dict[str, pd.DataFrame]:
     """The confirm stage of a prepared run (`workbench.pipeline.CELRun`) whose `result` holds the
     search's table: held-out confirmation of the best set of each size, side effects, and the
-    trade-off table (`workbench.confirmation.confirm.tradeoff_table`). With `store` (an open
+    trade-off table (`workbench.confirmation.tradeoff.tradeoff_table`). With `store` (an open
     `workbench.results.store.ResultStore`), each finished size is saved as it goes and the
     sizes saved by an interrupted run are taken up (module docstring).
 
@@ -148,9 +147,7 @@ def confirm_stage(run, result, store=None) -> dict[str, pd.DataFrame]:
     for size, head_set in sorted(head_sets.items()):
         if size not in saved.tradeoff:
             saved.tradeoff[size] = json_values(tradeoff_rows(
-                heldout, others, size, head_set, config.objective, run.stats,
-                n_random=config.n_random, pool=pool, groups=groups["heldout"],
-                other_groups=other_groups,
+                heldout, others, size, head_set, plan,
                 n_sets=min(config.tradeoff_sets, config.n_random // 4)))
             if others:  # without side tasks there is no trade-off to save
                 saved.save()

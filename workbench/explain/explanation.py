@@ -24,8 +24,9 @@ from typing import Literal
 
 import pandas as pd
 
-from workbench.ablation import AblationKind, HeadMeans
+from workbench.ablation import Ablation, AblationKind
 from workbench.confirmation.confirm import cluster_labels
+from workbench.deprecation import renamed_keywords
 from workbench.errors import WorkbenchError
 from workbench.explain.attention import (
     RoleScheme,
@@ -50,6 +51,7 @@ from workbench.explain.removal import (
     set_effect,
 )
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.options import ClusterMode
 from workbench.results.result import CELResult
 from workbench.stats import Stats
@@ -145,19 +147,43 @@ class GeneratedExplanation(HeadExplanation):
     TABLES = (*HeadExplanation.TABLES, "decisions")
 
 
+@dataclass(frozen=True)
+class TableSizes:
+    """How much the circuit tables list (`ov_circuit`, `qk_circuit`).
+
+    Attributes:
+        n_sources: the source positions each head attends to most, per head (OV table).
+        top_k: the tokens each entry promotes or suppresses (OV) or matches best (QK).
+    """
+
+    n_sources: int = 3
+    top_k: int = 5
+
+
+@dataclass(frozen=True)
+class _ResultAblation(Ablation):
+    """No ablation given: a CEL result's own kind (zero for any other head set)."""
+
+
+def _given_ablation(value) -> Ablation:
+    """`explain_heads`' `ablation` as given (None: the result's own, `_ResultAblation`)."""
+    return _ResultAblation() if value is None else Ablation.of(value)
+
+
+@renamed_keywords(holders={"ablation": _given_ablation, "sizes": lambda s: s or TableSizes()},
+                  kind="ablation.kind", means="ablation.means",
+                  per_position="ablation.per_position", n_sources="sizes.n_sources",
+                  top_k="sizes.top_k")
 def explain_heads(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet | CELResult,
     split: str | None = "heldout",
-    kind: AblationKind | str | None = None,
-    means: HeadMeans | None = None,
-    per_position: bool = False,
+    ablation: Ablation | AblationKind | str | None = None,
     roles: RoleScheme = "auto",
     comparison: Iterable[HeadSpec] | HeadSet | None | Literal["random"] = "random",
     seed: int = 0,
-    n_sources: int = 3,
-    top_k: int = 5,
+    sizes: TableSizes | None = None,
     batch_size: int = 32,
 ) -> HeadExplanation:
     """Explain a head set (e.g. the best set of a CEL search) on one split of a task.
@@ -170,12 +196,15 @@ def explain_heads(
     Args:
         heads: the heads, or a `CELResult`: its best set, or, when no set is significant, its
             top candidate, with a warning and `config["significant"] = False` and a
-            `config["note"]` saying so. The result's ablation kind is then the default `kind`
+            `config["note"]` saying so. The result's ablation kind is then the default
             (zero ablation for resample runs: the explanation has no counterfactual pass), and
             its `n_boot`, `ci`, `seed` and `cluster` make the intervals (`set_effect`,
             `dla_summary`) as the confirmation made its own; else `Stats()` and `cluster`
             `auto` (`CELConfig`'s defaults).
-        kind: the ablation kind of the outcomes and the removal table (default zero).
+        ablation: the ablation of the outcomes and the removal table (`Ablation`, or its kind
+            alone; default zero, or the result's); mean ablation without means uses the
+            means over the task's `select` split (`default_means`).
+        sizes: how much the OV and QK tables list (`TableSizes()`: 3 sources, top 5 tokens).
 
     Returns:
         A `HeadExplanation`; on a generation task a `GeneratedExplanation`, read at the
@@ -187,20 +216,23 @@ def explain_heads(
         >>> ex.roles_by_outcome
     """
     batch = as_batch(model, task, split)
+    sizes = sizes or TableSizes()
+    ablation = _given_ablation(ablation)
     significant, note = None, ""
     stats, cluster = Stats(), ClusterMode.AUTO
     if isinstance(heads, CELResult):
         cfg = heads.config
         stats, cluster = Stats(cfg.n_boot, cfg.ci, cfg.seed), cfg.cluster
-        heads, kind, per_position, significant, note = _from_result(heads, kind, per_position)
+        heads, ablation, significant, note = _from_result(heads, ablation)
         if not significant:
             warnings.warn(note, stacklevel=2)
-    kind = AblationKind.parse(kind or "zero")
+    kind, per_position = ablation.kind, ablation.per_position
     head_set = HeadSet.of(model, heads)
     if not len(head_set):
         raise WorkbenchError("explain_heads needs at least one head")
     comp = resolve_comparison(model, head_set, comparison, seed)
-    means = default_means(model, task, kind, means)
+    means = default_means(model, task, kind, ablation.means)
+    ablation = Ablation(kind, means, per_position)
     groups = cluster_labels(batch, cluster)  # as the confirmation resamples this split
     config = {
         "model": getattr(model.cfg, "model_name", None),
@@ -224,7 +256,8 @@ def explain_heads(
         return GeneratedExplanation(heads=head_set, comparison=comp, **generation_tables(
             model, batch, head_set, comp, kind, means, groups, config, batch_size=batch_size))
     role_lists = roles_for(batch, roles)
-    outcomes = ablation_outcomes(model, batch, head_set, None, kind, means)
+    # the outcomes (and the set's effect) under the averaged means
+    outcomes = ablation_outcomes(model, batch, head_set, None, Ablation(kind, means))
     cap = capture(model, batch, batch_size)
     att = attribute(model, cap)
     attention = attention_table(cap, head_set, role_lists, outcomes)
@@ -242,11 +275,9 @@ def explain_heads(
                           else summarize_attention(comparison_attention)),
         dla=dla,
         dla_summary=summarize_dla(dla, stats, by_id),
-        ov=ov_table(model, cap, head_set, n_sources, top_k),
-        qk=qk_table(model, batch, head_set, role_lists, top_k),
-        removal=removal_table(
-            model, cap, att, head_set, kind, means, per_position, outcomes, batch_size
-        ),
+        ov=ov_table(model, cap, head_set, sizes.n_sources, sizes.top_k),
+        qk=qk_table(model, batch, head_set, role_lists, sizes.top_k),
+        removal=removal_table(model, cap, att, head_set, ablation, outcomes, batch_size),
         attention_examples=examples_table(
             cap, head_set, comp, outcomes, pick_examples(batch.task.ids, outcomes, N_EXAMPLES)
         ),
@@ -255,14 +286,16 @@ def explain_heads(
     )
 
 
-def _from_result(result: CELResult, kind, per_position: bool):
-    """`(heads, kind, per_position, significant, note)` for explaining a CEL result."""
+def _from_result(result: CELResult, ablation: Ablation):
+    """`(heads, ablation, significant, note)` for explaining a CEL result; an ablation not
+    given (`_ResultAblation`) becomes the result's own."""
     cfg = result.config
-    if kind is None:
-        kind = "zero" if cfg.kind is AblationKind.RESAMPLE else cfg.kind
-        per_position = per_position or (cfg.per_position and kind is AblationKind.MEAN)
+    if isinstance(ablation, _ResultAblation):
+        kind = AblationKind.ZERO if cfg.kind is AblationKind.RESAMPLE else cfg.kind
+        ablation = Ablation(kind, ablation.means, ablation.per_position or (
+            cfg.per_position and kind is AblationKind.MEAN))
     if result.best:
-        return result.best, kind, per_position, True, ""
+        return result.best, ablation, True, ""
     top = result.top_candidate
     infeasible = result.summary.get("infeasible") or {}
     if not top and infeasible:  # no set passed the guards: the closest one, said so
@@ -270,11 +303,11 @@ def _from_result(result: CELResult, kind, per_position: bool):
         note = (f"no set passed the guards ({', '.join(result.summary.get('guards', []))}), so "
                 f"this explains the closest candidate {closest['heads']}, which fails "
                 f"{', '.join(closest['failed'])}: not an enhancement")
-        return closest["heads"].split(","), kind, per_position, False, note
+        return closest["heads"].split(","), ablation, False, note
     if not top:
         raise WorkbenchError("this CEL result has no confirmed head set to explain (its "
                              "confirmation table is empty; finish the run first)")
     note = (f"no significant enhancement: no confirmed set has p_holm < {result.alpha:.2g}, so "
             f"this explains the top candidate {','.join(top)}, whose held-out gain is not "
             "established")
-    return top, kind, per_position, False, note
+    return top, ablation, False, note

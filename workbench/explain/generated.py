@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from workbench.ablation import AblationKind, HeadMeans, ablation_hooks
+from workbench.ablation import Ablation, AblationKind, HeadMeans, ablation_hooks
 from workbench.explain.attention import attention_table, summarize_attention
 from workbench.explain.capture import EXAMPLE_INDEX, Capture, attach_outcome, capture
 from workbench.explain.circuits import ov_table, qk_table
@@ -192,7 +192,7 @@ def generation_tables(model, batch: TaskBatch, heads: HeadSet, comparison: HeadS
         dla_summary=summarize_dla(dla, stats, by_id),
         ov=ov_table(model, cap, heads, 3, 5),
         qk=qk_table(model, dec.batch, heads, dec.roles, 5),
-        removal=keyed(removal_table(model, cap, att, heads, kind, means, False, None,
+        removal=keyed(removal_table(model, cap, att, heads, Ablation(kind, means), None,
                                     batch_size)),
         attention_examples=keyed(examples_table(cap, heads, comparison, None, first_rows)),
         set_effect=generation_set_effect(outcomes, heads, kind, stats, groups),

@@ -22,6 +22,7 @@ change in the metric `logit_diff` itself. Mean ablation uses the means over the 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_head_means
+from workbench.ablation import Ablation, AblationKind, HeadMeans, compute_head_means
+from workbench.deprecation import renamed_keywords
 from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.explain.dla import (
     Attribution,
@@ -38,8 +40,9 @@ from workbench.explain.dla import (
     logit_directions,
 )
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.metrics.scores import answer_logits, evaluate, is_bridge, logit_diff, logprob
-from workbench.scoring.scorer import clean_resid_pre
+from workbench.scoring.cache import clean_resid_pre
 from workbench.stats import Stats, effect_summary
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
@@ -51,7 +54,7 @@ SET_METRICS = ("accuracy", "logprob", "logit_diff", "prob_diff")
 
 
 def default_means(
-    model, task: Task | TaskBatch | str, kind: AblationKind, means: HeadMeans | None
+    model: HookedModel, task: Task | TaskBatch | str, kind: AblationKind, means: HeadMeans | None
 ) -> HeadMeans | None:
     """Means for mean ablation when none are given: over the `select` split of `task` (the
     task as given, before a split is picked: where CEL chose the heads, and the means `run_cel`
@@ -66,15 +69,17 @@ def default_means(
     return compute_head_means(model, source)
 
 
+@renamed_keywords(holders={"ablation": Ablation.of}, kind="ablation.kind",
+                  means="ablation.means")
 def ablation_outcomes(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     split: str | None = "heldout",
-    kind: AblationKind | str = "zero",
-    means: HeadMeans | None = None,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
 ) -> pd.DataFrame:
-    """Which examples ablating the whole head set fixes, breaks or leaves alone.
+    """Which examples ablating the whole head set fixes, breaks or leaves alone (mean
+    ablation without means: `default_means`).
 
     Returns:
         One row per example: `id, split, group, correct_clean, correct_ablated, outcome`
@@ -85,10 +90,11 @@ def ablation_outcomes(
         wrong answer; nats for log-probs and logits).
     """
     batch = as_batch(model, task, split)
-    kind = AblationKind.parse(kind)
-    means = default_means(model, task, kind, means)
+    ablation = Ablation.of(ablation)
+    means = default_means(model, task, ablation.kind, ablation.means)
     clean = evaluate(model, batch)
-    abl = evaluate(model, batch, heads=HeadSet.of(model, heads), kind=kind, means=means)
+    abl = evaluate(model, batch, heads=HeadSet.of(model, heads), kind=ablation.kind,
+                   means=means, per_position=ablation.per_position)
     before, after = clean["correct"].to_numpy(), abl["correct"].to_numpy()
     outcome = np.where(after > before, "fixed", np.where(after < before, "broken", "unchanged"))
     out = {"id": clean["id"], "split": clean["split"], "group": clean["group"],
@@ -124,19 +130,14 @@ def set_effect(outcomes: pd.DataFrame, heads: HeadSet | str, kind: AblationKind 
 
 
 def _fill_output(
-    model,
-    kind: AblationKind,
-    means: HeadMeans | None,
-    layer: int,
-    head: int,
-    pos: Tensor,
-    per_position: bool,
+    model, ablation: Ablation, layer: int, head: int, pos: Tensor
 ) -> Float[Tensor, "batch d_model"]:
     """What the ablated head writes at each answer position instead of its own output."""
     W_O = model.W_O[layer, head].float()
-    if kind is AblationKind.ZERO:
+    means = ablation.means
+    if ablation.kind is AblationKind.ZERO:
         return torch.zeros(len(pos), W_O.shape[-1], device=W_O.device)
-    if per_position:
+    if ablation.per_position:
         return means.per_position[pos, layer, head].float() @ W_O
     return (means.averaged[layer, head].float() @ W_O).expand(len(pos), -1)
 
@@ -147,24 +148,23 @@ def _mean_logit(logits: Tensor, ids: Tensor) -> Tensor:
 
 
 def removal_table(
-    model,
+    model: HookedModel,
     cap: Capture,
     att: Attribution,
     heads: HeadSet,
-    kind: AblationKind,
-    means: HeadMeans | None,
-    per_position: bool,
+    ablation: Ablation,
     outcomes: pd.DataFrame | None,
     batch_size: int,
 ) -> pd.DataFrame:
-    """`removal_vs_dla`'s table from a capture and its `attribute`."""
+    """`removal_vs_dla`'s table from a capture and its `attribute` (`ablation` with its
+    means)."""
     batch = cap.batch
     answer_ids, wrong_ids = batch.answer_ids, att.wrong_ids
     clean_diff = _mean_logit(cap.logits, answer_ids) - _mean_logit(cap.logits, wrong_ids)
     clean_lp, clean_ld = logprob(cap.logits, batch), logit_diff(cap.logits, batch)
     d_answer, _ = logit_directions(model, answer_ids)
     d_wrong, _ = logit_directions(model, wrong_ids)
-    removed = _removal_logits(model, batch, list(heads), kind, means, per_position, batch_size)
+    removed = _removal_logits(model, batch, list(heads), ablation, batch_size)
     frames = []
     for layer, head in heads:
         logits = removed[(layer, head)]
@@ -173,7 +173,7 @@ def removal_table(
             delta_out = attention_writes(
                 model,
                 cap,
-                _fill_output(model, kind, means, layer, head, batch.answer_pos, per_position) - own,
+                _fill_output(model, ablation, layer, head, batch.answer_pos) - own,
                 layer,
             )
             direct = (delta_out * (d_answer - d_wrong)).sum(-1) / cap.scale
@@ -199,8 +199,7 @@ def removal_table(
     return attach_outcome(df, outcomes)
 
 
-def _removal_logits(model, batch: TaskBatch, heads: list, kind: AblationKind,
-                    means: HeadMeans | None, per_position: bool, batch_size: int
+def _removal_logits(model, batch: TaskBatch, heads: list, ablation: Ablation, batch_size: int
                     ) -> dict[tuple[int, int], Tensor]:
     """Each head's answer logits with it alone removed, per mini-batch of `batch_size`: one
     clean pass up to the highest head's layer keeps the residual entering each head's layer,
@@ -209,7 +208,7 @@ def _removal_logits(model, batch: TaskBatch, heads: list, kind: AblationKind,
     time). A TransformerBridge, which cannot start at a layer, runs each from the embedding."""
     layers = sorted({layer for layer, _ in heads})
     restart = not is_bridge(model) and layers[-1] > 0
-    hooks = {h: ablation_hooks(model, [h], kind, means, per_position) for h in heads}
+    hooks = {h: ablation.hooks(model, [h]) for h in heads}
     out: dict[tuple[int, int], list[Tensor]] = {h: [] for h in heads}
     with torch.no_grad():
         for s in range(0, len(batch), batch_size):
@@ -225,23 +224,23 @@ def _removal_logits(model, batch: TaskBatch, heads: list, kind: AblationKind,
     return {h: torch.cat(v) for h, v in out.items()}
 
 
+@renamed_keywords(holders={"ablation": Ablation.of}, kind="ablation.kind",
+                  means="ablation.means", per_position="ablation.per_position")
 def removal_vs_dla(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     split: str | None = "heldout",
-    kind: AblationKind | str = "zero",
-    means: HeadMeans | None = None,
-    per_position: bool = False,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
     outcomes: pd.DataFrame | None = None,
     batch_size: int = 32,
 ) -> pd.DataFrame:
     """Did removing each head help directly, or through later layers?
 
-    Each head is ablated alone (`kind`; mean ablation uses `means`, by default the means over
-    the task's `select` split). Its *direct effect* is the change in its own direct logit
-    attribution to `mean_logit_diff` (its output replaced by the ablated one, at the clean
-    final-norm scale): `-dla_diff` for zero ablation. The rest of the change,
+    Each head is ablated alone (`ablation`; mean ablation without means uses the means over
+    the task's `select` split, `default_means`). Its *direct effect* is the change in its own
+    direct logit attribution to `mean_logit_diff` (its output replaced by the ablated one, at
+    the clean final-norm scale): `-dla_diff` for zero ablation. The rest of the change,
     `indirect_effect`, went through later layers or the final norm's scale. The names are
     defined once, in `docs/explain.md` *Names*.
 
@@ -253,17 +252,8 @@ def removal_vs_dla(
         `logit_diff` does not apply).
     """
     batch = as_batch(model, task, split)
-    kind = AblationKind.parse(kind)
-    means = default_means(model, task, kind, means)
+    ablation = Ablation.of(ablation)
+    ablation = replace(ablation, means=default_means(model, task, ablation.kind, ablation.means))
     cap = capture(model, batch, batch_size)
-    return removal_table(
-        model,
-        cap,
-        attribute(model, cap),
-        HeadSet.of(model, heads),
-        kind,
-        means,
-        per_position,
-        outcomes,
-        batch_size,
-    )
+    return removal_table(model, cap, attribute(model, cap), HeadSet.of(model, heads), ablation,
+                         outcomes, batch_size)

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import math
 
-from workbench.ablation import AblationKind
+from workbench.ablation import Ablation, AblationKind
 from workbench.errors import WorkbenchError
 from workbench.metric_records import record
 
 
-def check_choice_ablation(kind: AblationKind | str, per_position: bool, tasks) -> None:
+def check_choice_ablation(ablation: Ablation, tasks) -> None:
     """Refuse resample or per-position mean ablation on a run with a multiple-choice or a
     generation task."""
-    positional = AblationKind.parse(kind) is AblationKind.RESAMPLE or per_position
-    if not positional:
+    resample = ablation.kind is AblationKind.RESAMPLE
+    if not (resample or ablation.per_position):
         return
-    what = "resample ablation" if AblationKind.parse(kind) is AblationKind.RESAMPLE else (
-        "per-position mean ablation")
+    what = "resample ablation" if resample else "per-position mean ablation"
     mc = [t.name for t in tasks if t.is_multiple_choice]
     if mc:
         raise WorkbenchError(

@@ -28,112 +28,36 @@ computes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Protocol
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from workbench import distributed
-from workbench.ablation import (
-    AblationKind,
-    HeadMeans,
-    ablation_hooks,
-    compute_resample_z,
-    mask_hooks,
-)
+from workbench.ablation import Ablation, AblationKind, compute_resample_z
 from workbench.compute import QUIET, Compute, default_masks_per_pass
+from workbench.deprecation import renamed_keywords
 from workbench.errors import WorkbenchError
-from workbench.heads import HeadSet
-from workbench.metrics.scores import (
-    forward_kwargs,
-    is_bridge,
-    score_logits,
-    unembed_at,
-)
+from workbench.hooked import HookedModel
+from workbench.metrics.scores import forward_kwargs, is_bridge, score_logits, unembed_at
 from workbench.progress import progress_bar
 from workbench.scoring.batching import Chunk, Targets, answer_only_hooks, length_buckets
+from workbench.scoring.cache import ResidCache, save_hook
+from workbench.scoring.interface import CustomMetric as CustomMetric
+from workbench.scoring.interface import Scorer as Scorer
+from workbench.scoring.interface import as_score_dict
+from workbench.scoring.interface import masks_of as masks_of
 from workbench.scoring.sharing import ChunkRun, score_shared, sharing_pays
 from workbench.tasks.encoding import TaskBatch
 
-CustomMetric = Callable[[object, object], "Tensor | Mapping[str, Tensor]"]
 MEMO_MASKS = 4  # whole-split calls of at most this many masks are remembered (the found sets)
-
-
-class Scorer(Protocol):
-    """What the search, racing and confirmation need of a scorer: `MaskScorer`, or the
-    planted benchmark models' closed-form scorer (`bench/planted.py`)."""
-
-    model: object
-    compute: Compute  # its `progress` shows bars in the racing loops that use the scorer
-
-    def clean(self) -> dict[str, Tensor]:
-        """Per-example scores of the unablated model, `{metric: [batch]}`."""
-        ...
-
-    def score(
-        self,
-        masks: Float[Tensor, "n_masks layer head_index"],
-        progress: bool = False,
-        desc: str = "masks",
-        rows: Tensor | None = None,
-    ) -> dict[str, Float[Tensor, "n_masks batch"]]:
-        """Per-example scores with each mask's heads ablated (1 = ablated)."""
-        ...
-
-
-def masks_of(model, head_sets: Iterable) -> Float[Tensor, "n_sets layer head_index"]:
-    """0/1 masks (1 = ablated) of head sets given as `HeadSet`s or head specs."""
-    sets = [HeadSet.of(model, s) for s in head_sets]
-    cfg = model.cfg
-    masks = torch.zeros(len(sets), cfg.n_layers, cfg.n_heads)
-    for i, s in enumerate(sets):
-        for layer, head in s:
-            masks[i, layer, head] = 1.0
-    return masks.to(cfg.device)
-
-
-def as_score_dict(out, where: str) -> dict[str, Tensor]:
-    if isinstance(out, Tensor):
-        out = {"metric": out}
-    if not isinstance(out, Mapping) or not out:
-        raise WorkbenchError(
-            f"{where}: a custom metric must return a [batch] tensor or a dict of them; got "
-            f"{type(out).__name__}"
-        )
-    scores = {}
-    for name, v in out.items():
-        if not isinstance(v, Tensor) or v.ndim != 1:
-            shape = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
-            raise WorkbenchError(f"{where}: metric {name!r} must be a [batch] tensor; got {shape}")
-        scores[str(name)] = v
-    return scores
 
 
 def _memo_keys(masks: Tensor) -> list[bytes]:
     """One key per mask: its shape and values, as bytes."""
     flat = masks.detach().to("cpu", torch.float32).reshape(len(masks), -1)
     return [bytes(str(tuple(masks.shape[1:])), "ascii") + row.numpy().tobytes() for row in flat]
-
-
-def _save_hook(x: Tensor, hook, store: dict) -> None:
-    store[hook.name] = x
-
-
-def clean_resid_pre(model, tokens: Tensor, layers: list[int]) -> dict[int, Tensor]:
-    """`{l: blocks.{l}.hook_resid_pre}` of the clean run over right-padded `tokens` for each
-    of `layers`, from one forward that stops at the highest (a masked pass restarts there)."""
-    top = max(layers)
-    store: dict[str, Tensor] = {}
-    hooks = [(f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
-             for l in layers if l < top]
-    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        resid_top = model(tokens, stop_at_layer=top, **forward_kwargs(model))  # (b, T, d)
-    found = {l: store[f"blocks.{l}.hook_resid_pre"] for l in layers if l < top}
-    found[top] = resid_top
-    return found
 
 
 class MaskScorer:
@@ -149,14 +73,13 @@ class MaskScorer:
     Args:
         model: a hooked model with `blocks.{l}.attn.hook_z`.
         data: a `TaskBatch`, or anything `metric` accepts.
-        kind: how a removed head's `z` is replaced (`AblationKind`).
-        means: the head means, for mean ablation.
+        ablation: how a removed head's `z` is replaced (`Ablation`, or its kind alone); mean
+            ablation needs its `means`.
         metric: a custom `metric(model, data)`; None scores every metric in `METRICS` from
             the answer-position logits.
         reuse_prefix: restart each masked run at its first ablated layer (default; never on a
             TransformerBridge, which cannot restart at a layer); False runs the whole model
             with full logits per mask (the naive reference).
-        per_position: mean ablation with the means at each position (`HeadMeans.per_position`).
         compute: the budgets (`workbench.compute.Compute`: `token_budget`, `max_rows`,
             `masks_per_pass`, `cache_bytes`, `offload`); None: the device's defaults.
 
@@ -167,22 +90,24 @@ class MaskScorer:
         >>> scorer.release()  # the stage is over: free the cached residuals
     """
 
+    @renamed_keywords(holders={"ablation": Ablation.of}, kind="ablation.kind",
+                      means="ablation.means", per_position="ablation.per_position")
     def __init__(
         self,
-        model,
+        model: HookedModel,
         data,
-        kind: AblationKind | str = AblationKind.ZERO,
-        means: HeadMeans | None = None,
+        ablation: Ablation | AblationKind | str = AblationKind.ZERO,
         metric: CustomMetric | None = None,
+        *,
         reuse_prefix: bool = True,
-        per_position: bool = False,
         compute: Compute | None = None,
     ) -> None:
         if isinstance(data, torch.Tensor):  # raw tokens for a custom metric: the model's device
             data = data.to(model.cfg.device)
         self.model, self.data, self.metric = model, data, metric
-        self.kind = AblationKind.parse(kind)
-        if self.kind is AblationKind.MEAN and means is None:
+        self.ablation = Ablation.of(ablation)
+        self.kind = self.ablation.kind
+        if self.kind is AblationKind.MEAN and self.ablation.means is None:
             raise WorkbenchError("mean ablation needs means: pass means=compute_head_means(...)")
         if metric is None and not isinstance(data, TaskBatch):
             raise WorkbenchError(
@@ -192,16 +117,14 @@ class MaskScorer:
         compute = compute or QUIET
         self.compute = compute
         self.token_budget, self.max_rows = compute.budgets(model.cfg)
-        self.cache_bytes, self.offload = compute.cache_bytes, compute.offload
+        self.cache_bytes = compute.cache_bytes
         # A TransformerBridge cannot restart a forward at a layer (Hugging Face's forward runs
         # the layers): every mask is then one full run, the naive path.
         self.reuse_prefix = reuse_prefix and not is_bridge(model)
-        self.means, self.per_position = means, per_position
         self._masks_per_pass = compute.masks_per_pass
         self._clean: dict[str, Tensor] | None = None
         self._memo: dict[bytes, dict[str, Tensor]] = {}  # `MEMO_MASKS`: a few masks' scores
-        self._cache: dict[int, Tensor] = {}  # chunk index -> (L, b, T, d) residuals
-        self._cache_built = False
+        self._cache = ResidCache(model, data, compute.cache_bytes, compute.offload)
         self._chunk_list: list[Chunk] | None = None
         self._resample_z: Tensor | None = None  # (batch, pos, layer, head, d), resample only
         if self.kind is AblationKind.RESAMPLE:
@@ -210,12 +133,13 @@ class MaskScorer:
                                      "counterfactual prompts")
             self._resample_z = compute_resample_z(model, data)
 
-    def _resample(self, chunk: "Chunk | None" = None) -> Tensor | None:
-        """The counterfactual `z` of `chunk`'s rows, trimmed to its width (None unless
-        resample ablation)."""
-        if self._resample_z is None or chunk is None:
-            return self._resample_z
-        return self._resample_z[chunk.rows.to(self._resample_z.device), : chunk.width]
+    def _ablation(self, chunk: "Chunk | None" = None) -> Ablation:
+        """The ablation with the counterfactual `z` of `chunk`'s rows, trimmed to its width
+        (of every row without a chunk; none unless resample ablation)."""
+        z = self._resample_z
+        if z is not None and chunk is not None:
+            z = z[chunk.rows.to(z.device), : chunk.width]
+        return Ablation(self.kind, self.ablation.means, self.ablation.per_position, z)
 
     @property
     def n_layers(self) -> int:
@@ -224,7 +148,7 @@ class MaskScorer:
     @property
     def cached_bytes(self) -> int:
         """Bytes of residuals this scorer holds now."""
-        return sum(t.numel() * t.element_size() for t in self._cache.values())
+        return self._cache.nbytes
 
     def masks_per_pass(self, chunk: "Chunk") -> int:
         """Masks tiled into one forward over `chunk` (capped by the token and row budgets);
@@ -237,8 +161,7 @@ class MaskScorer:
 
     def release(self) -> None:
         """Free the cached residuals (clean scores are kept); the next `score` rebuilds them."""
-        self._cache = {}
-        self._cache_built = False
+        self._cache.clear()
 
     def chunks(self) -> list[Chunk]:
         """The data's rows grouped by length within the budgets, one forward each."""
@@ -262,11 +185,6 @@ class MaskScorer:
                     self._clean = self._clean_pass()
         return self._clean
 
-    def _resid_bytes(self, chunk: Chunk) -> int:
-        cfg = self.model.cfg
-        elem = torch.empty((), dtype=cfg.dtype).element_size()
-        return self.n_layers * len(chunk.rows) * chunk.width * cfg.d_model * elem
-
     def _clean_pass(self) -> dict[str, Tensor]:
         """The clean scores; with prefix reuse also fills the residual cache up to its budget."""
         model, batch, L = self.model, self.data, self.n_layers
@@ -277,11 +195,11 @@ class MaskScorer:
             tokens = chunk.tokens(batch)
             pos = batch.answer_pos[chunk.rows]
             if self.reuse_prefix:
-                keep = used + self._resid_bytes(chunk) <= self.cache_bytes
+                keep = used + self._cache.chunk_bytes(chunk) <= self.cache_bytes
                 store: dict[str, Tensor] = {}
                 hooks = (
                     [
-                        (f"blocks.{l}.hook_resid_pre", partial(_save_hook, store=store))
+                        (f"blocks.{l}.hook_resid_pre", partial(save_hook, store=store))
                         for l in range(L)
                     ]
                     if keep
@@ -291,8 +209,8 @@ class MaskScorer:
                 with model.hooks(fwd_hooks=hooks + answer_hooks):
                     final = model(tokens, stop_at_layer=L, **forward_kwargs(model))
                 if keep:
-                    self._store(c, [store[f"blocks.{l}.hook_resid_pre"] for l in range(L)])
-                    used += self._resid_bytes(chunk)
+                    self._cache.store(c, [store[f"blocks.{l}.hook_resid_pre"] for l in range(L)])
+                    used += self._cache.chunk_bytes(chunk)
                 logits = unembed_at(model, final, pos_after)
             else:  # the naive reference: full logits
                 logits = model(tokens, **forward_kwargs(model))
@@ -301,35 +219,8 @@ class MaskScorer:
                 if name not in out:
                     out[name] = torch.empty(n, device=v.device, dtype=v.dtype)
                 out[name][chunk.rows.to(v.device)] = v
-        self._cache_built = self.reuse_prefix
+        self._cache.built = self.reuse_prefix
         return out
-
-    def _store(self, c: int, resid: list[Tensor]) -> None:
-        stacked = torch.stack([r.to(resid[0].device) for r in resid])  # (L, b, T, d)
-        self._cache[c] = stacked.to("cpu") if self.offload else stacked
-
-    def _fill_cache(self) -> None:
-        """Rebuild the cache after `release()` (clean scores are already known)."""
-        used = 0
-        for c, chunk in enumerate(self.chunks()):
-            if used + self._resid_bytes(chunk) > self.cache_bytes:
-                break
-            found = self._compute_prefix(chunk, list(range(self.n_layers)))
-            self._store(c, [found[l] for l in range(self.n_layers)])
-            used += self._resid_bytes(chunk)
-        self._cache_built = True
-
-    def _compute_prefix(self, chunk: Chunk, layers: list[int]) -> dict[int, Tensor]:
-        """A clean forward up to the highest of `layers`, keeping `hook_resid_pre` there."""
-        return clean_resid_pre(self.model, chunk.tokens(self.data), layers)
-
-    def _prefix(self, c: int, layers: list[int]) -> dict[int, Tensor]:
-        """`blocks.{l}.hook_resid_pre` of chunk `c` for each of `layers`, on the device; from
-        the cache when it holds the chunk, else recomputed up to the highest layer needed."""
-        if c in self._cache:
-            device = self.data.tokens.device
-            return {l: self._cache[c][l].to(device, non_blocking=True) for l in layers}
-        return self._compute_prefix(self.chunks()[c], layers)
 
     def score(
         self,
@@ -432,10 +323,7 @@ class MaskScorer:
     def _score_metric(self, masks, out, bar, data) -> None:
         with torch.no_grad():
             for i in range(masks.shape[0]):
-                hooks = mask_hooks(
-                    self.model, masks[i : i + 1], self.kind, self.means, self.per_position,
-                    resample=self._resample(),
-                )
+                hooks = self._ablation().mask_hooks(self.model, masks[i : i + 1])
                 with self.model.hooks(fwd_hooks=hooks):
                     scores = as_score_dict(self.metric(self.model, data), "ablated run")
                 for name, v in scores.items():
@@ -449,8 +337,7 @@ class MaskScorer:
         with torch.no_grad():
             for i, head_list in enumerate(heads):
                 for _, chunk, _, cols in self._selected(column):
-                    hooks = ablation_hooks(model, head_list, self.kind, self.means,
-                                           self.per_position, resample=self._resample(chunk))
+                    hooks = self._ablation(chunk).hooks(model, head_list)
                     logits = model.run_with_hooks(
                         chunk.tokens(batch), fwd_hooks=hooks, **forward_kwargs(model)
                     )
@@ -482,8 +369,8 @@ class MaskScorer:
         layers = sorted(set(first.tolist()) - {L})
         if not layers:
             return
-        if not self._cache_built:
-            self._fill_cache()
+        if not self._cache.built:
+            self._cache.fill(self.chunks())
         chunks = self._selected(column)
         ids = {layer: (first == layer).nonzero().flatten() for layer in layers}
         # auto (`Compute.share_prefix` None): in one process, share where it pays and join
@@ -492,15 +379,15 @@ class MaskScorer:
         share = {layer: sharing_pays(masks, ids[layer], layer) if auto
                  else bool(self.compute.share_prefix) for layer in layers}
         for j, (c, chunk, keep, cols) in enumerate(chunks):
-            if c in self._cache:
-                prefix = self._prefix(c, layers)
+            if c in self._cache.held:
+                prefix = self._cache.prefix(c, chunk, layers)
                 if len(keep) < len(self.chunks()[c].rows):
                     prefix = {l: r[keep.to(r.device)] for l, r in prefix.items()}
             else:  # not cached: the clean prefix of the scored rows only
-                prefix = self._compute_prefix(chunk, layers)
+                prefix = self._cache.compute(chunk, layers)
             run = ChunkRun(self.model, self.data, masks, chunk, cols, out,
-                           self.masks_per_pass(chunk), self.kind, self.means, self.per_position,
-                           self._resample(chunk), bar if j == len(chunks) - 1 else None)
+                           self.masks_per_pass(chunk), self._ablation(chunk),
+                           bar if j == len(chunks) - 1 else None)
             tail = run.defer if auto else run.tail
             for layer in layers:
                 if share[layer]:

@@ -34,7 +34,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.ablation import AblationKind, HeadMeans, mask_hooks
+from workbench.ablation import Ablation
 from workbench.metrics.scores import score_logits, shortformer_kwargs, unembed_at
 from workbench.scoring.batching import Chunk, Targets, answer_only_hooks
 
@@ -154,7 +154,7 @@ class ChunkRun:
     """The forwards of one chunk's masked runs, `score_shared`'s callbacks: `advance` runs
     blocks on one copy of the chunk's rows, `tail` scores masks tiled `per_pass` at a time
     from a residual to the end and writes their scores into `out` at columns `cols`.
-    The ablation is `kind` with `means` / `resample` as in `workbench.ablation.mask_hooks`;
+    `ablation` holds the counterfactual `z` of the chunk's rows for resample ablation;
     `bar`, when given, counts the masks scored."""
 
     model: object
@@ -164,16 +164,12 @@ class ChunkRun:
     cols: Tensor
     out: dict
     per_pass: int
-    kind: AblationKind
-    means: HeadMeans | None = None
-    per_position: bool = False
-    resample: Tensor | None = None
+    ablation: Ablation
     bar: object = None
     _queue: list = field(default_factory=list)  # `defer`'s (layer, ids, resid), unscored
 
     def _hooks(self, masks: Tensor, layers) -> list:
-        return mask_hooks(self.model, masks, self.kind, self.means, self.per_position,
-                          layers=layers, resample=self.resample)
+        return self.ablation.mask_hooks(self.model, masks, layers)
 
     def advance(self, resid: Tensor, start: int, stop: int, mask: Tensor | None) -> Tensor:
         model, tokens = self.model, self.chunk.tokens(self.data)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the package's public names; imported on first use (workbenc
     from workbench.screening.screen import (
         STAT_SUFFIXES,
         ScreenRace,
+        ScreenScope,
         effect_column,
         effect_columns,
         exact_diffs,

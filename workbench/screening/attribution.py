@@ -20,9 +20,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.ablation import AblationKind, HeadMeans, replacement_z
+from workbench.ablation import Ablation, AblationKind, replacement_z
 from workbench.compute import DEFAULT_TOKEN_BUDGET, QUIET, Compute
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.metric_records import record, registered
 from workbench.metrics.scores import logits_at, masked_gather, score_logits
 from workbench.racing import example_order
@@ -101,18 +102,16 @@ def _with_companions(scores: dict, metric) -> dict:
 
 
 def attribution_effects(
-    model,
+    model: HookedModel,
     data,
-    kind: AblationKind | str = AblationKind.ZERO,
-    means: HeadMeans | None = None,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
     metric: CustomMetric | None = None,
-    per_position: bool = False,
     compute: Compute | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Float[Tensor, "n_heads batch"]]]:
     """First-order estimates of every head's per-example effect.
 
     Args:
-        model, data, kind, means, metric, per_position: as for `MaskScorer`.
+        model, data, ablation, metric: as for `MaskScorer`.
         compute: its `token_budget` and `max_rows` bound each forward (None: the CPU's
             defaults, whatever the device: the backward keeps every layer's activations).
 
@@ -121,10 +120,10 @@ def attribution_effects(
         ablated-minus-clean differences `{metric: [n_layers * n_heads, batch]}` (row
         `layer * n_heads + head`).
     """
-    kind = AblationKind.parse(kind)
+    ablation = Ablation.of(ablation)
     # a metric may name what attribution differentiates instead (a generation task's: no decode)
     metric = getattr(metric, "attribution_metric", metric)
-    if kind is AblationKind.RESAMPLE:
+    if ablation.kind is AblationKind.RESAMPLE:
         raise WorkbenchError(
             "attribution screening supports zero and mean ablation; use method 'exact' for "
             "resample ablation"
@@ -201,7 +200,8 @@ def attribution_effects(
                 for (layer, z), g in zip(zs, grads, strict=True):
                     if g is None:
                         continue
-                    delta = replacement_z(z.detach(), kind, means, layer, per_position) - z.detach()
+                    delta = replacement_z(z.detach(), ablation.kind, ablation.means, layer,
+                                          ablation.per_position) - z.detach()
                     effect = torch.einsum("bthd,bthd->hb", g, delta).to(per_head.device)
                     if effect.shape[1] != n_rows:  # one example's rows all count towards it
                         effect = effect.sum(1, keepdim=True)
@@ -230,16 +230,15 @@ def attribution_effects(
     return clean, diffs
 
 
-def attribution_diffs(model, data, kind, means, metric, heads, per_position, compute, plan,
-                      counter, desc):
+def attribution_diffs(model: HookedModel, data, ablation, metric, heads, compute, plan, counter,
+                      desc):
     """Attribution estimates every head from one backward per metric; with `max_examples`,
     on the first that many examples of the racing order (as exact screening scores them)."""
     n_ex = len(data) if isinstance(data, TaskBatch) else None
     if plan.max_examples is None or n_ex is None or plan.max_examples >= n_ex:
-        return attribution_effects(model, data, kind, means, metric, per_position, compute)
+        return attribution_effects(model, data, ablation, metric, compute)
     rows = example_order(n_ex, plan.seed)[: plan.max_examples]
-    clean, est = attribution_effects(model, data.rows(rows), kind, means, metric, per_position,
-                                     compute)
+    clean, est = attribution_effects(model, data.rows(rows), ablation, metric, compute)
     full_clean, full_est = {}, {}
     for name, v in clean.items():
         full_clean[name] = torch.full((n_ex,), float("nan"), device=v.device, dtype=v.dtype)

@@ -10,9 +10,10 @@ screening when a run asks, `CELConfig.check_attribution`) and whether CEL runs m
 `workbench.screening.methods`, imported on first use; each calls `register` once. This module
 and those records import no torch, so the command line lists and checks methods at once.
 
-A method's `run` is called as `run(model, data, kind, means, metric, heads, per_position,
-compute, plan, counter, desc)` and returns `(clean, diffs)`: clean scores `{metric: [batch]}`
-and per-example effects `{metric: [n_layers * n_heads, batch]}` (`single_head_diffs`).
+A method's `run` is called as `run(model, data, ablation, metric, heads, compute, plan,
+counter, desc)` (`ablation` a `workbench.ablation.Ablation`) and returns `(clean, diffs)`:
+clean scores `{metric: [batch]}` and per-example effects `{metric: [n_layers * n_heads,
+batch]}` (`single_head_diffs`).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ understands, to screen any hooked model that exposes `blocks.{l}.attn.hook_z`
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,21 +43,15 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from workbench.ablation import AblationKind, HeadMeans, compute_head_means
+from workbench.ablation import Ablation, AblationKind, compute_head_means
 from workbench.compute import QUIET, Compute
 from workbench.deprecation import deprecated, renamed_keywords
 from workbench.errors import WorkbenchError
-from workbench.heads import HeadSet, all_heads
+from workbench.heads import HeadSet, HeadSpec, all_heads
+from workbench.hooked import HookedModel
 from workbench.metrics.scores import task_metric
 from workbench.options import RaceRule
-from workbench.racing import (
-    ATOL,
-    SCREEN_RULES,
-    OpenFn,
-    RacePlan,
-    first_slice,
-    race,
-)
+from workbench.racing import ATOL, SCREEN_RULES, OpenFn, RacePlan, first_slice, race
 from workbench.scoring.scorer import CustomMetric, MaskScorer, Scorer, masks_of
 from workbench.screening.registry import get_method
 from workbench.stats import Stats, effect_summary
@@ -102,6 +96,21 @@ class ScreenRace:
         return SCREEN_RULES[self.rule.value](self.metric)
 
 
+@dataclass(frozen=True)
+class ScreenScope:
+    """The part of the main task's head x example table that `screen_heads` fills.
+
+    Attributes:
+        split: the examples of the task (`"select"`, `"heldout"`, None for all; ignored for
+            custom data).
+        heads: the heads screened (the others get NaN rows); None: every head. Attribution
+            always estimates every head.
+    """
+
+    split: str | None = "select"
+    heads: Iterable[HeadSpec] | HeadSet | None = None
+
+
 def resolve_task(task) -> Task:
     """A `Task` from a `Task`, a task name in `tasks/`, or a path."""
     if isinstance(task, Task):
@@ -113,7 +122,7 @@ def resolve_task(task) -> Task:
     )
 
 
-def prepare_data(model, task, split: str | None, metric: CustomMetric | None):
+def prepare_data(model: HookedModel, task, split: str | None, metric: CustomMetric | None):
     """Encode a task (or pass through custom data) and name it.
 
     Returns:
@@ -188,11 +197,11 @@ def screen_scorer(
                       cfg.n_heads)
 
 
-def exact_diffs(model, data, kind, means, metric, heads, per_position, compute, plan, counter,
-                desc, reuse_prefix: bool = True):
+def exact_diffs(model: HookedModel, data, ablation, metric, heads, compute, plan, counter, desc,
+                reuse_prefix: bool = True):
     """One mask per head through a `MaskScorer` (raced when `open_fn` is given)."""
-    scorer = MaskScorer(model, data, kind, means, metric, reuse_prefix=reuse_prefix,
-                        per_position=per_position, compute=compute)
+    scorer = MaskScorer(model, data, ablation, metric, reuse_prefix=reuse_prefix,
+                        compute=compute)
     clean = scorer.clean()
     diffs = score_single_heads(scorer, heads, plan, counter, desc)
     scorer.release()
@@ -205,14 +214,12 @@ def naive_diffs(*args, **kwargs):
 
 
 def single_head_diffs(
-    model,
+    model: HookedModel,
     data,
     method: str = "exact",
-    kind: AblationKind | str = AblationKind.ZERO,
-    means: HeadMeans | None = None,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
     metric: CustomMetric | None = None,
     heads=None,
-    per_position: bool = False,
     compute: Compute | None = None,
     *,
     plan: RacePlan | None = None,
@@ -229,8 +236,8 @@ def single_head_diffs(
     on that many examples of the racing order only. `counter["forward_eq"]` adds up the
     passes spent."""
     return get_method(method).function()(
-        model, data, AblationKind.parse(kind), means, metric, heads, per_position,
-        compute or QUIET, plan or RacePlan(), counter, desc,
+        model, data, Ablation.of(ablation), metric, heads, compute or QUIET, plan or RacePlan(),
+        counter, desc,
     )
 
 
@@ -244,26 +251,27 @@ def as_screen_race(race_on) -> ScreenRace | None:
     return race_on
 
 
-# keywords of screen_heads before 0.2.0, which moved into its `stats`, `compute` and `race_on`
+# keywords of screen_heads that moved: into its `stats`, `compute` and `race_on` (0.2.0), and
+# into its `ablation` and `scope`
 @renamed_keywords(
     holders={"stats": lambda s: s or Stats(), "compute": lambda c: c or QUIET,
-             "race_on": as_screen_race},
+             "race_on": as_screen_race, "ablation": Ablation.of,
+             "scope": lambda s: s or ScreenScope()},
+    kind="ablation.kind", means="ablation.means", per_position="ablation.per_position",
+    split="scope.split", heads="scope.heads",
     n_boot="stats.n_boot", ci="stats.ci", seed="stats.seed",
     max_rows="compute.max_rows", masks_per_pass="compute.masks_per_pass",
     progress="compute.progress", token_budget="compute.token_budget",
     cache_bytes="compute.cache_bytes", offload="compute.offload", race_rule="race_on.rule",
 )
 def screen_heads(
-    model,
+    model: HookedModel,
     task,
-    kind: AblationKind | str = AblationKind.ZERO,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
     method: str = "exact",
-    split: str | None = "select",
+    scope: ScreenScope | None = None,
     others: Sequence | Mapping = (),
     metric: CustomMetric | None = None,
-    means: HeadMeans | None = None,
-    heads=None,
-    per_position: bool = False,
     stats: Stats | None = None,
     race_on: ScreenRace | None = None,
     compute: Compute | None = None,
@@ -273,17 +281,14 @@ def screen_heads(
     Args:
         model: a hooked model exposing `blocks.{l}.attn.hook_z`.
         task: a `Task`, `TaskBatch`, task name or path; or any data for a custom `metric`.
-        kind: `"zero"` or `"mean"`; mean ablation uses `means`, by default the mean `z` over
-            the screened split of `task`; each of `others` uses the mean over its own prompts.
+        ablation: how a head is removed (`Ablation`, or its kind alone). Mean ablation of
+            `task` uses the ablation's `means`, by default the mean `z` over the screened split
+            of `task`; each of `others` uses the mean over its own prompts.
         method: `"exact"`, `"attribution"` or `"naive"` (see the module docstring).
-        split: the examples of `task` to use (`"select"`, `"heldout"`, None for all).
+        scope: the split of `task` and the heads screened (`ScreenScope()`: the select split,
+            every head).
         others: extra tasks (scored on all their examples), or a `{name: data}` mapping.
         metric: a custom `metric(model, data) -> [batch]` scores (or a dict of them).
-        means: head means for mean ablation of `task`.
-        heads: restrict screening to these heads (the others get NaN rows); attribution
-            always estimates every head.
-        per_position: mean ablation with the mean `z` at each position (needs equal-length
-            prompts: `HeadMeans.per_position`) instead of the mean over all positions.
         stats: the paired bootstrap's resamples, level and seed (`Stats()` by default).
         race_on: race exact screening (`ScreenRace`): on the task a head stops being scored
             once the race's rule is decided for its metric; each of `others` is scored only
@@ -300,11 +305,16 @@ def screen_heads(
         (passes over each task's examples spent).
 
     Example:
-        >>> df = screen_heads(model, "ioi", kind="mean")
+        >>> df = screen_heads(model, "ioi", "mean")
         >>> df.sort_values("d_logit_diff", ascending=False).head()
     """
     method = get_method(method).name
-    kind = AblationKind.parse(kind)
+    ablation = Ablation.of(ablation)
+    kind, means = ablation.kind, ablation.means
+    scope = scope or ScreenScope()
+    if not isinstance(scope, ScreenScope):
+        raise WorkbenchError(f"scope must be a ScreenScope (split, heads) or None; got {scope!r}")
+    split, heads = scope.split, scope.heads
     stats = stats or Stats()
     compute = compute or QUIET
     race_on = as_screen_race(race_on)
@@ -314,7 +324,8 @@ def screen_heads(
     if kind is AblationKind.MEAN and means is None:
         if not isinstance(data, TaskBatch):
             raise WorkbenchError(
-                "mean ablation with custom data needs means=compute_head_means(...)"
+                "mean ablation with custom data needs its means: pass "
+                "ablation=Ablation('mean', compute_head_means(...))"
             )
         means = compute_head_means(model, data.tokens, data.lengths)
     columns: dict[str, Tensor] = {}
@@ -324,7 +335,7 @@ def screen_heads(
         "method": method,
         "kind": kind.value,
         "task": name,
-        "per_position": per_position,
+        "per_position": ablation.per_position,
         "forward_eq": {},
     }
     items = [(None, data, name)]
@@ -337,6 +348,7 @@ def screen_heads(
         item_means = means
         if suffix is not None and kind is AblationKind.MEAN and isinstance(d, TaskBatch):
             item_means = compute_head_means(model, d.tokens, d.lengths)  # its own prompts
+        item_ablation = Ablation(kind, item_means, ablation.per_position)
         # the main task races on its decision; a side task's per-head columns decide nothing
         # (the found sets' side effects are measured on every example in confirmation), so
         # they rest on as many examples as the task's first look (the first of the racing
@@ -357,7 +369,7 @@ def screen_heads(
                                           else HeadSet.of(model, heads)) if pool.get(h)]
         counter: dict = {}
         clean, diffs = single_head_diffs(
-            model, d, method, kind, item_means, item_metric, item_heads, per_position, compute,
+            model, d, method, item_ablation, item_metric, item_heads, compute,
             plan=RacePlan(rule, stats.seed, stats.ci, limit), counter=counter,
             desc=f"screening {label}",
         )
@@ -374,17 +386,13 @@ def screen_heads(
 
 
 def naive_effects(
-    model,
+    model: HookedModel,
     data,
-    kind: AblationKind | str = AblationKind.ZERO,
-    means: HeadMeans | None = None,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
     heads=None,
-    per_position: bool = False,
 ) -> dict[str, np.ndarray]:
     """The reference: mean effect of each head from one full `run_with_hooks` per head,
     `{metric: [n_layers, n_heads]}` (NaN for heads not in `heads`)."""
-    _, diffs = single_head_diffs(
-        model, data, "naive", kind, means, heads=heads, per_position=per_position
-    )
+    _, diffs = single_head_diffs(model, data, "naive", ablation, heads=heads)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     return {m: torch.nanmean(d, dim=-1).view(L, H).cpu().numpy() for m, d in diffs.items()}

@@ -16,7 +16,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.screening.registry import get_method
-from workbench.screening.screen import ScreenRace, screen_heads, single_head_diffs
+from workbench.screening.screen import ScreenRace, ScreenScope, screen_heads, single_head_diffs
 from workbench.search.candidates import candidate_heads, select_candidates
 from workbench.search.registry import get_strategy
 from workbench.stats import helpful_agreement, rank_correlation
@@ -29,17 +29,16 @@ def screen_stage(run, result, store=None) -> dict[str, pd.DataFrame]:
     the stage ends."""
     config = run.config
     race = ScreenRace(run.order[0], screen_race_rule(config.strategies))
-    heads = screen_heads(run.searcher(), run.select, config.kind, config.method, split=None,
+    heads = screen_heads(run.searcher(), run.select, run.ablation, config.method,
+                         ScreenScope(split=None),
                          others=run.others if config.side_screening else (),
-                         metric=run.metric, means=run.means, per_position=config.per_position,
-                         stats=run.stats, race_on=race if config.adaptive else None,
-                         compute=run.compute)
+                         metric=run.metric, stats=run.stats,
+                         race_on=race if config.adaptive else None, compute=run.compute)
     result.summary.setdefault("forward_eq", {})["screen"] = heads.attrs.get("forward_eq", {})
     if not get_method(config.method).exact and config.check_attribution:
         # an estimate is checked against exact screening: rank correlation, helpful heads
-        _, exact = single_head_diffs(run.searcher(), run.select, "exact", config.kind, run.means,
-                                     run.metric, per_position=config.per_position,
-                                     compute=run.compute, desc="exact check")
+        _, exact = single_head_diffs(run.searcher(), run.select, "exact", run.ablation,
+                                     run.metric, compute=run.compute, desc="exact check")
         rho, agreement = {}, {}
         for m, d in exact.items():
             heads[f"exact_d_{m}"] = torch.nanmean(d, -1).cpu().numpy()

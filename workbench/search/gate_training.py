@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -48,9 +48,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from workbench.ablation import AblationKind, HeadMeans, compute_resample_z, fill_for
+from workbench.ablation import Ablation, AblationKind, compute_resample_z
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
+from workbench.hooked import HookedModel
 from workbench.metric_records import names_where, record, scored_names
 from workbench.metrics.scores import answer_logits, get_metric, score_logits
 from workbench.search.finalists import finalist_sets, max_finalists, pick_finalists
@@ -117,22 +118,19 @@ def _gate_hook(
 
 
 def gate_hooks(
-    model,
+    model: HookedModel,
     gates: Float[Tensor, "batch layer head_index"],
-    kind: AblationKind | str = AblationKind.ZERO,
-    means: HeadMeans | None = None,
-    per_position: bool = False,
-    resample: Tensor | None = None,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
 ) -> list[tuple[str, object]]:
     """Hooks at every layer's `hook_z` that mix each head by its gate (1 = keep, 0 = removed).
 
     Args:
         gates: one row of gates per example of the batch, or a single row for all of them;
             any dtype, differentiable.
-        resample: the counterfactual `z` of this batch's rows (`compute_resample_z`), for
-            `kind="resample"`.
+        ablation: what a closed gate lets in; for resample ablation its `resample` is the
+            counterfactual `z` of this batch's rows (`compute_resample_z`).
     """
-    kind = AblationKind.parse(kind)
+    ablation = Ablation.of(ablation)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if gates.ndim != 3 or tuple(gates.shape[1:]) != (L, H):
         raise WorkbenchError(
@@ -145,7 +143,7 @@ def gate_hooks(
             partial(
                 _gate_hook,
                 gate=gates[:, l],
-                fill=fill_for(kind, means, l, heads, per_position, resample),
+                fill=ablation.fill(l, heads),
             ),
         )
         for l in range(L)
@@ -153,29 +151,26 @@ def gate_hooks(
 
 
 def gated_scores(
-    model,
+    model: HookedModel,
     batch: TaskBatch,
     gates: Float[Tensor, "batch layer head_index"],
-    kind: AblationKind | str = AblationKind.ZERO,
-    means: HeadMeans | None = None,
-    per_position: bool = False,
-    resample: Tensor | None = None,
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
 ) -> dict[str, Float[Tensor, " batch"]]:
     """Every metric of `score_logits`, per example, with each head mixed by its gate; with
     gates of exactly 0 and 1 these are `MaskScorer`'s scores of the mask `1 - gates`.
     Differentiable in `gates` (accuracy is piecewise constant)."""
-    hooks = gate_hooks(model, gates, kind, means, per_position, resample)
+    hooks = gate_hooks(model, gates, ablation)
     return score_logits(answer_logits(model, batch, hooks), batch)
 
 
 def train_gates(
-    model,
+    model: HookedModel,
     batch: TaskBatch,
     target: str,
     pool: Sequence[Head],
     settings: GateSettings,
     seed: int = 0,
-    ablation: tuple = (AblationKind.ZERO, None, False),
+    ablation: Ablation | AblationKind | str = AblationKind.ZERO,
 ) -> GateFit:
     """Train hard-concrete gates on `pool`'s heads (the other heads stay open) to raise the
     mean `target` with an L0 penalty toward removal; record every head's push.
@@ -183,11 +178,11 @@ def train_gates(
     Args:
         batch: the examples to train on (the selection split).
         target: a metric of `workbench.metrics.scores.METRICS` other than accuracy.
-        ablation: `(kind, means, per_position)` of the fill.
+        ablation: what a closed gate lets in.
         seed: seeds the example order and every gate sample.
     """
-    kind, means, per_position = ablation
-    kind = AblationKind.parse(kind)
+    ablation = Ablation.of(ablation)
+    kind = ablation.kind
     metric = get_metric(target)
     if not record(target).differentiable:
         usable = ", ".join(names_where("differentiable", scored_names()))
@@ -215,9 +210,8 @@ def train_gates(
         leaf = sample.detach().requires_grad_(True)
         gates = torch.ones(b, L * H, device=device).index_copy(1, idx, leaf).view(b, L, H)
         sub = batch.rows(rows)
-        hooks = gate_hooks(
-            model, gates, kind, means, per_position, None if resample is None else resample[rows]
-        )
+        hooks = gate_hooks(model, gates, ablation if resample is None
+                           else replace(ablation, resample=resample[rows]))
         value = metric(answer_logits(model, sub, hooks).float(), sub)  # (b,)
         total = value[~torch.isnan(value)].sum()
         if total.requires_grad:
@@ -265,7 +259,8 @@ def gate_search(space, settings: GateSettings | Mapping | None = None) -> None:
     budget = space.search_budget(settings.search_budget)
     target = space.regression_target
     n = space.n_examples
-    kind = AblationKind.parse(getattr(scorer, "kind", AblationKind.ZERO))
+    ablation = getattr(scorer, "ablation", None) or Ablation(getattr(scorer, "kind", "zero"))
+    kind = ablation.kind
     extra = 1.0 if kind is AblationKind.RESAMPLE else 0.0  # the counterfactual forward
     steps, step_eq = training_steps(budget, n, settings.steps, settings.batch_size, extra)
     left = budget - math.ceil(steps * step_eq + extra)
@@ -275,7 +270,6 @@ def gate_search(space, settings: GateSettings | Mapping | None = None) -> None:
             f"{min(settings.batch_size, n)} examples cost {steps * step_eq:.1f} "
             f"forward-equivalents; give a larger budget, or fewer steps or a smaller batch_size"
         )
-    ablation = (kind, getattr(scorer, "means", None), getattr(scorer, "per_position", False))
     fit = train_gates(
         model,
         scorer.data,
