@@ -27,6 +27,7 @@ from workbench.environment import (
     stage_threads,
 )
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 
 DEFAULT_TOKEN_BUDGET = 16384
 CPU_TOKEN_TARGET = 3072  # tokens per forward where a CPU's matmuls reach their full speed
@@ -61,7 +62,8 @@ def device_token_budget(cfg, free_bytes: int | None = None) -> int:
                                               // per_token)))
 
 
-def default_masks_per_pass(model, n_examples: int, n_tokens: int, token_budget: int) -> int:
+def default_masks_per_pass(model: HookedModel, n_examples: int, n_tokens: int,
+                           token_budget: int) -> int:
     # Measured on a 2-core CPU, SmolLM2-135M, 20 prompts x 20 tokens (a racing slice), seconds
     # per mask: 1.12 one mask per pass, 0.80 four (1600 tokens), 0.73 eight (3200), 0.90
     # sixteen (6400); on the GPT-2-small shape, 64 x 20 tokens: 3.06 one, 3.22 four (5120).

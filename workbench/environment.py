@@ -44,6 +44,7 @@ from importlib import metadata
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 
 DEFAULT_THREADS = "auto"
 SAMPLE_S = 0.3  # the window over which idle cores are measured: 30 ticks of each core
@@ -265,7 +266,7 @@ def check_transformer_lens(version: str | None = None) -> None:
             f"{TRANSFORMER_LENS_PIN}: pip install \"transformer-lens{TRANSFORMER_LENS_PIN}\"")
 
 
-def environment(model=None, choice: ThreadChoice | None = None) -> dict:
+def environment(model: HookedModel=None, choice: ThreadChoice | None = None) -> dict:
     """What a run ran on, as JSON values (module docstring): `threads`, `threads_reason`,
     `device`, `dtype`, `gpu` (None on a CPU), `python`, the `PACKAGES`' versions, `cpu`,
     `cpu_flags`, `cpu_capability` (torch's kernel level), `cores` (usable by this process)."""
@@ -294,7 +295,7 @@ def environment(model=None, choice: ThreadChoice | None = None) -> dict:
     return env
 
 
-def run_environment(model, threads, previous: dict | None) -> dict:
+def run_environment(model: HookedModel, threads, previous: dict | None) -> dict:
     """What a run computes on (`environment`, with its `threads` setting's choice); a run
     resumed on another machine or setup keeps the ones it resumed from under `earlier`
     (`previous`: the results folder's `config.json`, or None)."""

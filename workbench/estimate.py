@@ -56,6 +56,7 @@ import torch
 from workbench.compute import default_masks_per_pass
 from workbench.confirmation.baseline import set_looks
 from workbench.confirmation.confirm import TRADEOFF_EXAMPLES
+from workbench.hooked import HookedModel
 from workbench.pass_cost import (
     DecodeCost,
     Span,
@@ -238,7 +239,7 @@ def likely_costs(costs: dict[str, Span], factors: dict[str, float] = LIKELY
     return {stage: min(low * factors[stage], high) for stage, (low, high) in costs.items()}
 
 
-def measure_forward(run, model=None) -> float:
+def measure_forward(run, model: HookedModel=None) -> float:
     """Seconds of one plain forward over the selection split, timed as the scorers run one:
     up to `MEASURE_ROWS` selection examples tiled as many times as the scorers tile masks of
     that batch (`workbench.compute.default_masks_per_pass`, at most `MEASURE_TOKENS` tokens),

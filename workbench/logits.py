@@ -30,6 +30,7 @@ from transformer_lens.components import Unembed
 from transformer_lens.utilities import apply_softcap
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 
 if TYPE_CHECKING:
     from workbench.tasks.encoding import TaskBatch
@@ -40,7 +41,7 @@ def gather_positions(resid: Float[Tensor, "batch pos d_model"], hook, pos: Tenso
     return resid[torch.arange(resid.shape[0], device=resid.device), pos.to(resid.device)][:, None]
 
 
-def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
+def answer_only_hooks(model: HookedModel, pos: Tensor) -> tuple[list, Tensor]:
     """Hooks that keep only each row's answer position from the last block's `hook_resid_mid`
     on, so that block's MLP, the final norm and the unembedding run on one position per row.
 
@@ -66,7 +67,7 @@ def answer_only_hooks(model, pos: Tensor) -> tuple[list, Tensor]:
 _TRANSPOSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def unembed(model, x: Tensor) -> Tensor:
+def unembed(model: HookedModel, x: Tensor) -> Tensor:
     """`model.unembed(x)`, its hook points included, with the same numbers (the same
     `F.linear` on the same contiguous transposed weight), keeping that transposed copy between
     calls until `W_U` changes (its storage or in-place version). Not for training `W_U`: the
@@ -83,13 +84,13 @@ def unembed(model, x: Tensor) -> Tensor:
     return u.hook_out(F.linear(u.hook_in(x), hit[1], u.b_U))
 
 
-def forward_kwargs(model) -> dict:
+def forward_kwargs(model: HookedModel) -> dict:
     """Keyword arguments of a forward over right-padded tokens: TransformerLens builds a
     padding mask only for left-padded tokenizers, and right padding needs none."""
     return {"padding_side": "right"} if getattr(model, "tokenizer", None) is not None else {}
 
 
-def is_bridge(model) -> bool:
+def is_bridge(model: HookedModel) -> bool:
     """Whether `model` is a TransformerBridge. Hugging Face's forward runs a bridge's layers, so
     a forward cannot start at a later layer (`start_at_layer` raises), and `stop_at_layer=
     n_layers` stops nowhere: it returns the logits, not the final residual stream."""
@@ -99,7 +100,7 @@ def is_bridge(model) -> bool:
 
 
 def unembed_at(
-    model, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
+    model: HookedModel, resid: Float[Tensor, "batch pos d_model"], pos: Tensor
 ) -> Float[Tensor, "batch d_vocab"]:
     """Final layer norm, unembedding and output soft-cap (Gemma-2's `cap * tanh(x / cap)`,
     when `cfg.output_logits_soft_cap > 0`) of the residual stream at one position per row:
@@ -119,7 +120,7 @@ def unembed_at(
     return apply_softcap(logits, getattr(model.cfg, "output_logits_soft_cap", None))
 
 
-def shortformer_kwargs(model, tokens: Tensor) -> dict:
+def shortformer_kwargs(model: HookedModel, tokens: Tensor) -> dict:
     """`shortformer_pos_embed` for a forward that starts at a later layer.
 
     A shortformer model adds its positional embedding to every attention layer's queries and
@@ -131,7 +132,7 @@ def shortformer_kwargs(model, tokens: Tensor) -> dict:
     return {"shortformer_pos_embed": model.pos_embed(tokens)}
 
 
-def logits_at(model, tokens: Tensor, pos: Tensor) -> Float[Tensor, "batch d_vocab"]:
+def logits_at(model: HookedModel, tokens: Tensor, pos: Tensor) -> Float[Tensor, "batch d_vocab"]:
     """The logits a forward over `tokens` gives at one position per row (`model(tokens)[rows,
     pos]`), computed at those positions alone: from the last block's `hook_resid_mid` on for a
     HookedTransformer (`answer_only_hooks`), from the unembedding's input for a
@@ -151,7 +152,7 @@ def logits_at(model, tokens: Tensor, pos: Tensor) -> Float[Tensor, "batch d_voca
 
 
 def answer_logits(
-    model,
+    model: HookedModel,
     batch: TaskBatch,
     fwd_hooks: Sequence = (),
     resid: Tensor | None = None,

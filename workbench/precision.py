@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.hooked import HookedModel
 from workbench.options import SearchDtype
 
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of native bf16 matmuls
@@ -90,7 +91,7 @@ def slow_search_note(device, search_dtype, flags: set[str] | None = None) -> str
 AUTO_MIN_D_MODEL = 512
 
 
-def auto_search_dtype(model, distributed: bool = False,
+def auto_search_dtype(model: HookedModel, distributed: bool = False,
                       flags: set[str] | None = None) -> tuple[SearchDtype, str]:
     """`(dtype, why)` for `search_dtype="auto"`: bfloat16 on a float32 (or float64) model at
     least `AUTO_MIN_D_MODEL` wide on a device with native bfloat16 matmuls (`fast_bf16`;
@@ -118,7 +119,7 @@ def auto_search_dtype(model, distributed: bool = False,
         f"knockouts; the sets are compared, and every number is reported, in {own}")
 
 
-def resolved(model, search_dtype, distributed: bool = False) -> SearchDtype:
+def resolved(model: HookedModel, search_dtype, distributed: bool = False) -> SearchDtype:
     """`search_dtype` itself, or what `auto` picks for `model` (`auto_search_dtype`)."""
     dtype = SearchDtype.parse(search_dtype)
     if dtype is SearchDtype.AUTO:
@@ -126,14 +127,14 @@ def resolved(model, search_dtype, distributed: bool = False) -> SearchDtype:
     return dtype
 
 
-def lowers(model, search_dtype) -> bool:
+def lowers(model: HookedModel, search_dtype) -> bool:
     """Whether `search_dtype` is below the model's own precision (a float32 or float64 model
     searched in bfloat16): only then do screening and search run on a copy."""
     dtype = TORCH_DTYPES[resolved(model, search_dtype)]
     return dtype != torch.float32 and model.cfg.dtype.itemsize > dtype.itemsize
 
 
-def search_model(model, search_dtype):
+def search_model(model: HookedModel, search_dtype):
     """The model that screens and searches: `model` itself when `search_dtype` is float32 or
     the model is already at that precision or below it (a bfloat16 or float16 model), else a
     copy of `model` in that dtype that shares its tokenizers (`SlowSearchWarning` where the

@@ -104,7 +104,7 @@ class CELRun:
         """The run's ablation with the main task's means (`means`)."""
         return Ablation(self.config.kind, self.means, self.config.per_position)
 
-    def scorer(self, data, means: HeadMeans | None = None, model=None) -> MaskScorer:
+    def scorer(self, data, means: HeadMeans | None = None, model: HookedModel=None) -> MaskScorer:
         """A scorer of `data` under the run's ablation, with `means` (those of `data`'s
         prompts for mean ablation)."""
         ablation = Ablation(self.config.kind, means, self.config.per_position)

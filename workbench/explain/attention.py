@@ -27,6 +27,7 @@ from torch import Tensor
 from workbench.errors import WorkbenchError
 from workbench.explain.capture import Capture, as_batch, attach_outcome, capture
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.options import choose
 from workbench.tables import INDEX_COLUMNS, head_name
 from workbench.tasks.encoding import TaskBatch
@@ -138,7 +139,7 @@ def attention_table(
 
 
 def attention_by_role(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     split: str | None = "heldout",

@@ -24,6 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.metrics.scores import forward_kwargs, is_bridge, unembed_at
 from workbench.tasks.encoding import TaskBatch, encode_task
 from workbench.tasks.task import Task, load_task
@@ -31,7 +32,7 @@ from workbench.tasks.task import Task, load_task
 EXAMPLE_INDEX = ("id", "layer", "head", "head_name")
 
 
-def as_batch(model, task: Task | TaskBatch | str, split: str | None) -> TaskBatch:
+def as_batch(model: HookedModel, task: Task | TaskBatch | str, split: str | None) -> TaskBatch:
     """Encode a task (a `Task`, a task name/path, or an encoded batch) and pick one split."""
     if isinstance(task, str):
         task = load_task(task)
@@ -65,7 +66,7 @@ class Capture:
     post_scale: Float[Tensor, "batch layer"] | None = None  # ln1_post's scale, where there is one
 
 
-def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
+def capture(model: HookedModel, batch: TaskBatch, batch_size: int = 32) -> Capture:
     """Run `batch` through `model` once (in mini-batches) and keep its answer positions."""
     n_layers = model.cfg.n_layers
     has_mlp = not model.cfg.attn_only
@@ -130,7 +131,7 @@ def capture(model, batch: TaskBatch, batch_size: int = 32) -> Capture:
     )
 
 
-def has_post_attention_norm(model) -> bool:
+def has_post_attention_norm(model: HookedModel) -> bool:
     """Whether each block normalises its attention output before the residual stream adds it
     (`ln1_post`: Gemma-2, Gemma-3). Only an RMS norm there is decomposed (TransformerLens builds
     no other kind); a model whose norm the capture cannot read is refused, not misread."""

@@ -30,6 +30,7 @@ from workbench.explain.attention import RoleScheme, roles_for
 from workbench.explain.capture import Capture, as_batch, capture
 from workbench.explain.dla import LN_CENTRED, final_norm_param, post_norm_weight
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task
@@ -112,7 +113,8 @@ def _format_tokens(tok, ids: Sequence[int], values: Sequence[float]) -> str:
     return ", ".join(f"{t!r} ({v:+.2f})" for t, v in zip(tok.str_tokens(ids), values, strict=True))
 
 
-def ov_table(model, cap: Capture, heads: HeadSet, n_sources: int, top_k: int) -> pd.DataFrame:
+def ov_table(model: HookedModel, cap: Capture, heads: HeadSet, n_sources: int,
+             top_k: int) -> pd.DataFrame:
     """`ov_circuit`'s table, with the source tokens taken from a capture."""
     tok = get_tokenizer(model)
     records = []
@@ -148,7 +150,7 @@ def ov_table(model, cap: Capture, heads: HeadSet, n_sources: int, top_k: int) ->
 
 
 def ov_circuit(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     split: str | None = "heldout",
@@ -176,7 +178,7 @@ def ov_circuit(
 
 
 def qk_table(
-    model, batch: TaskBatch, heads: HeadSet, roles: list[list[str]], top_k: int
+    model: HookedModel, batch: TaskBatch, heads: HeadSet, roles: list[list[str]], top_k: int
 ) -> pd.DataFrame:
     """`qk_circuit`'s table from an encoded batch and its prompts' roles (`roles_for`)."""
     tok = get_tokenizer(model)
@@ -225,7 +227,7 @@ def qk_table(
 
 
 def qk_circuit(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     split: str | None = "heldout",

@@ -33,6 +33,7 @@ import torch
 from workbench.errors import WorkbenchError
 from workbench.generation.decode import text_decoder
 from workbench.generation.extract import EXTRACTORS, RegexExtractor, get_extractor
+from workbench.hooked import HookedModel
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Example, Task
 from workbench.tasks.tokenizer import get_tokenizer
@@ -148,7 +149,7 @@ class Decisions:
     source: list[str] = field(default_factory=list)  # per row, where its comparison came from
 
 
-def decision_batch(model, batch: TaskBatch, tokens: list[list[int]], texts: list[str],
+def decision_batch(model: HookedModel, batch: TaskBatch, tokens: list[list[int]], texts: list[str],
                    positions: Positions = "answer") -> Decisions:
     """One next-token row per decision of each example (module docstring), from the clean
     generations `tokens` (ids per example) and their `texts`."""

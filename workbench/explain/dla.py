@@ -49,6 +49,7 @@ from torch import Tensor
 from workbench.errors import WorkbenchError
 from workbench.explain.capture import Capture, as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.stats import Stats, effect_summary
 from workbench.tables import INDEX_COLUMNS, head_name
 from workbench.tasks.encoding import TaskBatch
@@ -88,19 +89,19 @@ def _wrong_ids(model, cap: Capture) -> tuple[Tensor, list[str]]:
     return ids, ["task" if bool(h) else "rival" for h in has_wrong]
 
 
-def final_norm_param(model, name: str) -> Float[Tensor, " d_model"] | None:
+def final_norm_param(model: HookedModel, name: str) -> Float[Tensor, " d_model"] | None:
     """The final norm's weight `w` or bias `b`; None when folded away or there is no norm."""
     return getattr(getattr(model, "ln_final", None), name, None)
 
 
-def post_norm_weight(model, layer: int) -> Float[Tensor, " d_model"] | None:
+def post_norm_weight(model: HookedModel, layer: int) -> Float[Tensor, " d_model"] | None:
     """The weight of block `layer`'s post-attention norm (`ln1_post`: Gemma-2, Gemma-3); None
     where the block has none."""
     return getattr(getattr(model.blocks[layer], "ln1_post", None), "w", None)
 
 
 def logit_directions(
-    model, ids: Int[Tensor, "batch k"]
+    model: HookedModel, ids: Int[Tensor, "batch k"]
 ) -> tuple[Float[Tensor, "batch d_model"], Float[Tensor, " batch"]]:
     """The mean effective unembedding direction of each row's ids, and the constant term.
 
@@ -126,7 +127,7 @@ def logit_directions(
 
 
 def attention_writes(
-    model, cap: Capture, out: Tensor, layer: int | None = None
+    model: HookedModel, cap: Capture, out: Tensor, layer: int | None = None
 ) -> Tensor:
     """What attention outputs `out` (before any post-attention norm) add to the residual
     stream at the answer positions, at the clean scale of the block's `ln1_post` times its
@@ -191,7 +192,7 @@ class Attribution:
         return self.answer[key] - self.wrong[key]
 
 
-def attribute(model, cap: Capture) -> Attribution:
+def attribute(model: HookedModel, cap: Capture) -> Attribution:
     """Split the captured logits of the answers and wrong answers into components."""
     wrong_ids, source = _wrong_ids(model, cap)
     with torch.no_grad():
@@ -244,7 +245,8 @@ def _components_table(model, cap: Capture, att: Attribution) -> pd.DataFrame:
 
 
 def dla_components(
-    model, task: Task | TaskBatch | str, split: str | None = "heldout", batch_size: int = 32
+    model: HookedModel, task: Task | TaskBatch | str, split: str | None = "heldout",
+    batch_size: int = 32,
 ) -> pd.DataFrame:
     """Direct logit attribution of every component of the final residual stream.
 
@@ -260,7 +262,8 @@ def dla_components(
     return _components_table(model, cap, attribute(model, cap))
 
 
-def comparison_heads(model, heads: Iterable[HeadSpec] | HeadSet, seed: int = 0) -> HeadSet:
+def comparison_heads(model: HookedModel, heads: Iterable[HeadSpec] | HeadSet,
+                     seed: int = 0) -> HeadSet:
     """One random comparison head per head of the set: another head of the same layer that is
     not in the set (any other head if the layer has none), drawn with `seed`."""
     head_set = HeadSet.of(model, heads)
@@ -281,7 +284,7 @@ def comparison_heads(model, heads: Iterable[HeadSpec] | HeadSet, seed: int = 0) 
 
 
 def dla_table(
-    model, cap: Capture, att: Attribution, heads: HeadSet, comparison: HeadSet
+    model: HookedModel, cap: Capture, att: Attribution, heads: HeadSet, comparison: HeadSet
 ) -> pd.DataFrame:
     """`direct_logit_attribution`'s table from a capture and its `attribute`."""
     tok = get_tokenizer(model)
@@ -313,7 +316,7 @@ def dla_table(
 
 
 def direct_logit_attribution(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     split: str | None = "heldout",
@@ -339,7 +342,7 @@ def direct_logit_attribution(
     return dla_table(model, cap, attribute(model, cap), head_set, comp)
 
 
-def resolve_comparison(model, heads: HeadSet, comparison, seed: int) -> HeadSet:
+def resolve_comparison(model: HookedModel, heads: HeadSet, comparison, seed: int) -> HeadSet:
     """The comparison heads: drawn for `"random"`, else the given ones, none in `heads`."""
     if isinstance(comparison, str) and comparison == "random":
         return comparison_heads(model, heads, seed)

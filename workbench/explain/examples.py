@@ -22,6 +22,7 @@ from workbench.explain.capture import Capture, as_batch, capture
 from workbench.explain.dla import resolve_comparison
 from workbench.explain.removal import OUTCOMES
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task
@@ -75,7 +76,7 @@ def examples_table(cap: Capture, heads: HeadSet, comparison: HeadSet,
 
 
 def attention_examples(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     comparison: Iterable[HeadSpec] | HeadSet | None | Literal["random"] = "random",

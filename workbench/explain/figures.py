@@ -19,6 +19,7 @@ from workbench.errors import WorkbenchError
 from workbench.explain.attention import role_columns
 from workbench.explain.capture import as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.metrics.scores import forward_kwargs
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
@@ -34,7 +35,7 @@ def _figure(n_rows: int, n_cols: int, width: float, height: float):
 
 
 def plot_attention(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet,
     example: int | str = 0,
@@ -77,7 +78,7 @@ def plot_attention(
 
 
 def plot_answer_attention(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     head: HeadSpec,
     split: str | None = "heldout",

@@ -41,6 +41,7 @@ from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
 from workbench.explain.removal import removal_table
 from workbench.generation.decode import greedy_generate
 from workbench.heads import HeadSet
+from workbench.hooked import HookedModel
 from workbench.metrics.generation import target_logprob
 from workbench.metrics.scores import answer_logits
 from workbench.stats import Stats, effect_summary
@@ -51,7 +52,7 @@ from workbench.tasks.tokenizer import get_tokenizer
 GENERATION_SET_METRICS = ("exact_match", "logprob")
 
 
-def comparison_tokens(model, dec: Decisions, cap: Capture, hooks: list,
+def comparison_tokens(model: HookedModel, dec: Decisions, cap: Capture, hooks: list,
                       batch_size: int = 32) -> tuple[Tensor, list[str]]:
     """Each decision's comparison token: the ablated model's argmax on the same prefix where it
     differs from the generated token, else the clean model's runner-up."""
@@ -66,7 +67,7 @@ def comparison_tokens(model, dec: Decisions, cap: Capture, hooks: list,
     return ids, ["ablated" if bool(d) else "runner_up" for d in differs]
 
 
-def generation_outcomes(model, batch: TaskBatch, clean: tuple[list[str], Tensor],
+def generation_outcomes(model: HookedModel, batch: TaskBatch, clean: tuple[list[str], Tensor],
                         hooks: list) -> pd.DataFrame:
     """Per example, the clean and the ablated generation and what they score.
 
@@ -136,7 +137,7 @@ def _keyed(df: pd.DataFrame, dec: Decisions, outcomes: pd.DataFrame | None) -> p
     return df
 
 
-def generation_tables(model, batch: TaskBatch, heads: HeadSet, comparison: HeadSet,
+def generation_tables(model: HookedModel, batch: TaskBatch, heads: HeadSet, comparison: HeadSet,
                       kind: AblationKind, means: HeadMeans | None, groups: list | None,
                       config: dict, positions: Positions = "answer",
                       batch_size: int = 32) -> dict:

@@ -37,6 +37,7 @@ from workbench.explain.dla import resolve_comparison
 from workbench.explain.examples import N_EXAMPLES, pick_examples
 from workbench.explain.explanation import HeadExplanation
 from workbench.heads import HeadSet, HeadSpec
+from workbench.hooked import HookedModel
 from workbench.metrics.scores import forward_kwargs
 from workbench.results.interactive import OfflineHTML, require
 from workbench.tasks.encoding import TaskBatch
@@ -66,7 +67,7 @@ class ExamplePatterns:
 
 
 def attention_patterns(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet | HeadExplanation,
     comparison: Iterable[HeadSpec] | HeadSet | None | Literal["random"] = "random",
@@ -146,7 +147,7 @@ def circuitsvis_bundle() -> str:
 
 
 def attention_view(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch | str,
     heads: Iterable[HeadSpec] | HeadSet | HeadExplanation,
     comparison: Iterable[HeadSpec] | HeadSet | None | Literal["random"] = "random",

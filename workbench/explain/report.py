@@ -35,6 +35,7 @@ import pandas as pd
 from workbench.explain.attention import role_columns
 from workbench.explain.explanation import HeadExplanation, explain_heads
 from workbench.explain.figures import plot_attention_examples
+from workbench.hooked import HookedModel
 from workbench.results.explanation import (
     ATTENTION_EXAMPLES_FIGURE,
     EXPLANATION_DIR,
@@ -46,7 +47,7 @@ from workbench.results.view import write_view
 
 
 def explain_folder(
-    folder: str | Path, model, task, result: CELResult, split: str = "heldout"
+    folder: str | Path, model: HookedModel, task, result: CELResult, split: str = "heldout"
 ) -> HeadExplanation | None:
     """Explain `result`'s best set (or its top candidate) and write it into `folder`:
     `explanation/*.csv`, `explanation.png`, `attention_examples.png`, the section of
@@ -73,7 +74,8 @@ def explain_folder(
     return ex
 
 
-def explanation_of(model, task, result: CELResult, split: str = "heldout") -> HeadExplanation:
+def explanation_of(model: HookedModel, task, result: CELResult,
+                   split: str = "heldout") -> HeadExplanation:
     """`explain_heads` of `result`'s best set (or its top candidate) on `split`, its warnings
     left to the report, with the set it explains recorded (`config["top_candidate"]`)."""
     with warnings.catch_warnings():

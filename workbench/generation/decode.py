@@ -42,6 +42,7 @@ from torch import Tensor
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.logits import forward_kwargs, is_bridge, unembed_at
 
 # Rows decoded together when the caller does not say: bounds the cache (rows x length x
@@ -68,7 +69,7 @@ class Generation:
     n_forwards: int
 
 
-def can_cache(model) -> bool:
+def can_cache(model: HookedModel) -> bool:
     """Whether `model` decodes on a key-value cache: a HookedTransformer with absolute or
     rotary positions (else `greedy_generate` takes `naive_generate`)."""
     return (not is_bridge(model) and hasattr(model, "cfg")
@@ -76,7 +77,7 @@ def can_cache(model) -> bool:
 
 
 def greedy_generate(
-    model,
+    model: HookedModel,
     prompts: Sequence[Int[Tensor, " pos"]],
     max_new_tokens: int,
     until: Sequence[str] = (),
@@ -118,7 +119,7 @@ def greedy_generate(
 
 
 def naive_generate(
-    model,
+    model: HookedModel,
     prompts: Sequence[Int[Tensor, " pos"]],
     max_new_tokens: int,
     until: Sequence[str] = (),
@@ -191,7 +192,7 @@ class _Stop:
         return text
 
 
-def text_decoder(model) -> Callable[[list[int]], str]:
+def text_decoder(model: HookedModel) -> Callable[[list[int]], str]:
     """How `Generation.texts` decodes a row's ids (special tokens skipped), before the cut at
     a stop sequence: a character of a row's text is at the same offset in this decoding, so
     an answer's characters can be traced to the tokens that wrote them

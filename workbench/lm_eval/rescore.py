@@ -18,12 +18,13 @@ import argparse
 import sys
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.lm_eval.source import FEWSHOT_SEED, build_lm_eval_task, require_lm_eval
 from workbench.options import AblationKind
 
 
 def rescore(
-    model, task, heads=None, kind: AblationKind | str = AblationKind.ZERO,
+    model: HookedModel, task, heads=None, kind: AblationKind | str = AblationKind.ZERO,
     num_fewshot: int | None = None, limit: int | None = None, batch_size: int = 8,
 ) -> dict[str, dict[str, float]]:
     """lm-eval's scores of `model` on `task`, clean and with `heads` removed.

@@ -36,6 +36,7 @@ from torch import Tensor
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.logits import forward_kwargs, is_bridge, unembed_at
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.tokenizer import get_tokenizer
@@ -47,7 +48,7 @@ ROWS_PER_PASS = 64
 _SHAREABLE = ("standard", "rotary")
 
 
-def can_share(model) -> bool:
+def can_share(model: HookedModel) -> bool:
     """Whether `model` runs choices on its prompts' key-value cache (a HookedTransformer with
     absolute or rotary positions); else the one-pass-per-choice reference is used."""
     return (not is_bridge(model) and hasattr(model, "cfg")
@@ -55,7 +56,7 @@ def can_share(model) -> bool:
 
 
 def choice_logliks(
-    model, batch: TaskBatch, shared: bool | None = None
+    model: HookedModel, batch: TaskBatch, shared: bool | None = None
 ) -> Float[Tensor, "batch n_choices"]:
     """Each choice's summed log-likelihood, `-inf` beyond an example's last choice.
 
@@ -213,19 +214,19 @@ def choice_scores(
     }
 
 
-def choice_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+def choice_metric(model: HookedModel, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
     """A multiple-choice task's scores (`choice_scores`), as a custom metric for
     `MaskScorer` and `run_cel`: each prompt is run once (`choice_logliks`). Each example's
     scores depend on its own row only, so a scorer may score a slice of rows."""
     return choice_scores(choice_logliks(model, batch), *gold_and_lengths(batch))
 
 
-def naive_choice_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+def naive_choice_metric(model: HookedModel, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
     """`choice_metric` by the reference path: one pass over prompt + choice per choice."""
     return choice_scores(choice_logliks(model, batch, shared=False), *gold_and_lengths(batch))
 
 
-def evaluate_choices(model, batch: TaskBatch, fwd_hooks=()) -> pd.DataFrame:
+def evaluate_choices(model: HookedModel, batch: TaskBatch, fwd_hooks=()) -> pd.DataFrame:
     """Score every example of a multiple-choice batch under `fwd_hooks` (`evaluate` calls it
     with a head set's ablation hooks).
 

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from workbench.errors import WorkbenchError
 from workbench.generation.decode import greedy_generate, naive_generate
+from workbench.hooked import HookedModel
 from workbench.metrics.choices import choice_logliks
 from workbench.tasks.encoding import TaskBatch
 
@@ -54,14 +55,15 @@ def target_batch(batch: TaskBatch) -> TaskBatch:
     return replace(batch, choice_seqs=[[seqs[0]] for seqs in batch.answer_seqs])
 
 
-def target_logprob(model, batch: TaskBatch, shared: bool | None = None) -> Float[Tensor, " batch"]:
+def target_logprob(model: HookedModel, batch: TaskBatch,
+                   shared: bool | None = None) -> Float[Tensor, " batch"]:
     """Each example's teacher-forced log-probability of `target_delimiter + target` after its
     prompt (nats), differentiable; `shared` as in `choice_logliks` (None: on a cache where the
     model allows)."""
     return choice_logliks(model, target_batch(batch), shared)[:, 0]
 
 
-def generations(model, batch: TaskBatch, naive: bool = False) -> list[str]:
+def generations(model: HookedModel, batch: TaskBatch, naive: bool = False) -> list[str]:
     """Each example's greedy continuation under the hooks attached, cut before the first stop
     sequence (`greedy_generate`; `naive`: the reference `naive_generate`)."""
     _check(batch)
@@ -76,7 +78,7 @@ def _exact_match(batch: TaskBatch, texts: list[str]) -> Float[Tensor, " batch"]:
     return torch.tensor(scores, dtype=torch.float32, device=batch.tokens.device)
 
 
-def generation_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+def generation_metric(model: HookedModel, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
     """A generation task's scores as a custom metric for `MaskScorer` and `run_cel` (module
     docstring): `exact_match` of the greedy generation, and the target's `logprob`. Each
     example's scores depend on its own row only, so a scorer may score a slice of rows."""
@@ -84,7 +86,8 @@ def generation_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batc
             "logprob": target_logprob(model, batch)}
 
 
-def generation_logprob_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+def generation_logprob_metric(model: HookedModel,
+                              batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
     """`generation_metric` as attribution differentiates it (its `attribution_metric`): the
     target's `logprob`, and `exact_match` NaN without decoding (it has no gradient, so its
     estimate is NaN whatever the generations are)."""
@@ -95,13 +98,14 @@ def generation_logprob_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor
 generation_metric.attribution_metric = generation_logprob_metric
 
 
-def naive_generation_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+def naive_generation_metric(model: HookedModel,
+                            batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
     """`generation_metric` by the reference paths: no cache, one row at a time."""
     return {"exact_match": _exact_match(batch, generations(model, batch, naive=True)),
             "logprob": target_logprob(model, batch, shared=False)}
 
 
-def evaluate_generation(model, batch: TaskBatch, fwd_hooks=()) -> pd.DataFrame:
+def evaluate_generation(model: HookedModel, batch: TaskBatch, fwd_hooks=()) -> pd.DataFrame:
     """Score every example of a generation batch under `fwd_hooks` (`evaluate` calls it with
     a head set's ablation hooks).
 

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from workbench.ablation import AblationKind, HeadMeans, ablation_hooks, compute_resample_z
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.logits import (  # noqa: F401 (re-exported: workbench.metrics.scores.logits_at)
     answer_logits,
     forward_kwargs,
@@ -151,7 +152,7 @@ def score_logits(
     return {name: fn(logits.float(), batch) for name, fn in METRICS.items()}
 
 
-def multi_token_metric(model, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
+def multi_token_metric(model: HookedModel, batch: TaskBatch) -> dict[str, Float[Tensor, " batch"]]:
     """The scores of a multi-token task, as a custom metric for `MaskScorer` and `run_cel`.
 
     `accuracy` and `logprob` are the sequence scores (`sequence_scores`: greedy exact match,
@@ -214,7 +215,7 @@ def task_metric(metric, data):
 
 
 def evaluate(
-    model,
+    model: HookedModel,
     task: Task | TaskBatch,
     heads=None,
     kind: AblationKind | str = "zero",

@@ -18,13 +18,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.logits import forward_kwargs, is_bridge, unembed_at
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.tokenizer import get_tokenizer
 
 
 def sequence_pass(
-    model, batch: TaskBatch, batch_size: int = 64
+    model: HookedModel, batch: TaskBatch, batch_size: int = 64
 ) -> tuple[dict[str, Float[Tensor, " batch"]], Float[Tensor, "batch d_vocab"]]:
     """Teacher-forced scores of whole answers, and the logits predicting each example's first
     answer token (taken from the same forwards: causal attention makes them the prompt's own)."""
@@ -79,7 +80,7 @@ def sequence_pass(
 
 
 def sequence_scores(
-    model, batch: TaskBatch, fwd_hooks: Sequence = (), batch_size: int = 64
+    model: HookedModel, batch: TaskBatch, fwd_hooks: Sequence = (), batch_size: int = 64
 ) -> dict[str, Float[Tensor, " batch"]]:
     """Teacher-forced scores of whole answers, for multi-token tasks.
 

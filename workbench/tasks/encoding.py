@@ -15,6 +15,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 from workbench.tasks.fit import fit_task
 from workbench.tasks.ids import encode_example
 from workbench.tasks.task import Task
@@ -119,7 +120,7 @@ def _pad(rows: list[list[int]], value: int, device) -> Tensor:
     return out.to(device)
 
 
-def encode_task(model, task: Task, split: str | None = None) -> TaskBatch:
+def encode_task(model: HookedModel, task: Task, split: str | None = None) -> TaskBatch:
     """Tokenize a task for `model`: prompts as its own tokenizer writes them (BOS only where
     it adds one, unless the task forces it), answers in context, the task fitted to the
     tokenizer where its header asks (`per_tokenizer`), structural checks, prompts that fit.

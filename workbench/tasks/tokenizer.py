@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.hooked import HookedModel
 
 
 @dataclass
@@ -295,7 +296,7 @@ def _words(part) -> list[str]:
     return [w for item in part for w in _words(item)]
 
 
-def get_tokenizer(model) -> WordTokenizer | HFTokenizer:
+def get_tokenizer(model: HookedModel) -> WordTokenizer | HFTokenizer:
     """The tokenizer of a model: its `word_tokenizer` if it has one, else its HF tokenizer."""
     word = getattr(model, "word_tokenizer", None)
     if word is not None:
