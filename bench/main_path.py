@@ -2,7 +2,8 @@
 
 Traces `run_prepared(run)` on the CEL micro model (`workbench.cli.demo`, a known answer, a few
 seconds) with `sys.setprofile`. A call is on the path when one of its arguments is the run object
-itself (`prepare_run`'s `CELRun`), so the trace follows the run through every call that passes
+itself (`prepare_run`'s `CELRun`; the run's own methods are not counted: they use the run, they do
+not pass it on), so the trace follows the run through every call that passes
 it on, whatever the stage. Each call is attributed to its unit: a package folder of `workbench`
 (`workbench.confirmation`) or a top-level module (`workbench.pipeline`). Printed: the units in
 the order first entered, how many times the path enters each, the number of units, and the
@@ -32,7 +33,7 @@ def unit(module: str) -> str:
 
 def trace_path(run, go) -> list[str]:
     """The modules, in call order, of every call made while `go()` runs that takes `run` as an
-    argument (positional, keyword or `self`)."""
+    argument (positional or keyword; not the run's own methods, whose `self` it is)."""
     path: list[str] = []
 
     def profile(frame, event, arg):
@@ -43,7 +44,8 @@ def trace_path(run, go) -> list[str]:
             return
         code = frame.f_code
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-        if any(frame.f_locals.get(n) is run for n in names):
+        # the run's own methods (`self` is the run) use it; they do not pass it on
+        if any(frame.f_locals.get(n) is run for n in names if n != "self"):
             path.append(module)
 
     sys.setprofile(profile)
