@@ -631,14 +631,14 @@ def test_removal_passes_restarted_at_the_heads_layer_equal_passes_from_the_embed
         gpt2_like_model, tiny_task, heads):
     # the explanation's removal passes restart from the clean run's residual entering each
     # head's layer: the same numbers, bit for bit, as one pass from the embedding per head
-    from workbench.ablation import AblationKind, ablation_hooks
+    from workbench.ablation import Ablation, AblationKind, ablation_hooks
     from workbench.explain.removal import _removal_logits
     from workbench.metrics.scores import answer_logits
     from workbench.tasks.encoding import encode_task
 
     model = gpt2_like_model
     batch = encode_task(model, tiny_task)
-    got = _removal_logits(model, batch, heads, AblationKind.ZERO, None, False, batch_size=7)
+    got = _removal_logits(model, batch, heads, Ablation(AblationKind.ZERO), batch_size=7)
     with torch.no_grad():
         for h in heads:
             hooks = ablation_hooks(model, [h], AblationKind.ZERO, None, False)

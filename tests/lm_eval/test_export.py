@@ -41,8 +41,8 @@ def test_lm_eval_scores_the_written_task_as_the_workbench_does(setting, split):
     assert (clean["prediction"] != ablated["prediction"]).any()  # the heads change answers
 
 
-def test_only_a_multiple_choice_task_is_written(tmp_path):
-    with pytest.raises(WorkbenchError, match="'ioi' is not a multiple-choice task"):
+def test_only_a_multiple_choice_or_generation_task_is_written(tmp_path):
+    with pytest.raises(WorkbenchError, match="'ioi' is neither a multiple-choice nor a generation"):
         write_lm_eval_task(load_task("ioi"), tmp_path)
 
 
