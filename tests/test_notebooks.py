@@ -38,7 +38,7 @@ BUDGETS_S = {"07_two_families": 900, "08_benchmarks": 600}
 def _missing_embedded_model(path: Path) -> str | None:
     """Why a notebook that loads the embedded model cannot run here, or None if it can."""
     from workbench.loading.checkpoint import is_checkpoint
-    from workbench.tasks.task import TASKS_DIR
+    from workbench.tasks.names import TASKS_DIR
     from workbench.zoo import DEFAULT_TASK, EMBEDDED_PATH
 
     nb = nbformat.read(path, as_version=4)
