@@ -68,6 +68,13 @@ def test_summarize_dla_intervals_decide_the_reading():
                            "dla_summary": summary})
     assert "directly pushes toward the wrong answer" in lines[0]
     assert "has no clear direct effect" in lines[1] and "pushes" not in lines[1]
+    assert "(0.90 of its attention)" in lines[0] and "(0.80 of its attention)" in lines[1]
+    # a role that is no Python identifier (a generation task's `few-shot`) is read by name
+    roles = pd.DataFrame({"head_name": ["L1H0"], "top_role": ["few-shot"],
+                          "attn_few-shot": [0.75], "attn_question": [0.25]})
+    lines = head_readings({"roles": roles, "comparison_roles": pd.DataFrame(),
+                           "dla_summary": summary})
+    assert "attends mostly to `few-shot` (0.75 of its attention)" in lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -217,7 +217,9 @@ def head_readings(t: dict[str, pd.DataFrame]) -> list[str]:
     comp_mean = float(np.mean(comp_dla)) if len(comp_dla) else float("nan")
     out = []
     for r in roles.itertuples():
-        share = getattr(r, f"attn_{r.top_role}", float("nan"))
+        # by column name: itertuples renames a column that is no identifier (`attn_few-shot`)
+        share = roles.at[r.Index, f"attn_{r.top_role}"] if f"attn_{r.top_role}" in roles \
+            else float("nan")
         d = dla[dla["head_name"] == r.head_name]
         line = (f"- **{r.head_name}** attends mostly to `{r.top_role}` ({share:.2f} of its "
                 "attention)")
