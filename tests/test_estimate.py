@@ -294,14 +294,17 @@ def gen_batch(attn_model):
 def test_the_generation_passes_are_counted_as_the_scorer_runs_them(attn_model, gen_batch,
                                                                    monkeypatch):
     """`generation_forwards` against the forwards the scorer really runs for three masks
-    through `generation_metric`: per mask, the decode's (per group of rows its longest
-    generation, the lengths read from a separate decode under the mask) and the target's
-    teacher-forced pass; between every row ending at its first token and every row writing
-    `max_new_tokens`, the two ends `generation_share` prices."""
-    from workbench.ablation import mask_hooks
+    through `generation_metric`: one joint call (80 rows a mask, so three masks fill
+    `JOINT_ROWS`), whose decode runs the masks' 240 rows together (per group of rows its
+    longest generation, the lengths read from a separate decode under each mask), then the
+    target's teacher-forced pass per mask; between every row ending at its first token and
+    every row writing `max_new_tokens`, the two ends `generation_share` prices. One mask
+    alone: its own decode."""
+    from workbench.ablation import Ablation, mask_hooks
     from workbench.generation.decode import ROWS_PER_PASS, greedy_generate
     from workbench.metrics.generation import generation_metric, target_batch
     from workbench.pass_cost import choice_forwards, generation_forwards
+    from workbench.scoring.custom import masks_per_call
     from workbench.scoring.scorer import MaskScorer, masks_of
 
     _, batch = gen_batch
@@ -319,14 +322,22 @@ def test_the_generation_passes_are_counted_as_the_scorer_runs_them(attn_model, g
     scorer.score(masks_of(attn_model, [[]]))  # the clean run, before counting
     calls = _counting(attn_model, monkeypatch)
     scorer.score(masks)
-    groups = math.ceil(n / ROWS_PER_PASS)
-    assert groups == 2 and choice_forwards(target_batch(batch)) >= groups
-    assert len(calls) == sum(generation_forwards(batch, lengths) for lengths in new)
-    least = generation_forwards(batch, [1] * n)
-    most = generation_forwards(batch, [settings.max_new_tokens] * n)
-    assert least == groups + choice_forwards(target_batch(batch))
+    assert masks_per_call(generation_metric, batch, Ablation()) == 3
+    groups = math.ceil(3 * n / ROWS_PER_PASS)
+    teacher = choice_forwards(target_batch(batch))
+    assert groups == 4 and teacher >= 2
+    assert len(calls) == generation_forwards(batch, new)
+    least = generation_forwards(batch, [[1] * n] * 3)
+    most = generation_forwards(batch, [[settings.max_new_tokens] * n] * 3)
+    assert least == groups + 3 * teacher
     assert most == least + groups * (settings.max_new_tokens - 1)
-    assert all(least <= generation_forwards(batch, lengths) <= most for lengths in new)
+    assert least <= generation_forwards(batch, new) <= most
+    scorer = MaskScorer(attn_model, batch, metric=generation_metric)
+    scorer.clean()
+    calls.clear()
+    scorer.score(masks[1:2])
+    assert len(calls) == generation_forwards(batch, new[1:2])
+    assert generation_forwards(batch, [[1] * n]) == math.ceil(n / ROWS_PER_PASS) + teacher
 
 
 def test_a_generation_run_is_costed_as_it_decodes(attn_model, gen_batch, monkeypatch):
@@ -334,11 +345,17 @@ def test_a_generation_run_is_costed_as_it_decodes(attn_model, gen_batch, monkeyp
     teacher-forced pass from every block (`2 + t` at the least, `max_new_tokens + 1 + t` at
     the most, `t` the target's tokens past the first over the prompts'); attribution the
     teacher-forced pass alone; the likely time prices every pass at the clean scoring timed
-    by `measure_decode` (its forwards the count of the clean decode), and the line says so."""
+    by `measure_decode` (the clean decode of 16 examples as four masks' rows, one group, and
+    one teacher-forced pass: its forwards counted), and the line says so."""
     import workbench.estimate as estimate
     from workbench.generation.decode import greedy_generate
     from workbench.metrics.generation import target_batch
-    from workbench.pass_cost import choice_tokens, generation_forwards, plain_share
+    from workbench.pass_cost import (
+        choice_forwards,
+        choice_tokens,
+        generation_forwards,
+        plain_share,
+    )
     from workbench.racing import first_slice
 
     task, batch = gen_batch
@@ -361,7 +378,11 @@ def test_a_generation_run_is_costed_as_it_decodes(attn_model, gen_batch, monkeyp
     rows = run.select.rows(slice(0, d.rows))
     clean = greedy_generate(attn_model, rows.prompts(), max_new, task.generation.until)
     assert d.rows == 16 and d.share > 0 and d.span == (low * (2 + t), max_new + 1 + t)
-    assert d.forwards == generation_forwards(rows, [len(x) for x in clean.tokens])
+    lengths = [len(x) for x in clean.tokens]
+    teacher = choice_forwards(target_batch(rows))
+    assert d.copies == 4
+    assert d.forwards == generation_forwards(rows, [lengths] * 4) - 3 * teacher
+    assert d.new_tokens == pytest.approx(sum(lengths) / len(lengths))
     n_heads, n_sel = 8, len(run.select)
     assert est.typical["screen"][0] == pytest.approx(
         n_heads * first_slice(n_sel) / n_sel * d.share)

@@ -37,8 +37,7 @@ run one (`measure_forward`: the masks tiled per pass as a CPU or GPU tiles them,
 so the bound holds at the load of the moment it was measured. The high end is every
 candidate on every example, every set restarted at its first layer, every generated row
 `max_new_tokens` long: no bound, the size of a run that races nothing. A generation task's
-clean scoring of a few selection examples is timed too (`pass_cost.measure_decode`), and its
-likely cost prices every masked pass at it.
+clean scoring is timed too (`pass_cost.measure_decode`): the likely cost of every pass.
 
 A run that screens and searches at a lower precision (`CELConfig.search_dtype`) runs those
 stages on its bfloat16 copy: the forward is timed on the copy too (built then, kept for
@@ -340,11 +339,12 @@ class RunEstimate:
         """What a masked pass on the main task costs, in words."""
         d = self.decode
         if d is not None:
-            return (f"a masked pass decodes, every block, and scores its target teacher-"
-                    f"forced: {d.span[0]:.1f}-{d.span[1]:.0f} forwards' time, from every row "
-                    f"ending at once to every row writing {d.max_new_tokens} tokens; the clean "
-                    f"model's took {d.share:.1f} on {d.rows} examples ({d.forwards} forwards, "
-                    f"{d.new_tokens:.1f} new tokens each), the pass the likely time prices")
+            return (f"a masked pass decodes, every block, and scores its target teacher-forced:"
+                    f" {d.span[0]:.1f}-{d.span[1]:.0f} forwards' time, from every row ending at "
+                    f"once to every row writing {d.max_new_tokens} tokens; the clean model's took"
+                    f" {d.share:.1f} a mask on {d.rows} examples decoded as {d.copies} masks' rows"
+                    f" together ({d.forwards} forwards, {d.new_tokens:.1f} new tokens each), the "
+                    "pass the likely time prices")
         if self.choice_share is None:
             return "a masked pass restarts at its layer"
         return "a masked pass runs every block" + (

@@ -95,16 +95,20 @@ def _target_share(batch) -> float:
     return tail / max(1, prompt)
 
 
-def generation_forwards(batch, new_tokens: Sequence[int]) -> int:
-    """The model forwards one scoring of a generation batch runs (`generation_metric`, on a
-    key-value cache) when its rows generate `new_tokens` tokens each: the decode's
-    (`decode_forwards`: per group of rows, its longest generation) and the target's
-    teacher-forced pass (`choice_forwards` of `target_batch`)."""
+def generation_forwards(batch, new_tokens: Sequence[Sequence[int]]) -> int:
+    """The model forwards one scoring of a generation batch under `len(new_tokens)` masks
+    runs (`generation_masks_metric`; a single mask: `generation_metric`), on a key-value
+    cache, when mask `m`'s rows generate `new_tokens[m]` tokens each: the decode of every
+    mask's rows together (`decode_forwards` over the rows, mask-major: per group of rows, its
+    longest generation) and one teacher-forced pass of the target per mask
+    (`choice_forwards` of `target_batch`)."""
     from workbench.generation.decode import decode_forwards
     from workbench.metrics.generation import target_batch
 
-    return (decode_forwards(batch.lengths.tolist(), list(new_tokens))
-            + choice_forwards(target_batch(batch)))
+    lengths = batch.lengths.tolist() * len(new_tokens)
+    flat = [int(t) for per_mask in new_tokens for t in per_mask]
+    return (decode_forwards(lengths, flat)
+            + len(new_tokens) * choice_forwards(target_batch(batch)))
 
 
 def generation_share(run) -> Span | None:
@@ -146,9 +150,11 @@ def main_share(run) -> Span | None:
 
 @dataclass(frozen=True)
 class DecodeCost:
-    """A generation main task's clean scoring (`measure_decode`): `share`, its seconds over
-    those of a plain forward over the same rows; `span`, a masked pass's range
-    (`generation_share`); the rows timed, the forwards they ran and their new tokens."""
+    """A generation main task's clean scoring (`measure_decode`): `share`, one mask's seconds
+    over those of a plain forward over the same rows; `span`, a masked pass's range
+    (`generation_share`); the examples timed, decoded as the rows of `copies` masks together,
+    the forwards run (the joint decode's and one teacher-forced pass) and the new tokens per
+    example."""
 
     share: float
     span: Span
@@ -156,31 +162,45 @@ class DecodeCost:
     forwards: int
     new_tokens: float
     max_new_tokens: int
+    copies: int = 1
 
 
 def measure_decode(run, seconds: float) -> DecodeCost | None:
     """Time the clean model scoring up to `MEASURE_DECODE_ROWS` selection examples of a
-    generation main task as the scorer does (`greedy_generate`, then `target_logprob`), under
-    the run's threads, as a share of `seconds` (`workbench.estimate.measure_forward(run)`,
-    the selection split's plain forward) scaled to those rows' tokens; None for another task.
-    Unlike that forward it is not tiled: the scorer runs one mask per generation pass."""
+    generation main task as the scorer does, under the run's threads, as a share of
+    `seconds` (`workbench.estimate.measure_forward(run)`, the selection split's plain
+    forward) scaled to those rows' tokens; None for another task.
+
+    The scorer decodes several masks' rows together in groups of `ROWS_PER_PASS`
+    (`workbench.scoring.custom`), and a step over a full group costs each row less than a
+    step over a few rows, so the examples are decoded as the rows of as many empty masks as
+    fill one group (`greedy_generate_masks`), and one mask's share is that decode's time over
+    the copies plus one teacher-forced pass (`target_logprob`)."""
     span = generation_share(run)
     if span is None:
         return None
     rows = run.select.rows(slice(0, MEASURE_DECODE_ROWS))
     settings = rows.task.generation
-    from workbench.generation.decode import greedy_generate
-    from workbench.metrics.generation import target_logprob
+    from workbench.generation.decode import ROWS_PER_PASS, decode_forwards
+    from workbench.generation.masked import greedy_generate_masks
+    from workbench.metrics.generation import target_batch, target_logprob
 
+    copies = max(1, ROWS_PER_PASS // len(rows))
+    cfg = run.model.cfg
+    empty = torch.zeros(copies, cfg.n_layers, cfg.n_heads, device=cfg.device)
+    sync = torch.cuda.synchronize if str(cfg.device).startswith("cuda") else (lambda: None)
     with run.compute.threads_set(), torch.no_grad():
         t0 = time.perf_counter()
-        gen = greedy_generate(run.model, rows.prompts(), settings.max_new_tokens,
-                              settings.until)
+        gen = greedy_generate_masks(run.model, rows.prompts(), empty,
+                                    settings.max_new_tokens, settings.until)
+        sync()
+        t1 = time.perf_counter()
         target_logprob(run.model, rows)
-        if str(run.model.cfg.device).startswith("cuda"):
-            torch.cuda.synchronize()
-        took = time.perf_counter() - t0
+        sync()
+        took = (t1 - t0) / copies + time.perf_counter() - t1
     plain = seconds * float(rows.lengths.sum()) / float(run.select.lengths.sum())
     new = [len(t) for t in gen.tokens]
-    return DecodeCost(took / plain, span, len(rows), generation_forwards(rows, new),
-                      sum(new) / len(new), settings.max_new_tokens)
+    forwards = (decode_forwards(rows.lengths.tolist() * copies, new)
+                + choice_forwards(target_batch(rows)))
+    return DecodeCost(took / plain, span, len(rows), forwards,
+                      sum(new) / len(new), settings.max_new_tokens, copies)

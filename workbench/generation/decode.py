@@ -103,15 +103,26 @@ def greedy_generate(
         >>> with model.hooks(fwd_hooks=ablation_hooks(model, "L3H1")):
         ...     greedy_generate(model, ids, 16, until=["\\n"]).texts
     """
-    rows, until = _check(model, prompts, max_new_tokens, until, rows_per_pass)
+    rows, until = checked_rows(model, prompts, max_new_tokens, until, rows_per_pass)
+    return decode_rows(model, rows, StopRule(model, max_new_tokens, until), rows_per_pass)
+
+
+# Called before every forward with the indices (into the prompts) of the rows it runs, in
+# batch order: what a hook that treats rows differently reads (`workbench.generation.masked`).
+OnRows = Callable[[list[int]], None]
+
+
+def decode_rows(model: HookedModel, rows: list[list[int]], stop: StopRule,
+                rows_per_pass: int | None = None, on_rows: OnRows | None = None) -> Generation:
+    """`greedy_generate` on checked id lists: cached where the model allows, else the
+    reference; `on_rows` is told which rows every forward runs."""
     if not can_cache(model):
-        return naive_generate(model, rows, max_new_tokens, until)
-    stop = _Stop(model, max_new_tokens, until)
+        return _naive_rows(model, rows, stop, on_rows)
     tokens: list[list[int]] = [[] for _ in rows]
     n_forwards = 0
     with torch.no_grad():
         for group in _groups([len(r) for r in rows], rows_per_pass):
-            out, n = _cached_group(model, [rows[i] for i in group], stop)
+            out, n = _cached_group(model, [rows[i] for i in group], stop, group, on_rows)
             n_forwards += n
             for i, ids in zip(group, out, strict=True):
                 tokens[i] = ids
@@ -127,14 +138,20 @@ def naive_generate(
 ) -> Generation:
     """The reference for `greedy_generate`: each row alone, each step one forward over the
     whole sequence so far (no cache, no padding); `rows_per_pass` is accepted and unused."""
-    rows, until = _check(model, prompts, max_new_tokens, until, rows_per_pass)
-    stop = _Stop(model, max_new_tokens, until)
+    rows, until = checked_rows(model, prompts, max_new_tokens, until, rows_per_pass)
+    return _naive_rows(model, rows, StopRule(model, max_new_tokens, until))
+
+
+def _naive_rows(model, rows: list[list[int]], stop: StopRule,
+                on_rows: OnRows | None = None) -> Generation:
     tokens, n_forwards = [], 0
     device = _device(model)
     with torch.no_grad():
-        for prompt in rows:
+        for r, prompt in enumerate(rows):
             seq, new = list(prompt), []
             while True:
+                if on_rows is not None:
+                    on_rows([r])
                 x = torch.tensor([seq], dtype=torch.long, device=device)
                 logits = model(x, **forward_kwargs(model))[0, -1]
                 n_forwards += 1
@@ -167,7 +184,7 @@ def _groups(lengths: Sequence[int], rows_per_pass: int | None) -> list[list[int]
     return [order[start : start + per_pass] for start in range(0, len(order), per_pass)]
 
 
-class _Stop:
+class StopRule:
     """When a row ends, and its text: the model's EOS, `max_new_tokens`, a stop sequence."""
 
     def __init__(self, model, max_new_tokens: int, until: list[str]) -> None:
@@ -220,9 +237,11 @@ def _device(model):
     return model.cfg.device if hasattr(model, "cfg") else next(model.parameters()).device
 
 
-def _cached_group(model, prompts: list[list[int]], stop: _Stop) -> tuple[list[list[int]], int]:
-    """One group of rows decoded on one cache: left-padded prompt pass, then one token per
-    running row per step, finished rows dropped (module docstring)."""
+def _cached_group(model, prompts: list[list[int]], stop: StopRule, ids: list[int],
+                  on_rows: OnRows | None) -> tuple[list[list[int]], int]:
+    """One group of rows (`ids`: their indices for `on_rows`) decoded on one cache:
+    left-padded prompt pass, then one token per running row per step, finished rows dropped
+    (module docstring)."""
     device = _device(model)
     width = max(len(p) for p in prompts)
     tokens = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -236,6 +255,8 @@ def _cached_group(model, prompts: list[list[int]], stop: _Stop) -> tuple[list[li
     out: list[list[int]] = [[] for _ in prompts]
     n_forwards = 0
     while True:
+        if on_rows is not None:
+            on_rows([ids[j] for j in running])
         final = model(x, stop_at_layer=model.cfg.n_layers, attention_mask=m, past_kv_cache=cache)
         n_forwards += 1
         last = torch.full((len(running),), final.shape[1] - 1, dtype=torch.long)
@@ -268,7 +289,7 @@ def _compact(cache: TransformerLensKeyValueCache, keep: list[int]) -> None:
         entry.past_values = entry.past_values[rows, first:]
 
 
-def _check(
+def checked_rows(
     model, prompts, max_new_tokens, until, rows_per_pass
 ) -> tuple[list[list[int]], list[str]]:
     """The prompts as id lists and the stop sequences as a list, or one `WorkbenchError`."""

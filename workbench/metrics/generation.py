@@ -32,8 +32,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from workbench.ablation import Ablation
 from workbench.errors import WorkbenchError
 from workbench.generation.decode import greedy_generate, naive_generate
+from workbench.generation.masked import greedy_generate_masks
 from workbench.hooked import HookedModel
 from workbench.metrics.choices import choice_logliks
 from workbench.tasks.encoding import TaskBatch
@@ -96,6 +98,29 @@ def generation_logprob_metric(model: HookedModel,
 
 
 generation_metric.attribution_metric = generation_logprob_metric
+
+
+def generation_masks_metric(model: HookedModel, batch: TaskBatch,
+                            masks: Float[Tensor, "n_masks layer head_index"],
+                            ablation: Ablation) -> dict[str, Float[Tensor, "n_masks batch"]]:
+    """`generation_metric` under each of `masks` (1 = ablated), the masks' rows decoded
+    together (`greedy_generate_masks`; its `masks_metric`, which `MaskScorer` calls for a
+    zero or averaged-mean ablation); the target's `logprob` is one pass per mask."""
+    _check(batch)
+    settings = batch.task.generation
+    prompts = batch.prompts()
+    texts = greedy_generate_masks(model, prompts, masks, settings.max_new_tokens,
+                                  settings.until, ablation).texts
+    n = len(prompts)
+    exact, logp = [], []
+    for m in range(len(masks)):
+        exact.append(_exact_match(batch, texts[m * n:(m + 1) * n]))
+        with model.hooks(fwd_hooks=ablation.mask_hooks(model, masks[m:m + 1])):
+            logp.append(target_logprob(model, batch))
+    return {"exact_match": torch.stack(exact), "logprob": torch.stack(logp)}
+
+
+generation_metric.masks_metric = generation_masks_metric
 
 
 def naive_generation_metric(model: HookedModel,

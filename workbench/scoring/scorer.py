@@ -16,7 +16,9 @@ Several masks can share one forward (`mask_hooks` tiles the batch), within the b
 Custom metrics: `metric(model, data) -> per-example scores` (a `[batch]` tensor, named
 `metric`, or a dict of them) with any `data` it understands scores any hooked model that
 exposes `blocks.{l}.attn.hook_z`. The metric runs the model itself, so each mask is then one
-call of it under the ablation hooks (no prefix reuse).
+call of it under the ablation hooks (no prefix reuse); a metric with a `masks_metric` scores
+several masks per call (`workbench.scoring.custom`: a generation task decodes their rows
+together).
 
 A scorer remembers the whole-split scores of calls with at most `MEMO_MASKS` masks: the
 confirmation scores each found set on every held-out and side-task example, and the trade-off
@@ -44,6 +46,7 @@ from workbench.metrics.scores import forward_kwargs, is_bridge, score_logits, un
 from workbench.progress import progress_bar
 from workbench.scoring.batching import Chunk, Targets, answer_only_hooks, length_buckets
 from workbench.scoring.cache import ResidCache, save_hook
+from workbench.scoring.custom import score_metric
 from workbench.scoring.interface import CustomMetric as CustomMetric
 from workbench.scoring.interface import Scorer as Scorer
 from workbench.scoring.interface import as_score_dict
@@ -321,15 +324,7 @@ class MaskScorer:
         return isinstance(self.data, TaskBatch) and self._resample_z is None
 
     def _score_metric(self, masks, out, bar, data) -> None:
-        with torch.no_grad():
-            for i in range(masks.shape[0]):
-                hooks = self._ablation().mask_hooks(self.model, masks[i : i + 1])
-                with self.model.hooks(fwd_hooks=hooks):
-                    scores = as_score_dict(self.metric(self.model, data), "ablated run")
-                for name, v in scores.items():
-                    if name in out:
-                        out[name][i] = v
-                bar.update(1)
+        score_metric(self.model, self.metric, data, masks, out, bar, self._ablation())
 
     def _score_naive(self, masks, out, bar, column) -> None:
         model, batch = self.model, self.data
