@@ -42,8 +42,8 @@ from workbench.explain.removal import removal_table
 from workbench.generation.decode import greedy_generate
 from workbench.heads import HeadSet
 from workbench.hooked import HookedModel
+from workbench.logits import answer_logits
 from workbench.metrics.generation import target_logprob
-from workbench.metrics.scores import answer_logits
 from workbench.stats import Stats, effect_summary
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.tokenizer import get_tokenizer
