@@ -31,7 +31,7 @@ from workbench.explain.capture import as_batch  # noqa: E402
 from workbench.explain.removal import default_means  # noqa: E402
 from workbench.heads import HeadSet  # noqa: E402
 from workbench.loading import load_model  # noqa: E402
-from workbench.metrics.scores import answer_logits  # noqa: E402
+from workbench.logits import answer_logits  # noqa: E402
 from workbench.tasks.encoding import encode_task  # noqa: E402
 from workbench.tasks.task import load_task  # noqa: E402
 from workbench.tasks.tokenizer import get_tokenizer  # noqa: E402

@@ -15,7 +15,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from tests.helpers import assert_close, randomize_biases, tiny_encoder, w_o_zeroed
 from workbench import HeadSet, WorkbenchError, ablated, compute_head_means, encode_task, evaluate
 from workbench.ablation import ablation_hooks, compute_resample_z, mask_hooks
-from workbench.metrics.scores import answer_logits
+from workbench.logits import answer_logits
 from workbench.tasks.task import Example, Task
 
 HEAD_SETS = [["L0H1"], ["L1H3"], [(0, 0), (0, 2), (1, 1)], "L0H3,L1H0"]

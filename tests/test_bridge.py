@@ -43,7 +43,7 @@ from workbench import (
     summarize,
 )
 from workbench.errors import WorkbenchError
-from workbench.metrics.scores import answer_logits, is_bridge, logits_at, unembed_at
+from workbench.logits import answer_logits, is_bridge, logits_at, unembed_at
 
 O_PROJ = "transformer.h.{l}.attn.c_proj"  # GPT-2's attention output projection (Conv1D)
 D_HEAD = 8

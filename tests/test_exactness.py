@@ -17,7 +17,7 @@ from tests.helpers import assert_close, loop_head_effects, randomize_biases, tin
 from workbench import WorkbenchError, compute_head_means
 from workbench.ablation import Ablation, _mask_hook, _replace_heads_hook, mask_hooks
 from workbench.compute import Compute
-from workbench.metrics.scores import unembed_at
+from workbench.logits import unembed_at
 from workbench.results.fingerprint import model_fingerprint
 from workbench.scoring.batching import MAX_PAD_SHARE, length_buckets
 from workbench.scoring.scorer import MaskScorer, masks_of

@@ -276,7 +276,7 @@ def measure_dla(model, batch) -> dict[str, float]:
     from workbench.explain import dla_components
     from workbench.explain.capture import capture
     from workbench.explain.dla import attribute
-    from workbench.metrics.scores import answer_logits
+    from workbench.logits import answer_logits
 
     comps = dla_components(model, batch, split=None)
     with torch.no_grad():

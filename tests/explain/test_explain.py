@@ -43,7 +43,7 @@ from workbench.explain import (
 )
 from workbench.explain.capture import capture
 from workbench.explain.dla import attribute
-from workbench.metrics.scores import answer_logits
+from workbench.logits import answer_logits
 from workbench.tables import check_head_table
 from workbench.tasks.encoding import encode_task
 from workbench.tasks.task import load_task
@@ -633,7 +633,7 @@ def test_removal_passes_restarted_at_the_heads_layer_equal_passes_from_the_embed
     # head's layer: the same numbers, bit for bit, as one pass from the embedding per head
     from workbench.ablation import Ablation, AblationKind, ablation_hooks
     from workbench.explain.removal import _removal_logits
-    from workbench.metrics.scores import answer_logits
+    from workbench.logits import answer_logits
     from workbench.tasks.encoding import encode_task
 
     model = gpt2_like_model

@@ -26,7 +26,7 @@ from workbench.explain.decisions import (
     decision_roles,
     token_offsets,
 )
-from workbench.explain.explanation import GeneratedExplanation
+from workbench.explain.explanation import GeneratedExplanation, TableSizes
 from workbench.explain.report import explain_folder
 from workbench.generation.decode import text_decoder
 from workbench.generation.extract import get_extractor
@@ -230,6 +230,19 @@ def test_outcomes_are_evaluate_generation_clean_and_ablated(attn_model):
                                      for x in d]
     assert set(o["outcome"]) != {"unchanged"}  # the ablation changes some answer here
     assert_close(ex.set_effect["d_exact_match"].iloc[0], float(d.mean()), atol=1e-7)
+
+
+def test_table_sizes_reach_the_circuit_tables_at_the_decisions(attn_model):
+    """`sizes` sizes `ov` and `qk` on a generation task as on any other (the defaults list 3
+    sources and 5 tokens)."""
+    task = _task(attn_model, "none", n=16)
+    ex = explain_heads(attn_model, task, HEADS, split="heldout", comparison=None,
+                       sizes=TableSizes(n_sources=1, top_k=2))
+    assert isinstance(ex, GeneratedExplanation)
+    assert ex.ov.groupby("head_name").size().to_dict() == {h: 1 for h in HEADS}
+    for col in ("promoted", "suppressed"):
+        assert all(len(cell.split(", ")) == 2 for cell in ex.ov[col]), col
+    assert ex.qk.groupby("head_name")["rank"].apply(list).to_dict() == {h: [0, 1] for h in HEADS}
 
 
 def test_roles_mark_few_shot_question_and_generated_tokens():

@@ -25,7 +25,8 @@ from tests.golden import TINY, tiny_inputs
 from tests.helpers import assert_close
 from workbench.explain import removal_vs_dla
 from workbench.explain.removal import SET_METRICS
-from workbench.metrics.scores import answer_logits, evaluate
+from workbench.logits import answer_logits
+from workbench.metrics.scores import evaluate
 from workbench.pipeline import run_cel
 from workbench.tasks.encoding import encode_task
 from workbench.tasks.task import Task, load_task

@@ -42,7 +42,8 @@ def test_tiled_and_chunked_scoring_equals_one_mask_at_a_time(
         assert_close(got[m], ref[m], msg=m)
     # and against the context manager on the full model
     with ablated(model, sets[2], "mean", means), torch.no_grad():
-        from workbench.metrics.scores import answer_logits, score_logits
+        from workbench.logits import answer_logits
+        from workbench.metrics.scores import score_logits
 
         direct = score_logits(answer_logits(model, batch), batch)
     assert_close(got["logprob"][2], direct["logprob"])
@@ -63,7 +64,8 @@ def test_batched_set_scores_equal_one_ablated_run(micro):
     clean = MaskScorer(model, batch).clean()
     for i, s in enumerate(sets):
         with ablated(model, s), torch.no_grad():
-            from workbench.metrics.scores import answer_logits, score_logits
+            from workbench.logits import answer_logits
+            from workbench.metrics.scores import score_logits
 
             ref = score_logits(answer_logits(model, batch), batch)
         for m in ref:

@@ -146,7 +146,8 @@ def test_a_one_forward_custom_metric_gets_length_buckets_and_the_same_estimates(
     """A custom metric declared `one_forward` runs once per length bucket under attribution,
     not once per example, and its estimates equal the one-example-at-a-time ones."""
     from workbench import one_forward
-    from workbench.metrics.scores import answer_logits, score_logits
+    from workbench.logits import answer_logits
+    from workbench.metrics.scores import score_logits
     from workbench.screening.attribution import attribution_effects
 
     calls = []

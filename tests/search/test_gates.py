@@ -12,7 +12,8 @@ from tests.helpers import assert_close, tiny_model
 from workbench import WorkbenchError
 from workbench.ablation import Ablation, compute_head_means
 from workbench.compute import Compute
-from workbench.metrics.scores import METRICS, answer_logits
+from workbench.logits import answer_logits
+from workbench.metrics.scores import METRICS
 from workbench.scoring.scorer import MaskScorer
 from workbench.screening.screen import screen_heads
 from workbench.search.candidates import best_sets, candidate_heads, search_pool, select_candidates

@@ -170,7 +170,8 @@ def test_run_cel_scores_a_task_that_fitting_made_multi_token_on_every_token(toke
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     from tests.helpers import assert_close
-    from workbench.metrics.scores import answer_logits, multi_token_metric, score_logits
+    from workbench.logits import answer_logits
+    from workbench.metrics.scores import multi_token_metric, score_logits
     from workbench.pipeline import run_cel
 
     hf = tokenizers[("qwen", "addition")]

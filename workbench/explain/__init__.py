@@ -28,7 +28,8 @@ prompt), one module per angle:
   rest went through later layers or the final layer norm's scale.
 
 `explain_heads` (`explanation`) runs all of it on one forward pass (`capture`) and returns a
-`HeadExplanation` holding the tables; `figures` draws them with matplotlib; `report`
+`HeadExplanation` holding the tables (the per-head ones built alike on every kind of task by
+`per_head`); `figures` draws them with matplotlib; `report`
 (`explain_folder`) writes one into a CEL results folder and its `report.md`, and `stage` is
 `run_cel`'s explain stage, which writes the same files at the end of a run. The helpers the
 modules share (`capture`, `attribute`, `roles_for`, the `*_table` builders) are public names

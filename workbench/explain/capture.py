@@ -25,7 +25,7 @@ from torch import Tensor
 
 from workbench.errors import WorkbenchError
 from workbench.hooked import HookedModel
-from workbench.metrics.scores import forward_kwargs, is_bridge, unembed_at
+from workbench.logits import forward_kwargs, is_bridge, unembed_at
 from workbench.tasks.encoding import TaskBatch, encode_task
 from workbench.tasks.task import Task, load_task
 

@@ -28,22 +28,12 @@ from workbench.ablation import Ablation, AblationKind
 from workbench.confirmation.confirm import cluster_labels
 from workbench.deprecation import renamed_keywords
 from workbench.errors import WorkbenchError
-from workbench.explain.attention import (
-    RoleScheme,
-    attention_table,
-    roles_for,
-    summarize_attention,
-)
+from workbench.explain.attention import RoleScheme, attention_table, roles_for
 from workbench.explain.capture import as_batch, capture
-from workbench.explain.circuits import ov_table, qk_table
-from workbench.explain.dla import (
-    attribute,
-    dla_table,
-    resolve_comparison,
-    summarize_dla,
-)
+from workbench.explain.dla import attribute, dla_table, resolve_comparison
 from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
 from workbench.explain.generated import generation_tables
+from workbench.explain.per_head import TableSizes, per_head_tables
 from workbench.explain.removal import (
     ablation_outcomes,
     default_means,
@@ -148,19 +138,6 @@ class GeneratedExplanation(HeadExplanation):
 
 
 @dataclass(frozen=True)
-class TableSizes:
-    """How much the circuit tables list (`ov_circuit`, `qk_circuit`).
-
-    Attributes:
-        n_sources: the source positions each head attends to most, per head (OV table).
-        top_k: the tokens each entry promotes or suppresses (OV) or matches best (QK).
-    """
-
-    n_sources: int = 3
-    top_k: int = 5
-
-
-@dataclass(frozen=True)
 class _ResultAblation(Ablation):
     """No ablation given: a CEL result's own kind (zero for any other head set)."""
 
@@ -252,12 +229,14 @@ def explain_heads(
         "clustered": groups is not None,
         **({} if significant is None else {"significant": significant, "note": note}),
     }
+    # the outcomes (and the set's effect) under the averaged means
+    averaged = Ablation(kind, means)
     if batch.task.is_generation:  # read at the generated tokens that decide the answer
         return GeneratedExplanation(heads=head_set, comparison=comp, **generation_tables(
-            model, batch, head_set, comp, kind, means, groups, config, batch_size=batch_size))
+            model, batch, head_set, comp, averaged, groups, config, sizes,
+            batch_size=batch_size))
     role_lists = roles_for(batch, roles)
-    # the outcomes (and the set's effect) under the averaged means
-    outcomes = ablation_outcomes(model, batch, head_set, None, Ablation(kind, means))
+    outcomes = ablation_outcomes(model, batch, head_set, None, averaged)
     cap = capture(model, batch, batch_size)
     att = attribute(model, cap)
     attention = attention_table(cap, head_set, role_lists, outcomes)
@@ -269,14 +248,9 @@ def explain_heads(
         comparison=comp,
         outcomes=outcomes,
         attention=attention,
-        roles=summarize_attention(attention),
-        roles_by_outcome=summarize_attention(attention, by="outcome"),
-        comparison_roles=(pd.DataFrame() if comparison_attention is None
-                          else summarize_attention(comparison_attention)),
         dla=dla,
-        dla_summary=summarize_dla(dla, stats, by_id),
-        ov=ov_table(model, cap, head_set, sizes.n_sources, sizes.top_k),
-        qk=qk_table(model, batch, head_set, role_lists, sizes.top_k),
+        **per_head_tables(model, cap, head_set, role_lists, sizes, attention,
+                          comparison_attention, dla, stats, by_id),
         removal=removal_table(model, cap, att, head_set, ablation, outcomes, batch_size),
         attention_examples=examples_table(
             cap, head_set, comp, outcomes, pick_examples(batch.task.ids, outcomes, N_EXAMPLES)

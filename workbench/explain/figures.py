@@ -20,7 +20,7 @@ from workbench.explain.attention import role_columns
 from workbench.explain.capture import as_batch, capture
 from workbench.heads import HeadSet, HeadSpec
 from workbench.hooked import HookedModel
-from workbench.metrics.scores import forward_kwargs
+from workbench.logits import forward_kwargs
 from workbench.tables import head_name
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task

@@ -31,19 +31,19 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from workbench.ablation import Ablation, AblationKind, HeadMeans, ablation_hooks
-from workbench.explain.attention import attention_table, summarize_attention
+from workbench.ablation import Ablation, AblationKind, ablation_hooks
+from workbench.explain.attention import attention_table
 from workbench.explain.capture import EXAMPLE_INDEX, Capture, attach_outcome, capture
-from workbench.explain.circuits import ov_table, qk_table
 from workbench.explain.decisions import Decisions, Positions, decision_batch
-from workbench.explain.dla import attribute, dla_table, summarize_dla
+from workbench.explain.dla import attribute, dla_table
 from workbench.explain.examples import N_EXAMPLES, examples_table, pick_examples
+from workbench.explain.per_head import TableSizes, per_head_tables
 from workbench.explain.removal import removal_table
 from workbench.generation.decode import greedy_generate
 from workbench.heads import HeadSet
 from workbench.hooked import HookedModel
+from workbench.logits import answer_logits
 from workbench.metrics.generation import target_logprob
-from workbench.metrics.scores import answer_logits
 from workbench.stats import Stats, effect_summary
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.tokenizer import get_tokenizer
@@ -138,8 +138,8 @@ def _keyed(df: pd.DataFrame, dec: Decisions, outcomes: pd.DataFrame | None) -> p
 
 
 def generation_tables(model: HookedModel, batch: TaskBatch, heads: HeadSet, comparison: HeadSet,
-                      kind: AblationKind, means: HeadMeans | None, groups: list | None,
-                      config: dict, positions: Positions = "answer",
+                      ablation: Ablation, groups: list | None, config: dict,
+                      sizes: TableSizes, positions: Positions = "answer",
                       batch_size: int = 32) -> dict:
     """`explain_heads` on a generation task: every angle at the decisions (module docstring),
     as the fields of a `GeneratedExplanation` (`workbench.explain.explanation`).
@@ -147,11 +147,13 @@ def generation_tables(model: HookedModel, batch: TaskBatch, heads: HeadSet, comp
     Args:
         batch: the generation task's examples of the explained split.
         heads, comparison: the explained set and its comparison heads.
-        kind, means: the ablation of the outcomes, the comparison tokens and `removal`.
+        ablation: the ablation (its kind and means) of the outcomes, the comparison tokens
+            and `removal`.
         groups: per example, its cluster label for the intervals (None: examples).
         config: `explain_heads`' record of its arguments (its `n_boot`, `ci` and
             `stats_seed` make the intervals); returned with `generation`, `positions` and
             `n_decisions` added.
+        sizes: how much the OV and QK tables list.
         positions: `"answer"` (every token of the extracted answer) or `"first"` (its first).
 
     Returns:
@@ -159,7 +161,7 @@ def generation_tables(model: HookedModel, batch: TaskBatch, heads: HeadSet, comp
     """
     stats = Stats(config["n_boot"], config["ci"], config["stats_seed"])
     settings = batch.task.generation
-    hooks = ablation_hooks(model, heads, kind, means)
+    hooks = ablation_hooks(model, heads, ablation.kind, ablation.means)
     with torch.no_grad():
         gen = greedy_generate(model, batch.prompts(), settings.max_new_tokens, settings.until)
         clean_logp = target_logprob(model, batch)
@@ -185,18 +187,12 @@ def generation_tables(model: HookedModel, batch: TaskBatch, heads: HeadSet, comp
     return dict(
         outcomes=outcomes,
         attention=attention,
-        roles=summarize_attention(attention),
-        roles_by_outcome=summarize_attention(attention, by="outcome"),
-        comparison_roles=(pd.DataFrame() if comp_attention is None
-                          else summarize_attention(comp_attention)),
         dla=dla,
-        dla_summary=summarize_dla(dla, stats, by_id),
-        ov=ov_table(model, cap, heads, 3, 5),
-        qk=qk_table(model, dec.batch, heads, dec.roles, 5),
-        removal=keyed(removal_table(model, cap, att, heads, Ablation(kind, means), None,
-                                    batch_size)),
+        **per_head_tables(model, cap, heads, dec.roles, sizes, attention,
+                          comp_attention, dla, stats, by_id),
+        removal=keyed(removal_table(model, cap, att, heads, ablation, None, batch_size)),
         attention_examples=keyed(examples_table(cap, heads, comparison, None, first_rows)),
-        set_effect=generation_set_effect(outcomes, heads, kind, stats, groups),
+        set_effect=generation_set_effect(outcomes, heads, ablation.kind, stats, groups),
         decisions=_decisions_table(model, dec, cap),
         config={**config, "roles": "generation", "generation": True, "positions": positions,
                 "n_decisions": len(dec.batch)},

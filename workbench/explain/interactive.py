@@ -38,7 +38,7 @@ from workbench.explain.examples import N_EXAMPLES, pick_examples
 from workbench.explain.explanation import HeadExplanation
 from workbench.heads import HeadSet, HeadSpec
 from workbench.hooked import HookedModel
-from workbench.metrics.scores import forward_kwargs
+from workbench.logits import forward_kwargs
 from workbench.results.interactive import OfflineHTML, require
 from workbench.tasks.encoding import TaskBatch
 from workbench.tasks.task import Task

@@ -41,7 +41,8 @@ from workbench.explain.dla import (
 )
 from workbench.heads import HeadSet, HeadSpec
 from workbench.hooked import HookedModel
-from workbench.metrics.scores import answer_logits, evaluate, is_bridge, logit_diff, logprob
+from workbench.logits import answer_logits, is_bridge
+from workbench.metrics.scores import evaluate, logit_diff, logprob
 from workbench.scoring.cache import clean_resid_pre
 from workbench.stats import Stats, effect_summary
 from workbench.tables import head_name

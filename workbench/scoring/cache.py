@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from workbench.hooked import HookedModel
-from workbench.metrics.scores import forward_kwargs
+from workbench.logits import forward_kwargs
 from workbench.scoring.batching import Chunk
 
 

@@ -42,7 +42,8 @@ from workbench.compute import QUIET, Compute, default_masks_per_pass
 from workbench.deprecation import renamed_keywords
 from workbench.errors import WorkbenchError
 from workbench.hooked import HookedModel
-from workbench.metrics.scores import forward_kwargs, is_bridge, score_logits, unembed_at
+from workbench.logits import forward_kwargs, is_bridge, unembed_at
+from workbench.metrics.scores import score_logits
 from workbench.progress import progress_bar
 from workbench.scoring.batching import Chunk, Targets, answer_only_hooks, length_buckets
 from workbench.scoring.cache import ResidCache, save_hook

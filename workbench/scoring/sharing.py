@@ -35,7 +35,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from workbench.ablation import Ablation
-from workbench.metrics.scores import score_logits, shortformer_kwargs, unembed_at
+from workbench.logits import shortformer_kwargs, unembed_at
+from workbench.metrics.scores import score_logits
 from workbench.scoring.batching import Chunk, Targets, answer_only_hooks
 
 # `advance(resid, start, stop, mask)`: the residual entering block `stop` from `resid`

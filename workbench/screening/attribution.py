@@ -24,8 +24,9 @@ from workbench.ablation import Ablation, AblationKind, replacement_z
 from workbench.compute import DEFAULT_TOKEN_BUDGET, QUIET, Compute
 from workbench.errors import WorkbenchError
 from workbench.hooked import HookedModel
+from workbench.logits import logits_at
 from workbench.metric_records import record, registered
-from workbench.metrics.scores import logits_at, masked_gather, score_logits
+from workbench.metrics.scores import masked_gather, score_logits
 from workbench.racing import example_order
 from workbench.scoring.batching import length_buckets
 from workbench.scoring.scorer import CustomMetric, as_score_dict

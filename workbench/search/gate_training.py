@@ -52,8 +52,9 @@ from workbench.ablation import Ablation, AblationKind, compute_resample_z
 from workbench.errors import WorkbenchError
 from workbench.heads import Head
 from workbench.hooked import HookedModel
+from workbench.logits import answer_logits
 from workbench.metric_records import names_where, record, scored_names
-from workbench.metrics.scores import answer_logits, get_metric, score_logits
+from workbench.metrics.scores import get_metric, score_logits
 from workbench.search.finalists import finalist_sets, max_finalists, pick_finalists
 from workbench.search.strategies.gates import (
     DEFAULT_STEPS,
