@@ -11,14 +11,20 @@ short arithmetic questions of different lengths (nothing downloaded):
 - `tl_generate`: TransformerLens's `model.generate` with no hooks, one prompt at a time
   (its key-value cache, greedy, `stop_at_eos`), what a user without the workbench runs;
 - `naive`: `naive_generate` under the hooks (one full forward per row per step, no cache), on
-  the first `--naive-examples` prompts (it is slow).
+  the first `--naive-examples` prompts (it is slow);
+- `each_mask`: `--masks` single-head masks (the default set's heads and more, spread over the
+  layers), each decoded by its own `greedy_generate` call under its hooks: a search's masks
+  one at a time;
+- `joint_masks`: the same masks' rows decoded together (`greedy_generate_masks`), as the
+  scorer decodes a search's masks; per example-and-mask, like `each_mask`.
 
 The methods run interleaved, in a rotating order, `--repeats` times, so that load from other
 users of a shared machine hits all alike; the script prints each one's median seconds per
 example, in forward-equivalents (`forward`'s median per example = 1), the median of the
 per-repeat ratios to `greedy`, the tokens generated per example and the machine's 1-minute
 load average before and after. It checks that `greedy` and `naive` generate the same tokens
-and that `greedy` without hooks generates `tl_generate`'s.
+and that `greedy` without hooks generates `tl_generate`'s, and that `joint_masks` generates
+`each_mask`'s tokens.
 
     python bench/generation_cost.py                          # smollm2-135m
     python bench/generation_cost.py --model gemma-3-270m --repeats 3
@@ -59,9 +65,11 @@ def timed(fn) -> tuple[float, object]:
 
 def main(argv=None) -> None:
     from workbench import load_model
-    from workbench.ablation import ablation_hooks
+    from workbench.ablation import ablation_hooks, mask_hooks
     from workbench.generation import greedy_generate, naive_generate
+    from workbench.generation.masked import greedy_generate_masks
     from workbench.logits import forward_kwargs
+    from workbench.scoring.interface import masks_of
     from workbench.tasks.tokenizer import get_tokenizer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -70,6 +78,7 @@ def main(argv=None) -> None:
     parser.add_argument("--naive-examples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=32, help="max new tokens per example")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--masks", type=int, default=4, help="masks decoded together")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
@@ -115,8 +124,27 @@ def main(argv=None) -> None:
         sync()
         return out
 
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    spread = [(round(i * (L - 1) / max(1, args.masks - 1)), (3 * i + 1) % H)
+              for i in range(args.masks)]
+    masks = masks_of(model, [[h] for h in spread])
+
+    def each_mask():
+        out = []
+        for m in range(len(masks)):
+            with model.hooks(fwd_hooks=mask_hooks(model, masks[m : m + 1])):
+                out += greedy_generate(model, prompts, args.tokens).tokens
+        sync()
+        return out
+
+    def joint_masks():
+        out = greedy_generate_masks(model, prompts, masks, args.tokens).tokens
+        sync()
+        return out
+
     methods = {"forward": (forward, n), "greedy": (greedy, n), "tl_generate": (tl_generate, n),
-               "naive": (naive, k)}
+               "naive": (naive, k), "each_mask": (each_mask, n * len(masks)),
+               "joint_masks": (joint_masks, n * len(masks))}
     print(f"# {args.model} on {args.device}, machine {platform.processor() or platform.machine()}"
           f", {torch.get_num_threads()} threads, torch {torch.__version__}; heads {heads}; "
           f"{n} examples ({min(len(p) for p in prompts)}-{width} prompt tokens), "
@@ -139,7 +167,10 @@ def main(argv=None) -> None:
         clean = greedy_generate(model, prompts, args.tokens).tokens
     same_naive = got.tokens[:k] == values["naive"].tokens
     same_tl = clean == values["tl_generate"]
+    same_joint = values["joint_masks"] == values["each_mask"]
     tokens = {"greedy": statistics.mean(len(t) for t in got.tokens),
+              "each_mask": statistics.mean(len(t) for t in values["each_mask"]),
+              "joint_masks": statistics.mean(len(t) for t in values["joint_masks"]),
               "naive": statistics.mean(len(t) for t in values["naive"].tokens),
               "tl_generate": statistics.mean(len(t) for t in values["tl_generate"])}
     print("| method | s / example (median) | forward-equivalents / example | vs greedy "
@@ -150,7 +181,9 @@ def main(argv=None) -> None:
         print(f"| {m} | {med:.4f} | {med / unit:.1f} | {ratios[m]:.2f}x | "
               f"{tokens.get(m, 0):.1f} |")
     print(f"greedy forwards {got.n_forwards} for {n} examples; greedy == naive on the first {k}: "
-          f"{same_naive}; greedy without hooks == tl_generate: {same_tl}; load after "
+          f"{same_naive}; greedy without hooks == tl_generate: {same_tl}; masks {spread}: "
+          f"joint_masks == each_mask: {same_joint}, per example and mask each_mask / "
+          f"joint_masks {ratios['each_mask'] / ratios['joint_masks']:.2f}x; load after "
           f"{load_after:.1f}")
 
 
