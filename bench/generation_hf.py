@@ -13,7 +13,9 @@ token on. Two float32 implementations of the same network (different kernels and
 orders) may pick different tokens only where the top two logits are within float noise, so
 every step's gap between Hugging Face's top two logits is recorded: a step with a gap below
 `NEAR_TIE` (1e-4) is the only allowed cause of a difference, and such steps are counted.
-Both decoders stop at the tokenizer's EOS and after `--tokens` tokens.
+Both decoders stop at the tokenizer's EOS and after `--tokens` tokens. The head sets are then
+decoded again all together (`greedy_generate_masks`, as a search's masks are scored), and the
+script says whether every row writes the tokens its set writes alone.
 
     python bench/generation_hf.py                       # both real models
     python bench/generation_hf.py --models smollm2-135m --tokens 16
@@ -103,6 +105,18 @@ def compare(model, hf, prompts: list[list[int]], heads, n: int) -> list[dict]:
     return rows
 
 
+def joint_tokens(model, prompts: list[list[int]], head_sets, n: int) -> list[list[list[int]]]:
+    """Per head set, per prompt: the tokens `greedy_generate_masks` writes with every head
+    set's rows decoded together (what the scorer runs during a search)."""
+    from workbench.generation.masked import greedy_generate_masks
+    from workbench.scoring.interface import masks_of
+
+    gen = greedy_generate_masks(model, [torch.tensor(p) for p in prompts],
+                                masks_of(model, head_sets), n)
+    k = len(prompts)
+    return [gen.tokens[m * k:(m + 1) * k] for m in range(len(head_sets))]
+
+
 def allowed(row: dict) -> bool:
     """Equal token for token, or first different at a near-tie step of Hugging Face's."""
     return row["first_difference"] is None or (
@@ -133,6 +147,11 @@ def run_model(name: str, n: int, n_prompts: int) -> list[dict]:
                   f"{r['min_gap']:.2e}, text {model.tokenizer.decode(r['ours'])[:50]!r}")
         print(f"{label:>20}: {time.perf_counter() - start:.1f} s")
         out += rows
+    joint = joint_tokens(model, prompts, HEAD_SETS[name], n)
+    alone = [[r["ours"] for r in out if r["heads"] == label]
+             for label in dict.fromkeys(r["heads"] for r in out)]
+    print(f"{name}: the {len(joint)} head sets decoded together write the tokens each writes "
+          f"alone: {joint == alone}")
     return out
 
 
