@@ -21,10 +21,12 @@ float32, CPU), and every step follows lm-eval 0.4's `generate_until` with its HF
   `ignore_punctuation`), stripped again, then compared for equality.
 
 Printed per model, task and split: n and exact_match with a 95% Wilson interval, and the tokens
-fed and generated for one example. Run from the repository root:
+fed and generated for one example. `--workbench` also scores the same examples with the
+workbench's own decoding and scoring (`load_model`, `evaluate_generation`) and prints how many
+per-example exact matches agree with Hugging Face's. Run from the repository root:
 
     python bench/gen_reference.py                       # both real models, the shipped tasks
-    python bench/gen_reference.py --models smollm2-135m --limit 20
+    python bench/gen_reference.py --models smollm2-135m --tasks gen_arith --limit 20 --workbench
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import each_task, interval, parser, read_task, timed  # noqa: E402
 
-DEFAULT_TASKS = ("gen_facts",)
+DEFAULT_TASKS = ("gen_facts", "gen_arith")
 # lm-eval gsm8k's two filters (`gsm8k.yaml`, `filter_list`), as RegexFilter arguments.
 NAMED = {
     "strict-match": {"regex": r"#### (\-?[0-9\.\,]+)", "group_select": 0},
@@ -147,12 +149,44 @@ def score_task(model, tokenizer, path: Path, limit: int | None = None) -> dict:
         row = rows.setdefault(e["split"], Counter())
         row["n"] += 1
         row["exact_match"] += hit
-        row[f"exact_match:{e.get('meta', {}).get('subject', '')}"] += hit
-        row[f"n:{e.get('meta', {}).get('subject', '')}"] += 1
+        stratum = _stratum(e)
+        row[f"exact_match:{stratum}"] += hit
+        row[f"n:{stratum}"] += 1
         answers.append({"id": e["id"], "target": e["target"], "answer": answer, "hit": hit})
         if i == 0:
             fed = tokens_fed(tokenizer, prompt_ids, new, e)
     return {"header": header, "splits": rows, "answers": answers, "fed": fed}
+
+
+def _stratum(example: dict) -> str:
+    """What per-stratum counts group an example by: its subject (gen_facts) or template."""
+    meta = example.get("meta", {})
+    return str(meta.get("subject", meta.get("template", "")))
+
+
+def workbench_agreement(name: str, path: Path, answers: list[dict]) -> str:
+    """One line: on how many of HF's scored examples (`answers`) the workbench's own exact
+    match (`evaluate_generation` on `load_model(name)`, CPU, float32) is the same, the two
+    exact matches, and the first examples where they differ."""
+    from dataclasses import replace
+
+    from workbench import load_model
+    from workbench.metrics.generation import evaluate_generation
+    from workbench.tasks import encode_task, load_task
+
+    task = load_task(path)
+    ids = {a["id"] for a in answers}
+    task = replace(task, examples=[e for e in task.examples if e.id in ids])
+    model = load_model(name, device="cpu", dtype="float32")
+    ours = evaluate_generation(model, encode_task(model, task)).set_index("id")
+    hf = {a["id"]: a for a in answers}
+    differ = [i for i in ours.index if bool(ours.at[i, "exact_match"]) != hf[i]["hit"]]
+    line = (f"    workbench: exact match {int(ours['exact_match'].sum())}/{len(ours)}, HF "
+            f"{sum(a['hit'] for a in answers)}/{len(answers)}; the same on "
+            f"{len(ours) - len(differ)} of {len(ours)} examples")
+    return line + "".join(
+        f"\n      {i}: workbench {ours.at[i, 'prediction']!r}, HF {hf[i]['answer']!r}"
+        for i in differ[:5])
 
 
 def tokens_fed(tokenizer, prompt_ids: list[int], new: list[int], example: dict) -> str:
@@ -165,7 +199,10 @@ def tokens_fed(tokenizer, prompt_ids: list[int], new: list[int], example: dict) 
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, DEFAULT_TASKS)
-    p.add_argument("--subjects", action="store_true", help="also print per-subject counts")
+    p.add_argument("--subjects", action="store_true",
+                   help="also print counts per subject (or template)")
+    p.add_argument("--workbench", action="store_true",
+                   help="also score with the workbench's own decoding and compare")
     args = p.parse_args(argv)
     table = [
         "| model | task | split | n | exact_match [95% CI] |",
@@ -180,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
         misses = [a for a in result["answers"] if not a["hit"]][:5]
         print("    first misses: " + "; ".join(
             f"{a['id']}: {a['answer']!r} (target {a['target']!r})" for a in misses))
+        if args.workbench:
+            print(workbench_agreement(name, path, result["answers"]))
         for split, row in result["splits"].items():
             line = (f"| {name} | {header['name']} | {split} | {row['n']} | "
                     f"{interval(row['exact_match'], row['n'])} |")

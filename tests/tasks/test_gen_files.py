@@ -1,11 +1,11 @@
-"""The committed generation task file (`tasks/benchmarks/gen_facts.jsonl`): well-formed, every
-target recomputed from the word lists, split by fact, and reproducible.
+"""The committed generation task files (`tasks/benchmarks/gen_*.jsonl`) are reproducible, and
+`gen_facts.jsonl` is well-formed, every target recomputed from the word lists, split by fact.
 
 Read with plain `json` so these checks do not depend on the task loader. Every question is
 parsed back from its prompt, its target recomputed from the word list (`tasks/data/*.tsv`), and
 every few-shot example checked to be a true pair of the question's own split that neither shows
 the target nor names the question's input. The generator is rerun to check the file byte for
-byte.
+byte (`gen_arith.jsonl`'s own checks are in `test_gen_arith_file.py`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 
 from tests.tasks.facts import BENCH_DIR, SPLITS, FactFiles
 
-TASK_NAMES = ("gen_facts",)
+TASK_NAMES = ("gen_facts",)  # the word-fact files this module checks
 EXAMPLE_KEYS = {"id", "prompt", "target", "split", "group", "meta"}
 SHOTS = 3
-FILES = FactFiles("generate_gen_tasks.py", TASK_NAMES, "gen_")
+FILES = FactFiles("generate_gen_tasks.py", (*TASK_NAMES, "gen_arith"), "gen_")
 
 
 def _parse(example: dict) -> tuple[list[tuple[str, str]], str]:

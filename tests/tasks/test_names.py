@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2] / "tasks"
 
 
 def test_benchmark_tasks_resolve_by_name_to_their_files():
-    assert benchmark_task_names() == ["gen_facts", "mc_facts_letters", "mc_facts_text"]
+    assert benchmark_task_names() == ["gen_arith", "gen_facts", "mc_facts_letters",
+                                      "mc_facts_text"]
     for name in benchmark_task_names():
         assert task_file(name) == ROOT / "benchmarks" / f"{name}.jsonl"
         check_task_name(name)  # --task and --others accept the name
