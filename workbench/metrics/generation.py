@@ -17,8 +17,8 @@ attribution screening estimates it and ranks the heads by it, differentiating
 `generation_logprob_metric` (no decode: its `exact_match` column stays NaN,
 `workbench.search.candidates.estimated_metric`), while the search and the confirmation
 score real generations (several masks per call: `generation_masks_metric` decodes their
-rows together, `greedy_generate_masks`). A set can raise the target's log-prob and still change what the
-model writes; the confirmation's `exact_match` is the number that counts.
+rows together, `greedy_generate_masks`). A set can raise the target's log-prob and still
+change what the model writes; the confirmation's `exact_match` is the number that counts.
 
 A position-dependent ablation (per-position means, resampling) cannot follow the decoded
 positions and is refused for generation tasks before a run (`workbench.metrics.run_checks`).
