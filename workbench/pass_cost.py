@@ -181,7 +181,7 @@ def measure_decode(run, seconds: float) -> DecodeCost | None:
         return None
     rows = run.select.rows(slice(0, MEASURE_DECODE_ROWS))
     settings = rows.task.generation
-    from workbench.generation.decode import ROWS_PER_PASS, decode_forwards
+    from workbench.generation.decode import ROWS_PER_PASS
     from workbench.generation.masked import greedy_generate_masks
     from workbench.metrics.generation import target_batch, target_logprob
 
@@ -200,7 +200,6 @@ def measure_decode(run, seconds: float) -> DecodeCost | None:
         took = (t1 - t0) / copies + time.perf_counter() - t1
     plain = seconds * float(rows.lengths.sum()) / float(run.select.lengths.sum())
     new = [len(t) for t in gen.tokens]
-    forwards = (decode_forwards(rows.lengths.tolist() * copies, new)
-                + choice_forwards(target_batch(rows)))
+    forwards = gen.n_forwards + choice_forwards(target_batch(rows))
     return DecodeCost(took / plain, span, len(rows), forwards,
                       sum(new) / len(new), settings.max_new_tokens, copies)
